@@ -1,0 +1,1 @@
+"""Environments: CarRacing wrappers with privileged state (and later the Udacity-style simulator)."""

@@ -1,0 +1,1 @@
+"""Policies: the NAC layer, NCP wiring, encoders, sequence cores and the driving policy. Knows nothing of gymnasium."""
