@@ -1,0 +1,148 @@
+"""CarRacing wrapper: privileged features on real tracks, seeding, physics-only == rendered, info keys."""
+
+import numpy as np
+import pytest
+
+from envs.carracing import FEATURE_NAMES, N_FEATURES, PrivilegedObservation, make_carracing
+
+INFO_KEYS = {"privileged", "speed", "tiles_visited", "num_tiles", "on_track", "lap_complete"}
+OFF = FEATURE_NAMES.index("lateral_offset")
+SIN_HEAD = FEATURE_NAMES.index("sin_heading_error")
+
+
+def _drive(env, actions):
+    """Step a fixed action sequence; returns the list of (reward, info)."""
+    out = []
+    for a in actions:
+        _, r, term, trunc, info = env.step(a)
+        out.append((r, info))
+        if term or trunc:
+            break
+    return out
+
+
+def _gas_then_steer(steer: float, n_straight: int = 30, n_turn: int = 25):
+    straight = [np.array([0.0, 0.5, 0.0], np.float32)] * n_straight
+    turn = [np.array([steer, 0.1, 0.0], np.float32)] * n_turn
+    return straight + turn
+
+
+def test_feature_names_are_unique_and_match_vector():
+    assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES) == N_FEATURES
+    env = make_carracing(render=False)
+    _, info = env.reset(seed=1)
+    assert info["privileged"].shape == (N_FEATURES,) and info["privileged"].dtype == np.float32
+    assert np.all(np.isfinite(info["privileged"]))
+
+
+@pytest.mark.parametrize("space", ["continuous", "discrete"])
+def test_info_keys_and_obs_in_both_action_spaces(space):
+    env = make_carracing(space, render=False)
+    obs, info = env.reset(seed=2)
+    assert INFO_KEYS <= info.keys()
+    assert obs.shape == (96, 96, 3) and obs.dtype == np.uint8 and not obs.any()  # physics-only: zero frame
+    action = np.array([0.0, 1.0, 0.0], np.float32) if space == "continuous" else 3
+    for _ in range(60):
+        obs, r, term, trunc, info = env.step(action)
+    assert INFO_KEYS <= info.keys()
+    assert info["speed"] > 5.0, "gas must move the car"
+    assert info["on_track"] and not info["lap_complete"]
+    assert 0 < info["tiles_visited"] <= info["num_tiles"]
+    assert isinstance(info["tiles_visited"], int) and isinstance(info["num_tiles"], int)
+
+
+def test_offset_and_heading_near_zero_at_start():
+    env = make_carracing(render=False)
+    for seed in (0, 5, 11):
+        _, info = env.reset(seed=seed)
+        p = info["privileged"]
+        assert abs(p[OFF]) < 0.05, f"seed {seed}: car starts on the centerline, offset {p[OFF]}"
+        assert abs(p[SIN_HEAD]) < 0.05
+
+
+@pytest.mark.parametrize("steer,sign", [(1.0, 1.0), (-1.0, -1.0)])
+def test_offset_and_heading_follow_the_steer_side(steer, sign):
+    """Positive = right: steering right makes the car point and drift right of the centerline."""
+    env = make_carracing(render=False)
+    env.reset(seed=3)
+    steps = _drive(env, _gas_then_steer(steer))
+    p = steps[-1][1]["privileged"]
+    assert sign * p[OFF] > 0.2, p[OFF]
+    assert sign * p[SIN_HEAD] > 0.2, p[SIN_HEAD]
+    assert sign * p[FEATURE_NAMES.index("yaw_rate")] > 0
+    assert sign * p[FEATURE_NAMES.index("steer_angle")] > 0.5
+
+
+def test_discrete_right_and_left_match_the_contract_order():
+    env = make_carracing("discrete", render=False)
+    offsets = {}
+    for action in (1, 2):  # 1 RIGHT, 2 LEFT
+        env.reset(seed=3)
+        steps = _drive(env, [3] * 40 + [action] * 25)
+        offsets[action] = steps[-1][1]["privileged"][OFF]
+    assert offsets[1] > 0 > offsets[2]
+
+
+def test_lookahead_sees_the_road_ahead():
+    env = make_carracing(render=False)
+    _, info = env.reset(seed=4)
+    p = dict(zip(FEATURE_NAMES, info["privileged"]))
+    ys = [p[f"ahead{k}_y"] for k in (1, 2, 3, 5)]
+    assert all(np.diff(ys) > 0), "look-ahead points lie further forward with distance"
+    assert abs(p["ahead1_x"]) < 0.1 and p["ahead1_cos_dir"] > 0.9
+
+
+def test_seed_reproduces_the_track():
+    env = make_carracing(render=False)
+    env.reset(seed=42)
+    a = np.asarray(env.unwrapped.track)
+    env.reset(seed=7)
+    b = np.asarray(env.unwrapped.track)
+    env.reset(seed=42)
+    c = np.asarray(env.unwrapped.track)
+    assert np.array_equal(a, c)
+    assert a.shape != b.shape or not np.allclose(a, b)
+
+
+def test_physics_only_matches_rendered_returns():
+    rng = np.random.default_rng(0)
+    actions = [np.array([rng.uniform(-1, 1), rng.uniform(0, 1), 0.0], np.float32) for _ in range(40)]
+    results = []
+    for render in (True, False):
+        env = make_carracing(render=render)
+        obs, _ = env.reset(seed=9)
+        steps = _drive(env, actions)
+        obs, *_ = env.step(actions[0])
+        assert obs.any() == render, "rendered mode shows the track, physics-only a zero frame"
+        results.append(
+            ([r for r, _ in steps], np.stack([i["privileged"] for _, i in steps]), [i["tiles_visited"] for _, i in steps])
+        )
+        env.close()
+    (r1, p1, t1), (r2, p2, t2) = results
+    assert r1 == r2 and t1 == t2
+    np.testing.assert_array_equal(p1, p2)
+
+
+def test_privileged_observation_wrapper():
+    env = PrivilegedObservation(make_carracing(render=False))
+    obs, info = env.reset(seed=5)
+    np.testing.assert_array_equal(obs, info["privileged"])
+    assert env.observation_space.contains(obs)
+    obs, _, _, _, info = env.step(np.array([0.0, 0.3, 0.0], np.float32))
+    np.testing.assert_array_equal(obs, info["privileged"])
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="action_space"):
+        make_carracing("diagonal")
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        make_carracing(max_episode_steps=0)
+    with pytest.raises(ValueError, match="render_mode"):
+        make_carracing(render=False, render_mode="rgb_array")
+
+
+def test_time_limit_truncates():
+    env = make_carracing("discrete", render=False, max_episode_steps=5)
+    env.reset(seed=1)
+    flags = [env.step(0)[3] for _ in range(5)]
+    assert flags == [False] * 4 + [True]
