@@ -1,0 +1,469 @@
+"""Neuronal Attention Circuit (NAC): attention whose logits solve a gated linear ODE.
+
+Read top to bottom, this file is the method section (contract: /work/shared/NAC_SPEC.md).
+
+    1. Sensory gates    q, k, v = S_q(x), S_k(x), S_v(x)     masked linear maps, NCP sensory wiring
+    2. Top-K curation   each query i keeps its K best keys j_1..j_K by the score q_i . k_j
+    3. Pair backbone    h = Backbone([q_i; k_j])               masked NCP net inter -> command -> motor
+                        phi = act(W_phi h), omega = softplus(W_omega h) + eps
+                        t_ij = sigmoid(alpha(p) * tau_ij + beta(p))   internal time
+    4. Logit ODE        da/dt = -omega a + phi, a(0) = 0, read at t_ij  (exact / euler / steady)
+    5. Output           o_i = dt * sum_k softmax_k(a_ik) v_{j_k}; heads concatenated; linear projection
+
+Numerical choices the spec leaves open (all deliberate):
+
+* Sensory gates: one masked linear map ``input_dim -> 3 * d_model`` (q|k|v), each third with its
+  own AutoNCP sensory mask (seeds ``seed``, ``seed+1``, ``seed+2``); no nonlinearity, as in the spec.
+* Backbone: per-head weights ``[H, in, out]`` (``shared_backbone=True``: one set, ``[1, in, out]``),
+  head h wired with seed ``seed + 3 + h``; sizes in ``policies.wiring`` (d_head=16: 32 -> 20 -> 12 -> 8).
+  Nonlinearity tanh (bounded, so huge inputs saturate instead of overflowing). The command layer's
+  recurrent synapses are unrolled ``COMMAND_UNROLL = 1`` time: ``c = tanh(W_ic h + b)``, then
+  ``c = tanh(W_ic h + W_cc c + b)``. The first layer is linear in ``p = [q_i; k_j]``, so it is split
+  into a query part and a key part computed once per token and added per pair (same maths as
+  concatenating, ``T`` instead of ``T*K`` matmuls). ``alpha`` and ``beta`` are dense affine maps of the
+  pair, split the same way.
+* Masks are persistent buffers (a checkpoint carries its wiring); weights are multiplied by them each
+  call (tiny tensors), so masked weights get exactly zero gradient. Init: LeCun-uniform with each
+  unit's *actual* fan-in under its mask, zero biases, all drawn from ``torch.Generator(seed)`` so the
+  same seed gives the same ``state_dict``.
+* Exact logit ``a = phi * (-expm1(-omega t)) / omega`` (expm1 keeps precision when omega*t is tiny);
+  steady ``a = phi / omega``; euler from ``a(0)=0`` with ``n = euler_steps`` steps of ``h = t / n``.
+  Because ``t`` is in (0, 1), ``h < 1/n``; euler stays within theorem 1's bounds ``[0, phi/omega]``
+  (sigmoid phi) while ``h * omega <= 1``, i.e. ``omega <= n / t``; nothing clamps omega, so a larger
+  omega can overshoot (the bound is documented, not enforced).
+* ``tau_ij``: 1 without timestamps; ``time[b]`` for ``time`` of shape ``[B]``; ``time[b, i] - time[b, j]``
+  for ``[B, T]``, differenced in the timestamps' own dtype (float64 keeps precision for large absolute
+  times) and only then cast to the activations' dtype.
+* Selection scores ``q . k`` are computed without gradient (top-K is not differentiable); NaN/inf
+  scores from overflowing inputs are clamped to finite values before masking. Invalid keys (causal:
+  j > i; padded) get -inf before top-K and before the softmax, never a multiplied 0.
+* Slots: ``K_eff = min(topk, T)``. Slots left over when fewer than ``K_eff`` keys are valid are
+  "filler": ``index = -1``, ``logits = -inf``, ``attn = 0`` exactly; their phi/omega/t are computed on
+  key 0 as a placeholder and mean nothing. ``topk >= T`` skips scoring and pairs every query with
+  every key in position order (NAC-PW).
+* A query with no valid key at all (every key padded, or causal with left padding before the first
+  valid frame) outputs exactly zeros (after the projection), with no NaN in values or gradients.
+* Block selection (``selection="blocks"``): keys are first compacted per sample (valid keys first, order
+  kept), so every query's visible keys are a *prefix* of the compacted sequence (causal too). Blocks
+  of ``b = ceil(sqrt(T))`` keys; each query scores block centroids, where the last, partly visible
+  block uses the centroid of its visible keys only (within-block prefix sums) so future keys cannot
+  steer the choice. It keeps ``m = ceil(K/b) + 1 + BLOCK_MARGIN`` best blocks: at most one kept block is
+  partial, so ``ceil(K/b) + 1`` blocks always hold >= K visible keys (or all of them), and the margin
+  of one block improves recall. Exact scores inside the kept blocks (queries in chunks, so memory is
+  O(T * sqrt(T))), top K of those. The T x T matrix is never built.
+* ``selection="auto"``: exact selection up to ``AUTO_BLOCK_THRESHOLD`` keys, blocks beyond (measured on
+  the 2-core CPU with benchmarks/nac_runtime.py: exact is faster there and its O(T^2) scores are small).
+* ``return_sequences=False`` returns the output at the *last valid* step of each sample: the last
+  position whose ``key_padding_mask`` is False (T-1 without a mask; works for left and right padding),
+  and only that query is computed. Internals then have a query axis of length 1.
+* ``dropout`` acts on the attention weights in training mode (masked slots stay exactly 0).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from policies.wiring import backbone_masks, backbone_sizes, check_sparsity, sensory_mask
+
+MODES = ("exact", "euler", "steady")
+PHI_ACTIVATIONS = ("sigmoid", "tanh", "identity")
+SELECTIONS = ("auto", "exact", "blocks")
+COMMAND_UNROLL = 1  # passes of the command layer's recurrent synapses
+BLOCK_MARGIN = 1  # extra key blocks kept by block selection, beyond the guaranteed minimum
+AUTO_BLOCK_THRESHOLD = 2048  # selection="auto" uses block selection when T_k exceeds this
+CHUNK_ELEMENTS = 1 << 22  # scoring works on query chunks of about this many gathered floats
+
+
+# ----------------------------------------------------------------------------- configuration
+@dataclass
+class NACConfig:
+    """Every constructor argument of :class:`NAC`, validated in one place."""
+
+    input_dim: int
+    d_model: int
+    num_heads: int
+    mode: str = "exact"
+    topk: int = 8
+    sparsity: float = 0.5
+    euler_steps: int = 6
+    dt: float = 1.0
+    tau_epsilon: float = 1e-6
+    phi_activation: str = "sigmoid"
+    selection: str = "auto"
+    causal: bool = False
+    dropout: float = 0.0
+    return_sequences: bool = True
+    shared_backbone: bool = False
+    seed: int = 22222
+
+    def validate(self) -> None:
+        def positive_int(name: str) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+
+        for name in ("input_dim", "d_model", "num_heads", "topk", "euler_steps"):
+            positive_int(name)
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"num_heads must divide d_model; got d_model={self.d_model}, num_heads={self.num_heads}")
+        if self.d_model < 2:
+            raise ValueError(f"d_model must be >= 2 (an NCP needs two inter neurons); got {self.d_model}")
+        check_mode(self.mode)
+        check_choice("phi_activation", self.phi_activation, PHI_ACTIVATIONS)
+        check_choice("selection", self.selection, SELECTIONS)
+        check_sparsity(self.sparsity)
+        if not (isinstance(self.dt, (int, float)) and math.isfinite(self.dt) and self.dt > 0):
+            raise ValueError(f"dt must be a finite number > 0; got {self.dt!r}")
+        if not (isinstance(self.tau_epsilon, (int, float)) and math.isfinite(self.tau_epsilon)
+                and self.tau_epsilon > 0):
+            raise ValueError(f"tau_epsilon must be a finite number > 0 (omega must stay positive); "
+                             f"got {self.tau_epsilon!r}")
+        if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
+            raise ValueError(f"dropout must be a number in [0, 1); got {self.dropout!r}")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_mode(mode: object) -> str:
+    return check_choice("mode", mode, MODES)
+
+
+# ----------------------------------------------------------------------------- masked layers
+def _lecun_uniform_(weight: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> None:
+    """U(-sqrt(3/fan_in), +) per output unit, fan_in counted under the mask (weight/mask [..., in, out])."""
+    fan_in = mask.sum(-2, keepdim=True).clamp(min=1).to(weight.dtype)
+    with torch.no_grad():
+        weight.uniform_(-1.0, 1.0, generator=generator).mul_(torch.sqrt(3.0 / fan_in) * mask)
+
+
+class MaskedLinear(nn.Module):
+    """``y = x @ (W * M) + b`` with a fixed bool mask ``M`` [in, out] (one NCP synapse per True)."""
+
+    def __init__(self, mask: torch.Tensor, generator: torch.Generator):
+        super().__init__()
+        self.register_buffer("mask", mask.float())
+        self.weight = nn.Parameter(torch.empty(mask.shape))
+        self.bias = nn.Parameter(torch.zeros(mask.shape[-1]))
+        _lecun_uniform_(self.weight, self.mask, generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight * self.mask).view(
+            *x.shape[:-1], -1)
+
+
+class PairBackbone(nn.Module):
+    """The NCP backbone on pairs p = [q; k], one masked network per head, batched as [H, in, out].
+
+    ``token_features`` runs the layers that are linear in p (inter pre-activation, alpha, beta) once per
+    token; ``forward`` finishes them per pair and returns (phi, omega, t).
+    """
+
+    def __init__(self, d_head: int, num_heads: int, sparsity: float, seed: int, shared: bool,
+                 phi_activation: str, tau_epsilon: float, generator: torch.Generator):
+        super().__init__()
+        self.d_head, self.phi_activation, self.tau_epsilon = d_head, phi_activation, tau_epsilon
+        self.sizes = backbone_sizes(2 * d_head)
+        wirings = [backbone_masks(2 * d_head, sparsity, seed + 3 + h) for h in range(1 if shared else num_heads)]
+        for name in ("inter", "command", "recurrent", "motor"):
+            mask = torch.stack([w[name] for w in wirings]).float()  # [H or 1, in, out]
+            self.register_buffer(f"mask_{name}", mask)
+            weight = nn.Parameter(torch.empty(mask.shape))
+            _lecun_uniform_(weight, mask, generator)
+            setattr(self, f"w_{name}", weight)
+        G, S = len(wirings), self.sizes
+        self.b_inter = nn.Parameter(torch.zeros(G, 1, S.inter))
+        self.b_command = nn.Parameter(torch.zeros(G, 1, S.command))
+        self.b_motor = nn.Parameter(torch.zeros(G, 1, S.motor))
+        # alpha, beta: dense affine maps of the pair (internal time), and the two gate heads
+        self.w_time = nn.Parameter(torch.empty(G, 2 * d_head, 2))
+        self.b_time = nn.Parameter(torch.zeros(G, 1, 2))
+        self.w_heads = nn.Parameter(torch.empty(G, S.motor, 2))  # [:, :, 0] phi, [:, :, 1] omega
+        self.b_heads = nn.Parameter(torch.zeros(G, 1, 2))
+        _lecun_uniform_(self.w_time, torch.ones_like(self.w_time), generator)
+        _lecun_uniform_(self.w_heads, torch.ones_like(self.w_heads), generator)
+
+    def token_features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query-side and key-side halves of the pair's affine layers: [B, H, T, inter + 2] each."""
+        w = torch.cat([self.w_inter * self.mask_inter, self.w_time], dim=-1)  # [G, 2*d_head, inter+2]
+        w_q, w_k = w[:, : self.d_head], w[:, self.d_head:]
+        bias = torch.cat([self.b_inter, self.b_time], dim=-1)  # [G, 1, inter+2]
+        return torch.matmul(q, w_q) + bias, torch.matmul(k, w_k)
+
+    def forward(self, pre: torch.Tensor, tau: torch.Tensor | float) -> tuple[torch.Tensor, ...]:
+        """pre: [B, H, P, inter + 2] summed pair pre-activations -> phi, omega, t: [B, H, P]."""
+        inter = torch.tanh(pre[..., :-2])
+        alpha, beta = pre[..., -2], pre[..., -1]
+        drive = torch.matmul(inter, self.w_command * self.mask_command) + self.b_command
+        command = torch.tanh(drive)
+        for _ in range(COMMAND_UNROLL):
+            command = torch.tanh(drive + torch.matmul(command, self.w_recurrent * self.mask_recurrent))
+        motor = torch.tanh(torch.matmul(command, self.w_motor * self.mask_motor) + self.b_motor)
+        heads = torch.matmul(motor, self.w_heads) + self.b_heads
+        phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[self.phi_activation](
+            heads[..., 0])
+        omega = F.softplus(heads[..., 1]) + self.tau_epsilon
+        t = torch.sigmoid(alpha * tau + beta)
+        return phi, omega, t
+
+
+# ----------------------------------------------------------------------------- top-K selection
+@dataclass
+class Selection:
+    """The K keys each query is paired with: ``index`` [B, H, Tq, K] (-1 = filler), ``valid`` bool."""
+
+    index: torch.Tensor
+    valid: torch.Tensor
+
+
+def _finite_scores(scores: torch.Tensor) -> torch.Tensor:
+    big = torch.finfo(scores.dtype).max
+    return torch.nan_to_num(scores, nan=0.0, posinf=big, neginf=-big)
+
+
+def _finish(scores: torch.Tensor, positions: torch.Tensor | None, k: int) -> Selection:
+    """Top-k of -inf-masked scores; -inf winners become filler slots."""
+    values, top = scores.topk(k, dim=-1)
+    index = top if positions is None else positions.gather(-1, top)
+    valid = values > -math.inf
+    return Selection(index.masked_fill(~valid, -1), valid)
+
+
+def _chunks(total: int, per_item: int) -> list[slice]:
+    step = max(1, CHUNK_ELEMENTS // max(per_item, 1))
+    return [slice(i, min(i + step, total)) for i in range(0, total, step)]
+
+
+def visible_keys(key_valid: torch.Tensor, q_pos: torch.Tensor, causal: bool) -> torch.Tensor:
+    """bool [B, 1, Tq, Tk]: key j is visible to the query at position i (not padded; j <= i if causal)."""
+    visible = key_valid[:, None, None, :]
+    if causal:
+        positions = torch.arange(key_valid.shape[1], device=key_valid.device)
+        visible = visible & (positions <= q_pos[:, None, :, None])
+    return visible
+
+
+def select_pairwise(key_valid: torch.Tensor, q_pos: torch.Tensor, causal: bool, num_heads: int) -> Selection:
+    """topk >= T (NAC-PW): every query is paired with every key, in position order."""
+    B, Tk = key_valid.shape
+    visible = visible_keys(key_valid, q_pos, causal).expand(B, num_heads, q_pos.shape[1], Tk)
+    index = torch.arange(Tk, device=key_valid.device).expand_as(visible)
+    return Selection(index.masked_fill(~visible, -1), visible)
+
+
+@torch.no_grad()
+def select_exact(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
+                 causal: bool, topk: int) -> Selection:
+    """Full q.k score rows (queries in chunks), -inf on invisible keys, top K per row."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    parts = []
+    for c in _chunks(Tq, q.shape[0] * q.shape[1] * Tk):
+        scores = _finite_scores(q[:, :, c] @ k.transpose(-1, -2))
+        scores = scores.masked_fill(~visible_keys(key_valid, q_pos[:, c], causal), -math.inf)
+        parts.append(_finish(scores, None, topk))
+    return Selection(torch.cat([p.index for p in parts], 2), torch.cat([p.valid for p in parts], 2))
+
+
+@torch.no_grad()
+def select_blocks(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
+                  causal: bool, topk: int) -> Selection:
+    """Square-root block selection, O(T sqrt(T)) time and memory (see module docstring)."""
+    B, H, Tq, d = q.shape
+    Tk = k.shape[2]
+    # compact: valid keys first (stable), so each query's visible keys are a prefix of length n
+    order = torch.sort((~key_valid).to(torch.uint8), dim=1, stable=True).indices  # [B, Tk]
+    counts = key_valid.long().cumsum(1)
+    n = counts.gather(1, q_pos) if causal else counts[:, -1:].expand(B, Tq)  # [B, Tq]
+    k = k.gather(2, order[:, None, :, None].expand(B, H, Tk, d))
+
+    b = math.ceil(math.sqrt(Tk))
+    nb = math.ceil(Tk / b)
+    k = F.pad(k, (0, 0, 0, nb * b - Tk))
+    prefix = k.view(B, H, nb, b, d).cumsum(3)  # within-block prefix sums: no cross-block cancellation
+    centroids = prefix[:, :, :, -1] / b  # [B, H, nb, d]
+    scores = q @ centroids.transpose(-1, -2)  # [B, H, Tq, nb]
+    last = (n - 1).clamp(min=0) // b  # last visible block, partly visible in general
+    seen = (n - last * b).clamp(min=1).to(q.dtype)  # its visible keys
+    partial = prefix.view(B, H, nb * b, d).gather(2, (n - 1).clamp(min=0)[:, None, :, None].expand(B, H, Tq, d))
+    partial_score = (q * partial).sum(-1) / seen[:, None]
+    scores = scores.scatter(-1, last[:, None, :, None].expand(B, H, Tq, 1), partial_score[..., None])
+    blocks = torch.arange(nb, device=q.device)
+    block_ok = (blocks <= last[..., None]) & (n[..., None] > 0)  # [B, Tq, nb]
+    scores = _finite_scores(scores).masked_fill(~block_ok[:, None], -math.inf)
+    m = min(nb, math.ceil(topk / b) + 1 + BLOCK_MARGIN)
+    block_score, kept = scores.topk(m, dim=-1)  # [B, H, Tq, m]
+
+    # exact scores inside the kept blocks
+    candidates = (kept[..., None] * b + torch.arange(b, device=q.device)).flatten(-2)  # [B, H, Tq, m*b]
+    cand_ok = ((block_score > -math.inf)[..., None].expand(*kept.shape, b).flatten(-2)
+               & (candidates < n[:, None, :, None]))
+    flat_keys = k.reshape(B * H * nb * b, d)
+    row = (torch.arange(B * H, device=q.device) * (nb * b)).view(B, H, 1, 1)
+    exact = []
+    for c in _chunks(Tq, B * H * m * b * d):
+        gathered = flat_keys[(candidates[:, :, c] + row).flatten()].view(B, H, -1, m * b, d)
+        exact.append(torch.matmul(gathered, q[:, :, c, :, None]).squeeze(-1))
+    exact_scores = _finite_scores(torch.cat(exact, 2)).masked_fill(~cand_ok, -math.inf)
+    sel = _finish(exact_scores, candidates, min(topk, m * b))
+    original = order[:, None].expand(B, H, Tk).gather(2, sel.index.clamp(min=0).flatten(2)).view_as(sel.index)
+    return Selection(original.masked_fill(~sel.valid, -1), sel.valid)
+
+
+# ----------------------------------------------------------------------------- the layer
+class NAC(nn.Module):
+    """Neuronal Attention Circuit layer: ``[B, T, input_dim] -> [B, T, d_model]`` (or ``[B, d_model]``).
+
+    Modes share every parameter: set ``layer.mode = "steady"`` on a trained layer to switch.
+    ``forward(x, time=None, key_padding_mask=None, return_internals=False)``; with
+    ``return_internals=True`` returns ``(y, internals)``, internals a dict of ``[B, H, Tq, K]`` tensors
+    "phi", "omega", "t", "logits", "attn", "index" (see the module docstring for filler slots).
+    """
+
+    def __init__(self, input_dim: int, d_model: int, num_heads: int, *, mode: str = "exact", topk: int = 8,
+                 sparsity: float = 0.5, euler_steps: int = 6, dt: float = 1.0, tau_epsilon: float = 1e-6,
+                 phi_activation: str = "sigmoid", selection: str = "auto", causal: bool = False,
+                 dropout: float = 0.0, return_sequences: bool = True, shared_backbone: bool = False,
+                 seed: int = 22222):
+        super().__init__()
+        self.config = NACConfig(input_dim, d_model, num_heads, mode, topk, sparsity, euler_steps, dt,
+                                tau_epsilon, phi_activation, selection, causal, dropout, return_sequences,
+                                shared_backbone, seed)
+        self.config.validate()
+        self.input_dim, self.d_model, self.num_heads = input_dim, d_model, num_heads
+        self.d_head = d_model // num_heads
+        self._mode = mode
+        self.topk, self.euler_steps, self.dt = topk, euler_steps, float(dt)
+        self.selection, self.causal, self.return_sequences = selection, causal, return_sequences
+
+        generator = torch.Generator().manual_seed(seed)
+        qkv_mask = torch.cat([sensory_mask(input_dim, d_model, sparsity, seed + i) for i in range(3)], dim=1)
+        self.sensory = MaskedLinear(qkv_mask, generator)  # 1. sensory gates q | k | v
+        self.backbone = PairBackbone(self.d_head, num_heads, sparsity, seed, shared_backbone,  # 3.
+                                     phi_activation, tau_epsilon, generator)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(d_model, d_model)  # 5. output projection
+        with torch.no_grad():
+            bound = 1.0 / math.sqrt(d_model)
+            self.out_proj.weight.uniform_(-bound, bound, generator=generator)
+            self.out_proj.bias.zero_()
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        self._mode = check_mode(value)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"input_dim={c.input_dim}, d_model={c.d_model}, num_heads={c.num_heads}, mode={self.mode}, "
+                f"topk={self.topk}, sparsity={c.sparsity}, selection={self.selection}, causal={self.causal}")
+
+    # ------------------------------------------------------------------ input checks
+    def _check_inputs(self, x: torch.Tensor, time: torch.Tensor | None,
+                      key_padding_mask: torch.Tensor | None) -> None:
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.input_dim:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must be a tensor [B, T, input_dim={self.input_dim}]; got shape {got}")
+        if not x.is_floating_point():
+            raise ValueError(f"x must be a floating-point tensor; got dtype {x.dtype}")
+        B, T, _ = x.shape
+        if T < 1:
+            raise ValueError(f"x must have at least one time step; got shape {tuple(x.shape)}")
+        if time is not None and (not isinstance(time, torch.Tensor) or tuple(time.shape) not in ((B,), (B, T))):
+            got = tuple(time.shape) if isinstance(time, torch.Tensor) else type(time).__name__
+            raise ValueError(f"time must be None, a tensor [B]={(B,)} or [B, T]={(B, T)}; got {got}")
+        if key_padding_mask is not None and (
+                not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool
+                or tuple(key_padding_mask.shape) != (B, T)):
+            got = (f"shape {tuple(key_padding_mask.shape)}, dtype {key_padding_mask.dtype}"
+                   if isinstance(key_padding_mask, torch.Tensor) else type(key_padding_mask).__name__)
+            raise ValueError(f"key_padding_mask must be a bool tensor [B, T]={(B, T)} (True = padded); got {got}")
+
+    # ------------------------------------------------------------------ forward
+    def select(self, q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor) -> Selection:
+        """2. Top-K curation by the configured scheme."""
+        Tk = k.shape[2]
+        if self.topk >= Tk:
+            return select_pairwise(key_valid, q_pos, self.causal, self.num_heads)
+        blocks = self.selection == "blocks" or (self.selection == "auto" and Tk > AUTO_BLOCK_THRESHOLD)
+        return (select_blocks if blocks else select_exact)(q, k, key_valid, q_pos, self.causal, self.topk)
+
+    def ode_logits(self, phi: torch.Tensor, omega: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """4. The logit a(t) of da/dt = -omega a + phi, a(0) = 0, in the current mode."""
+        if self.mode == "steady":
+            return phi / omega
+        if self.mode == "exact":
+            return phi * -torch.expm1(-omega * t) / omega
+        h, a = t / self.euler_steps, torch.zeros_like(phi)
+        for _ in range(self.euler_steps):
+            a = a + h * (phi - omega * a)
+        return a
+
+    def forward(self, x: torch.Tensor, time: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None, return_internals: bool = False):
+        self._check_inputs(x, time, key_padding_mask)
+        B, T, _ = x.shape
+        H, dh = self.num_heads, self.d_head
+        key_valid = (torch.ones(B, T, dtype=torch.bool, device=x.device) if key_padding_mask is None
+                     else ~key_padding_mask)
+
+        # 1. sensory gates, all steps at once: [B, H, T, d_head] each
+        q, k, v = self.sensory(x).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)
+        if self.return_sequences:
+            q_pos = torch.arange(T, device=x.device).expand(B, T)
+        else:  # the last valid step of each sample (T-1 when nothing is padded or all is)
+            last = T - 1 - key_valid.flip(1).to(torch.uint8).argmax(1)
+            q_pos = last[:, None]
+            q = q.gather(2, q_pos[:, None, :, None].expand(B, H, 1, dh))
+        Tq = q_pos.shape[1]
+
+        # 2. top-K keys per query
+        sel = self.select(q, k, key_valid, q_pos)
+        K = sel.index.shape[-1]
+        index = sel.index.clamp(min=0)  # filler slots read key 0 as a placeholder
+
+        # 3. pair backbone: per-token halves of the affine layers, key side gathered once with v
+        q_side, k_side = self.backbone.token_features(q, k)
+        keys = torch.cat([k_side, v], dim=-1)  # [B, H, T, F]
+        Fk = keys.shape[-1]
+        rows = (torch.arange(B * H, device=x.device) * T).view(B, H, 1, 1)
+        picked = keys.reshape(B * H * T, Fk)[(index + rows).flatten()].view(B, H, Tq, K, Fk)
+        pre = (q_side[:, :, :, None, :] + picked[..., : -dh]).view(B, H, Tq * K, -1)
+        v_sel = picked[..., -dh:]  # [B, H, Tq, K, d_head]
+
+        if time is None:
+            tau: torch.Tensor | float = 1.0
+        elif time.dim() == 1:
+            tau = time.to(x.dtype).view(B, 1, 1)
+        else:  # elapsed time t_i - t_j, differenced in the timestamps' dtype
+            t_query = time.gather(1, q_pos)[:, None, :, None]
+            t_key = time.gather(1, index.flatten(1)).view(B, H, Tq, K)
+            tau = (t_query - t_key).to(x.dtype).view(B, H, Tq * K)
+        phi, omega, t = (z.view(B, H, Tq, K) for z in self.backbone(pre, tau))
+
+        # 4. logits from the ODE, softmax over the selected keys (-inf on filler slots)
+        logits = self.ode_logits(phi, omega, t).masked_fill(~sel.valid, -math.inf)
+        empty = ~sel.valid.any(-1, keepdim=True)  # a query without any valid key
+        attn = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1).masked_fill(~sel.valid, 0.0)
+        attn = self.attn_dropout(attn)
+
+        # 5. quadrature of the attention-weighted values, heads concatenated, projection
+        context = self.dt * torch.matmul(attn[..., None, :], v_sel).squeeze(-2)  # [B, H, Tq, d_head]
+        y = self.out_proj(context.transpose(1, 2).reshape(B, Tq, self.d_model))
+        y = y.masked_fill(empty[:, 0], 0.0)
+        if not self.return_sequences:
+            y = y[:, 0]
+        if not return_internals:
+            return y
+        internals = {"phi": phi, "omega": omega, "t": t, "logits": logits, "attn": attn, "index": sel.index}
+        return y, internals

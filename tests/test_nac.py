@@ -1,0 +1,331 @@
+"""NAC layer: the identities and bounds of NAC_SPEC section 2, masks, selection, gradients, errors."""
+import math
+
+import pytest
+import torch
+
+from policies.nac import NAC, select_blocks, select_exact
+
+
+def make(**kw) -> NAC:
+    args = dict(input_dim=6, d_model=16, num_heads=2)
+    args.update(kw)
+    return NAC(args.pop("input_dim"), args.pop("d_model"), args.pop("num_heads"), **args)
+
+
+def run(layer, x, **kw):
+    return layer(x, return_internals=True, **kw)
+
+
+# ----------------------------------------------------------------------------- shapes
+def test_shapes_and_internals():
+    layer = make(topk=4)
+    y, inner = run(layer, torch.randn(3, 10, 6))
+    assert y.shape == (3, 10, 16)
+    assert set(inner) == {"phi", "omega", "t", "logits", "attn", "index"}
+    for value in inner.values():
+        assert value.shape == (3, 2, 10, 4)
+    assert inner["index"].dtype == torch.int64
+
+
+def test_return_sequences_false_is_last_valid_step():
+    seq, last = make(), make(return_sequences=False)
+    x = torch.randn(2, 9, 6)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[1, 6:] = True  # sample 1 is right-padded: its last valid step is 5
+    full = seq(x, key_padding_mask=pad)
+    out = last(x, key_padding_mask=pad)
+    assert out.shape == (2, 16)
+    torch.testing.assert_close(out[0], full[0, 8], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[1], full[1, 5], atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- ODE identities (spec 2)
+def test_exact_equals_steady_times_one_minus_exp_and_bounds():
+    layer = make(topk=5)
+    x = torch.randn(2, 12, 6)
+    _, exact = run(layer, x)
+    layer.mode = "steady"
+    _, steady = run(layer, x)
+    for key in ("phi", "omega", "t"):  # the modes share the gates
+        torch.testing.assert_close(exact[key], steady[key])
+    torch.testing.assert_close(steady["logits"], steady["phi"] / steady["omega"])
+    expected = steady["logits"] * (1 - torch.exp(-exact["omega"] * exact["t"]))
+    torch.testing.assert_close(exact["logits"], expected, atol=1e-6, rtol=1e-5)
+    # theorem 1 with sigmoid phi: 0 <= a(t) <= phi / omega; corollary 1: |a - a*| = a* e^{-omega t}
+    assert (exact["logits"] >= 0).all() and (exact["logits"] <= steady["logits"] * (1 + 1e-6)).all()
+    gap = steady["logits"] - exact["logits"]
+    torch.testing.assert_close(gap, steady["logits"] * torch.exp(-exact["omega"] * exact["t"]), atol=1e-6, rtol=1e-4)
+    assert (exact["omega"] > 0).all()
+    torch.testing.assert_close(exact["attn"].sum(-1), torch.ones(2, 2, 12))
+
+
+def test_euler_converges_to_exact_and_respects_bounds():
+    layer = make(topk=5, mode="euler", euler_steps=6)
+    x = torch.randn(2, 12, 6)
+    _, coarse = run(layer, x)
+    h_omega = coarse["omega"] * coarse["t"] / 6
+    inside = h_omega <= 1
+    assert inside.any()
+    a, a_star = coarse["logits"][inside], (coarse["phi"] / coarse["omega"])[inside]
+    assert (a >= 0).all() and (a <= a_star * (1 + 1e-6)).all()
+    layer.mode = "exact"
+    _, exact = run(layer, x)
+    errors = []
+    for steps in (6, 60, 2000):
+        layer.mode, layer.euler_steps = "euler", steps
+        _, fine = run(layer, x)
+        errors.append((fine["logits"] - exact["logits"]).abs().max().item())
+    assert errors[0] > errors[1] > errors[2] and errors[2] < 1e-3, errors
+
+
+def test_exact_approaches_steady_as_omega_t_grows():
+    layer = make(topk=4)
+    with torch.no_grad():
+        layer.backbone.b_heads[..., 1] = 30.0  # omega ~ 30
+        layer.backbone.b_time[..., 1] = 30.0  # t ~ 1
+    _, exact = run(layer, torch.randn(1, 8, 6))
+    ratio = exact["logits"] / (exact["phi"] / exact["omega"])  # 1 - e^{-omega t}
+    assert (ratio > 1 - 1e-6).all()
+
+
+# ----------------------------------------------------------------------------- masks
+@pytest.mark.parametrize("selection", ["exact", "blocks"])
+def test_causal_output_ignores_the_future(selection):
+    layer = make(topk=3, causal=True, selection=selection)
+    x = torch.randn(2, 40, 6)
+    stamps = torch.cumsum(torch.rand(2, 40) + 0.1, 1)
+    y = layer(x, time=stamps)
+    i = 17
+    x2, stamps2 = x.clone(), stamps.clone()
+    x2[:, i + 1:] = torch.randn(2, 40 - i - 1, 6) * 5
+    stamps2[:, i + 1:] += 3.0
+    y2 = layer(x2, time=stamps2)
+    torch.testing.assert_close(y[:, : i + 1], y2[:, : i + 1], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(y[:, i + 1:], y2[:, i + 1:])
+
+
+@pytest.mark.parametrize("selection", ["exact", "blocks"])
+def test_padding_gets_zero_attention_and_is_ignored(selection):
+    layer = make(topk=4, selection=selection)
+    x = torch.randn(2, 30, 6)
+    pad = torch.zeros(2, 30, dtype=torch.bool)
+    pad[0, 25:] = True
+    pad[1, :7] = True
+    pad[1, 12:15] = True
+    y, inner = run(layer, x, key_padding_mask=pad)
+    for b in range(2):
+        chosen = inner["index"][b][inner["attn"][b] > 0]
+        assert not pad[b, chosen].any()
+        assert (inner["index"][b] >= 0).all()  # plenty of valid keys: no filler slots
+    x2 = x.clone()
+    x2[pad] = torch.randn(int(pad.sum()), 6) * 100
+    y2 = layer(x2, key_padding_mask=pad)
+    torch.testing.assert_close(y[~pad], y2[~pad], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("selection", ["exact", "blocks"])
+def test_fewer_valid_keys_than_k_are_masked(selection):
+    layer = make(topk=6, causal=True, selection=selection)
+    _, inner = run(layer, torch.randn(1, 20, 6))
+    for i in range(20):
+        valid = inner["index"][0, :, i] >= 0
+        assert (valid.sum(-1) == min(i + 1, 6)).all()
+        assert (inner["attn"][0, :, i][~valid] == 0).all()
+        assert torch.isneginf(inner["logits"][0, :, i][~valid]).all()
+    torch.testing.assert_close(inner["attn"].sum(-1), torch.ones(1, 2, 20))
+
+
+def test_query_without_any_valid_key_outputs_zeros():
+    layer = make(causal=True)
+    x = torch.randn(2, 10, 6, requires_grad=True)
+    pad = torch.zeros(2, 10, dtype=torch.bool)
+    pad[0] = True  # every key padded
+    pad[1, :4] = True  # causal + left padding: steps 0..3 see nothing
+    y, inner = run(layer, x, key_padding_mask=pad)
+    assert torch.isfinite(y).all() and (y[0] == 0).all() and (y[1, :4] == 0).all()
+    assert (y[1, 4:] != 0).any()
+    assert (inner["attn"][0] == 0).all() and (inner["index"][0] == -1).all()
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters() if p.grad is not None)
+
+
+# ----------------------------------------------------------------------------- selection
+def test_topk_at_least_t_pairs_every_query_with_every_key():
+    layer = make(topk=50)
+    _, inner = run(layer, torch.randn(2, 11, 6))
+    assert inner["index"].shape[-1] == 11
+    expected = torch.arange(11).expand(2, 2, 11, 11)
+    assert torch.equal(inner["index"].sort(-1).values, expected)
+
+
+def _visible(T, pad, causal):
+    vis = ~pad[:, None, :].expand(-1, T, -1)
+    if causal:
+        vis = vis & torch.ones(T, T, dtype=torch.bool).tril()
+    return vis  # [B, Tq, Tk]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_selection_returns_distinct_valid_keys(causal):
+    torch.manual_seed(1)
+    B, H, T, d, K = 3, 2, 70, 4, 8
+    q, k = torch.randn(B, H, T, d), torch.randn(B, H, T, d)
+    pad = torch.rand(B, T) < 0.3  # scattered padding
+    pad[2] = True
+    pad[2, 50:53] = False  # a sample with only three valid keys
+    sel = select_blocks(q, k, ~pad, torch.arange(T).expand(B, T), causal, K)
+    vis = _visible(T, pad, causal)
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                chosen = sel.index[b, h, i][sel.valid[b, h, i]]
+                assert len(set(chosen.tolist())) == len(chosen)
+                assert vis[b, i, chosen].all()
+                assert len(chosen) == min(K, int(vis[b, i].sum()))
+
+
+def test_block_selection_matches_exact_when_top_keys_share_a_block():
+    torch.manual_seed(2)
+    T, d, K = 64, 8, 6  # blocks of 8 keys; the best 8 keys all sit in block 2, so its centroid wins
+    u = torch.nn.functional.normalize(torch.randn(d), dim=0)
+    k = 0.1 * torch.randn(1, 1, T, d)
+    k[0, 0, 16:24] = u * (2 + torch.rand(8, 1)) + 0.05 * torch.randn(8, d)
+    q = u + 0.01 * torch.randn(1, 1, T, d)
+    args = (torch.ones(1, T, dtype=torch.bool), torch.arange(T)[None], False, K)
+    exact, blocks = select_exact(q, k, *args), select_blocks(q, k, *args)
+    assert ((exact.index >= 16) & (exact.index < 24)).all()
+    assert torch.equal(exact.index.sort(-1).values, blocks.index.sort(-1).values)
+
+
+def test_block_selection_equals_exact_when_all_blocks_are_kept():
+    torch.manual_seed(3)
+    T, K = 16, 5  # b = 4, blocks kept = ceil(5/4) + 2 = 4 = all of them
+    q, k = torch.randn(2, 3, T, 4), torch.randn(2, 3, T, 4)
+    pad = torch.zeros(2, T, dtype=torch.bool)
+    pad[1, 10:] = True
+    for causal in (False, True):
+        args = (~pad, torch.arange(T).expand(2, T), causal, K)
+        exact, blocks = select_exact(q, k, *args), select_blocks(q, k, *args)
+        assert torch.equal(exact.valid, blocks.valid)
+        assert torch.equal(exact.index.sort(-1).values, blocks.index.sort(-1).values)
+
+
+def test_auto_selection_gives_same_output_as_exact_for_short_sequences():
+    layer = make(selection="auto")
+    x = torch.randn(1, 40, 6)
+    y = layer(x)
+    layer.selection = "exact"
+    torch.testing.assert_close(layer(x), y)
+
+
+# ----------------------------------------------------------------------------- gates and gradients
+def test_phi_and_omega_depend_on_the_pair():
+    _, inner = run(make(topk=6), torch.randn(2, 10, 6))
+    for key in ("phi", "omega", "t"):
+        assert inner[key].std() > 1e-3, key
+        assert (inner[key][0, 0, 0].std() > 1e-4), key  # varies across the keys of one query too
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_every_trainable_weight_gets_gradient_and_masked_ones_none(shared):
+    layer = make(topk=4, shared_backbone=shared)
+    y = layer(torch.randn(2, 12, 6), time=torch.cumsum(torch.rand(2, 12), 1))
+    (y ** 2).sum().backward()
+    masks = {"sensory.weight": layer.sensory.mask}
+    for name in ("inter", "command", "recurrent", "motor"):
+        masks[f"backbone.w_{name}"] = getattr(layer.backbone, f"mask_{name}")
+    for name, param in layer.named_parameters():
+        assert param.grad is not None, name
+        mask = masks.get(name, torch.ones_like(param)).bool().expand_as(param)
+        assert (param.grad[mask] != 0).all(), name
+        assert (param.grad[~mask] == 0).all(), name
+
+
+def test_state_dict_shared_across_modes_and_seed_determinism():
+    base = make(seed=7)
+    x = torch.randn(1, 9, 6)
+    outputs = {}
+    for mode in ("exact", "euler", "steady"):
+        other = make(mode=mode, seed=123)
+        other.load_state_dict(base.state_dict())
+        outputs[mode] = other(x)
+        base.mode = mode
+        torch.testing.assert_close(base(x), outputs[mode])
+    assert not torch.allclose(outputs["exact"], outputs["steady"])
+    a, b, c = make(seed=7).state_dict(), make(seed=7).state_dict(), make(seed=8).state_dict()
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert not all(torch.equal(a[n], c[n]) for n in a)
+
+
+def test_sparsity_zero_is_dense():
+    layer = make(sparsity=0.0)
+    assert layer.sensory.mask.all() and layer.backbone.mask_inter.all()
+
+
+# ----------------------------------------------------------------------------- time
+def test_timestamps_are_used():
+    layer = make(topk=4)
+    x = torch.randn(2, 10, 6)
+    base = layer(x)
+    per_sample = layer(x, time=torch.tensor([5.0, 0.2]))
+    per_step = layer(x, time=torch.cumsum(torch.rand(2, 10), 1))
+    assert not torch.allclose(base, per_sample) and not torch.allclose(base, per_step)
+    torch.testing.assert_close(layer(x, time=torch.ones(2)), base)  # tau = 1 is the default
+    _, inner = run(layer, x, time=torch.cumsum(torch.rand(2, 10), 1).double() + 1e9)
+    assert inner["t"].dtype == torch.float32 and torch.isfinite(inner["t"]).all()
+
+
+# ----------------------------------------------------------------------------- robustness
+@pytest.mark.parametrize("selection", ["exact", "blocks"])
+@pytest.mark.parametrize("mode", ["exact", "euler", "steady"])
+def test_no_nan_or_inf_under_extreme_inputs(selection, mode):
+    layer = make(topk=4, selection=selection, mode=mode, causal=True)
+    pad = torch.zeros(3, 20, dtype=torch.bool)
+    pad[2] = True
+    for scale in (1e30, 1e-30, 0.0):
+        x = torch.randn(3, 20, 6, requires_grad=True)
+        stamps = torch.cumsum(torch.rand(3, 20), 1) * 1e30
+        y = layer(x * scale, time=stamps, key_padding_mask=pad)
+        assert torch.isfinite(y).all(), scale
+        (y / max(scale, 1.0)).sum().backward()
+        assert torch.isfinite(x.grad).all(), scale
+
+
+# ----------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("kwargs,word", [
+    (dict(d_model=15, num_heads=2), "num_heads"),
+    (dict(mode="rk4"), "mode"),
+    (dict(selection="random"), "selection"),
+    (dict(phi_activation="relu"), "phi_activation"),
+    (dict(sparsity=0.95), "sparsity"),
+    (dict(sparsity=-0.1), "sparsity"),
+    (dict(topk=0), "topk"),
+    (dict(euler_steps=0), "euler_steps"),
+    (dict(tau_epsilon=0.0), "tau_epsilon"),
+    (dict(dt=-1.0), "dt"),
+])
+def test_bad_constructor_arguments(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        make(**kwargs)
+
+
+def test_bad_mode_assignment():
+    layer = make()
+    with pytest.raises(ValueError, match="mode"):
+        layer.mode = "fast"
+
+
+@pytest.mark.parametrize("call,word", [
+    (lambda m: m(torch.randn(2, 5, 7)), "input_dim"),
+    (lambda m: m(torch.randn(5, 6)), "x must"),
+    (lambda m: m(torch.randn(2, 5, 6), time=torch.zeros(3)), "time"),
+    (lambda m: m(torch.randn(2, 5, 6), time=torch.zeros(2, 4)), "time"),
+    (lambda m: m(torch.randn(2, 5, 6), key_padding_mask=torch.zeros(2, 4, dtype=torch.bool)), "key_padding_mask"),
+    (lambda m: m(torch.randn(2, 5, 6), key_padding_mask=torch.zeros(2, 5)), "key_padding_mask"),
+])
+def test_bad_forward_arguments(call, word):
+    with pytest.raises(ValueError, match=word) as info:
+        call(make())
+    assert "got" in str(info.value)
