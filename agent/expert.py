@@ -39,7 +39,9 @@ import numpy as np
 from envs.carracing import (
     ACTION_SPACES,
     FEATURE_NAMES,
+    LOOKAHEAD_STEPS,
     N_FEATURES,
+    TRACK_DETAIL_STEP,
     PrivilegedObservation,
     make_carracing,
 )
@@ -79,11 +81,13 @@ class SteerThrottleAction(gym.ActionWrapper):
 class Shaping:
     """Training-only reward shaping; see the module docstring for why each term exists."""
 
-    skip_penalty: float = 10.0  # per tile left behind untouched
+    skip_penalty: float = 5.0  # per tile left behind untouched
     skip_margin: int = 4  # a tile counts as skipped once the car is this many track points past it
-    offroad_penalty: float = 0.1  # per frame, times the fraction of wheels on grass
+    offroad_penalty: float = 0.05  # per frame, times the fraction of wheels on grass
     lap_bonus: float = 50.0  # on the lap-finished termination
-    grass_patience: int = 100  # end the episode after this many frames with all wheels on grass
+    grass_patience: int = 50  # end the episode after this many frames with all wheels on grass ...
+    grass_penalty: float = 100.0  # ... with this penalty (like leaving the playfield; else the policy
+    # learns to park on the grass after a crash: driving on past untouched tiles costs skip penalties)
 
 
 class ShapedReward(gym.Wrapper):
@@ -121,6 +125,7 @@ class ShapedReward(gym.Wrapper):
         self._grass = self._grass + 1 if on_road == 0.0 else 0
         if self._grass >= s.grass_patience and not terminated:
             terminated = True
+            shaped -= s.grass_penalty
         return obs, shaped, terminated, truncated, info
 
 
@@ -146,6 +151,138 @@ def make_expert_env(action_space: str, *, render: bool = False, max_episode_step
 
 def make_train_env(action_space: str, seed: int, shaping: Shaping) -> gym.Env:
     return RandomTrack(ShapedReward(make_expert_env(action_space, render=False), shaping), seed)
+
+
+# --------------------------------------------------------------------------------------------- scripted teacher
+_F = {name: i for i, name in enumerate(FEATURE_NAMES)}
+_AHEAD_DIST = np.asarray(LOOKAHEAD_STEPS, dtype=np.float64) * TRACK_DETAIL_STEP
+_AHEAD_X = [_F[f"ahead{k}_x"] for k in LOOKAHEAD_STEPS]
+_AHEAD_Y = [_F[f"ahead{k}_y"] for k in LOOKAHEAD_STEPS]
+_AHEAD_CURV = [_F[f"ahead{k}_curv"] for k in LOOKAHEAD_STEPS]
+
+
+@dataclass(frozen=True)
+class ScriptedDriver:
+    """Pure pursuit + curvature speed profile on the privileged features (the BC warm-start teacher).
+
+    Steering aims at the centerline point `lookahead * speed` units ahead (6..40) with yaw-rate damping;
+    the target speed is the lowest over the look-ahead points of sqrt(v_corner^2 + 2 a_brake d), with
+    v_corner = sqrt(a_lat / |curvature|); gas is cut while the driven rear wheels spin (traction control).
+    Discrete: steer when the steering command exceeds `steer_threshold`, else brake / gas / noop.
+    """
+
+    lookahead: float = 0.4  # s: look-ahead distance per unit speed
+    kp: float = 2.0  # steer per rad of pursuit angle
+    kd: float = 0.15  # steer per rad/s of yaw rate
+    a_lat: float = 200.0  # units/s^2 allowed in corners
+    a_brake: float = 60.0  # units/s^2 braking envelope
+    slip_max: float = 0.1  # rear_slip feature above which gas is cut
+    steer_threshold: float = 0.15  # discrete only
+
+    def continuous(self, p: np.ndarray) -> np.ndarray:
+        """Env action [steer, gas, brake]."""
+        v = float(p[_F["v_forward"]]) * 50.0
+        xs, ys = p[_AHEAD_X] * 30.0, p[_AHEAD_Y] * 30.0
+        dist = float(np.clip(self.lookahead * v, 6.0, 40.0))
+        alpha = math.atan2(float(np.interp(dist, _AHEAD_DIST, xs)), float(np.interp(dist, _AHEAD_DIST, ys)))
+        steer = float(np.clip(self.kp * alpha - self.kd * float(p[_F["yaw_rate"]]) * 3.0, -1.0, 1.0))
+        curv = np.maximum(np.abs(p[_AHEAD_CURV].astype(np.float64)) / 10.0, 1e-3)
+        v_target = float(np.min(np.sqrt(self.a_lat / curv + 2 * self.a_brake * np.maximum(_AHEAD_DIST - 4.0, 0.0))))
+        gas = brake = 0.0
+        if v < v_target:
+            gas = 1.0 if p[_F["rear_slip"]] < self.slip_max else 0.0
+        elif v > v_target + 5.0:
+            brake = 0.8 * min(1.0, 0.1 * (v - v_target))
+        return np.array([STEER_SCALE * steer, gas, brake], dtype=np.float32)
+
+    def discrete(self, p: np.ndarray) -> int:
+        steer, gas, brake = self.continuous(p)
+        if abs(steer) > STEER_SCALE * self.steer_threshold:
+            return 1 if steer > 0 else 2
+        return 4 if brake > 0 else 3 if gas > 0 else 0
+
+    def ppo_action(self, p: np.ndarray, action_space: str) -> np.ndarray | int:
+        """The label in PPO's action space ([steer, throttle] or the discrete index)."""
+        if action_space == "discrete":
+            return self.discrete(p)
+        steer, gas, brake = self.continuous(p)
+        return np.array([steer / STEER_SCALE, gas - brake], dtype=np.float32)
+
+
+def collect_teacher_data(
+    action_space: str, episodes: int, seed: int, shaping: Shaping, gamma: float, driver: ScriptedDriver
+) -> dict[str, np.ndarray]:
+    """Drive the teacher on training tracks with perturbations (so off-centre recoveries are seen);
+    label every visited state with the teacher's action and the discounted shaped return."""
+    rng = np.random.default_rng(seed)
+    obs_l, act_l, ret_l = [], [], []
+    for ep in range(episodes):
+        env = make_train_env(action_space, seed * 7919 + ep, shaping)
+        obs, _ = env.reset()
+        noise_level = rng.uniform(0.0, 0.6)  # per episode: from clean laps to heavy perturbation
+        rewards, perturb, push = [], 0, None
+        done = False
+        while not done:
+            label = driver.ppo_action(obs, action_space)
+            obs_l.append(obs)
+            act_l.append(label)
+            if perturb == 0 and rng.random() < 0.02 * noise_level:
+                perturb = int(rng.integers(5, 25))
+                push = env.action_space.sample() if action_space == "discrete" else rng.uniform(-1, 1, 2)
+            if perturb > 0:
+                perturb -= 1
+                executed = push
+            else:
+                executed = label
+            obs, r, term, trunc, _ = env.step(executed)
+            rewards.append(r)
+            done = term or trunc
+        ret, out = 0.0, []
+        for r in reversed(rewards):
+            ret = r + gamma * ret
+            out.append(ret)
+        ret_l.extend(reversed(out))
+        env.close()
+    dtype = np.int64 if action_space == "discrete" else np.float32
+    return {"obs": np.asarray(obs_l, np.float32), "action": np.asarray(act_l, dtype), "return": np.asarray(ret_l, np.float32)}
+
+
+def behaviour_clone(model: Any, data: dict[str, np.ndarray], *, epochs: int, seed: int, log: Any = print) -> None:
+    """Fit PPO's actor to the teacher labels (MSE on the Gaussian mean / cross-entropy on logits) and its
+    critic to the teacher's returns, so PPO fine-tuning starts from a driving policy with sane advantages."""
+    import torch
+    import torch.nn.functional as Fn
+
+    policy = model.policy
+    gen = torch.Generator().manual_seed(seed)
+    obs = torch.as_tensor(data["obs"])
+    act = torch.as_tensor(data["action"])
+    ret = torch.as_tensor(data["return"])
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    n = len(obs)
+    policy.train()
+    for epoch in range(epochs):
+        perm = torch.randperm(n, generator=gen)
+        tot_a = tot_v = 0.0
+        for start in range(0, n, 256):
+            idx = perm[start : start + 256]
+            features = policy.extract_features(obs[idx])
+            latent_pi, latent_vf = policy.mlp_extractor(features)
+            out = policy.action_net(latent_pi)
+            if isinstance(model.action_space, gym.spaces.Discrete):
+                loss_a = Fn.cross_entropy(out, act[idx])
+            else:
+                loss_a = Fn.mse_loss(out, act[idx])
+            loss_v = Fn.mse_loss(policy.value_net(latent_vf).squeeze(-1), ret[idx])
+            loss = loss_a + 0.01 * loss_v
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            tot_a += loss_a.item() * len(idx)
+            tot_v += loss_v.item() * len(idx)
+        if epoch % 5 == 0 or epoch == epochs - 1:
+            log(f"BC epoch {epoch:>3d}: action loss {tot_a / n:.4f}, value loss {tot_v / n:.1f}")
+    policy.set_training_mode(False)
 
 
 # --------------------------------------------------------------------------------------------- the expert
@@ -294,6 +431,10 @@ class TrainArgs:
     batch_size: int = 512
     ent_coef: float = 0.0
     init: Path | None = None  # warm-start from an existing expert .zip (fine-tuning)
+    bc_episodes: int = 0  # > 0: behaviour-clone the ScriptedDriver on this many training tracks first
+    bc_epochs: int = 30
+    log_std_init: float = -0.5  # continuous only; use ~-1.6 when fine-tuning a cloned policy
+    target_kl: float | None = None  # PPO early stop per update (protects a warm-started policy)
     logdir: Path = Path("runs/expert")
     shaping: Shaping = field(default_factory=Shaping)
 
@@ -306,6 +447,10 @@ class TrainArgs:
             raise ValueError(f"--eval-episodes must be <= {len(VALIDATION_SEEDS)}, got {self.eval_episodes}")
         if self.out.suffix != ".zip":
             raise ValueError(f"--out must end in .zip (an SB3 model file), got {str(self.out)!r}")
+        if self.bc_episodes < 0 or self.bc_epochs <= 0:
+            raise ValueError(f"--bc-episodes must be >= 0 and --bc-epochs > 0, got {self.bc_episodes}, {self.bc_epochs}")
+        if self.init is not None and self.bc_episodes:
+            raise ValueError("--init and --bc-episodes are exclusive (both choose the starting policy)")
         if self.init is not None and not _resolve(self.init).is_file():
             raise FileNotFoundError(f"--init expert file not found: {str(self.init)!r}")
 
@@ -336,6 +481,10 @@ def _make_best_callback(args: TrainArgs, best_path: Path, log: Any):
             self.best_result: EvalResult | None = None
             self.history: list[dict[str, Any]] = []
             self._next = args.eval_every
+
+        def _on_training_start(self) -> None:
+            if args.bc_episodes or args.init is not None:  # the warm start itself is a candidate
+                self.evaluate()
 
         def _on_step(self) -> bool:
             if self.num_timesteps >= self._next:
@@ -386,7 +535,8 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
     )
     if args.init is not None:
         model = PPO.load(_resolve(args.init), env=venv, device="cpu", learning_rate=args.learning_rate,
-                         tensorboard_log=str(args.logdir), seed=args.seed)
+                         n_steps=args.n_steps, batch_size=args.batch_size, ent_coef=args.ent_coef,
+                         target_kl=args.target_kl, tensorboard_log=str(args.logdir), seed=args.seed)
         if _space_of(model) != args.action_space:
             raise ValueError(f"--init {str(args.init)!r} is not a {args.action_space!r} expert")
     else:
@@ -402,13 +552,20 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
             clip_range=0.2,
             ent_coef=args.ent_coef,
             max_grad_norm=0.5,
+            target_kl=args.target_kl,
             policy_kwargs=dict(net_arch=dict(pi=[128, 128], vf=[128, 128]),
-                               **({"log_std_init": -0.5} if args.action_space == "continuous" else {})),
+                               **({"log_std_init": args.log_std_init} if args.action_space == "continuous" else {})),
             tensorboard_log=str(args.logdir),
             seed=args.seed,
             device="cpu",
             verbose=0,
         )
+    teacher = ScriptedDriver()
+    if args.bc_episodes:
+        tb = time.time()
+        data = collect_teacher_data(args.action_space, args.bc_episodes, args.seed, args.shaping, model.gamma, teacher)
+        log(f"teacher data: {len(data['obs'])} states from {args.bc_episodes} training tracks ({time.time() - tb:.0f} s)")
+        behaviour_clone(model, data, epochs=args.bc_epochs, seed=args.seed, log=log)
     best_path = out.with_name(out.stem + ".best.tmp.zip")
     callback = _make_best_callback(args, best_path, log)
     model.learn(total_timesteps=args.timesteps, callback=callback, tb_log_name=run_name, progress_bar=False)
@@ -423,8 +580,13 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
         "action_space": args.action_space,
         "policy_action": "[steer, throttle] in [-1,1]^2 -> env [0.4*steer, max(throttle,0), max(-throttle,0)]"
         if args.action_space == "continuous" else "Discrete(5): 0 noop, 1 right, 2 left, 3 gas, 4 brake",
-        "algorithm": "stable-baselines3 PPO, MlpPolicy (pi/vf 128x128), trained from "
-        + (f"{args.init} (fine-tune)" if args.init else "scratch") + " on the privileged observation",
+        "algorithm": "stable-baselines3 PPO, MlpPolicy (pi/vf 128x128) on the privileged observation, "
+        + (f"fine-tuned from {args.init}" if args.init else
+           f"behaviour-cloned from the scripted driver agent.expert.ScriptedDriver ({args.bc_episodes} perturbed "
+           f"training tracks, {args.bc_epochs} epochs) then PPO fine-tuned" if args.bc_episodes else "PPO from scratch")
+        + f"; shipped checkpoint = best validation at {callback.best_step} PPO timesteps"
+        + (" (i.e. the behaviour-cloned policy before any PPO update)" if callback.best_step == 0 and args.bc_episodes else ""),
+        "teacher": asdict(teacher) if args.bc_episodes else None,
         "features": list(FEATURE_NAMES),
         "timesteps": int(model.num_timesteps),
         "best_checkpoint_timesteps": int(callback.best_step),
@@ -471,6 +633,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-size", type=int, default=d.batch_size)
     t.add_argument("--ent-coef", type=float, default=d.ent_coef)
     t.add_argument("--init", type=Path, default=None, help="warm-start from this expert .zip (fine-tune)")
+    t.add_argument("--bc-episodes", type=int, default=d.bc_episodes,
+                   help="behaviour-clone the scripted pure-pursuit driver on this many training tracks before PPO (0 = off)")
+    t.add_argument("--bc-epochs", type=int, default=d.bc_epochs)
+    t.add_argument("--log-std-init", type=float, default=d.log_std_init, help="continuous: initial log std of the policy")
+    t.add_argument("--target-kl", type=float, default=None, help="PPO per-update KL early stop")
     t.add_argument("--logdir", type=Path, default=d.logdir, help="TensorBoard root (default %(default)s)")
     e = sub.add_parser("evaluate", help="mean ± std return and laps finished over consecutive track seeds",
                        description="Evaluate an expert with the true env reward on tracks SEED..SEED+EPISODES-1.")
@@ -493,7 +660,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 action_space=ns.action_space, timesteps=ns.timesteps, out=ns.out, seed=ns.seed, n_envs=ns.n_envs,
                 eval_every=ns.eval_every, eval_episodes=ns.eval_episodes, card_episodes=ns.card_episodes,
                 learning_rate=ns.learning_rate, n_steps=ns.n_steps, batch_size=ns.batch_size,
-                ent_coef=ns.ent_coef, init=ns.init, logdir=ns.logdir,
+                ent_coef=ns.ent_coef, init=ns.init, logdir=ns.logdir, bc_episodes=ns.bc_episodes,
+                bc_epochs=ns.bc_epochs, log_std_init=ns.log_std_init, target_kl=ns.target_kl,
             )
             train(args, command="python -m agent.expert " + shlex.join(argv))
         else:
