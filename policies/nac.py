@@ -34,8 +34,9 @@ Numerical choices the spec leaves open (all deliberate):
 * ``tau_ij``: 1 without timestamps; ``time[b]`` for ``time`` of shape ``[B]``; ``time[b, i] - time[b, j]``
   for ``[B, T]``, differenced in the timestamps' own dtype (float64 keeps precision for large absolute
   times) and only then cast to the activations' dtype.
-* Selection scores ``q . k`` are computed without gradient (top-K is not differentiable); NaN/inf
-  scores from overflowing inputs are clamped to finite values before masking. Invalid keys (causal:
+* Selection scores ``q . k`` are computed without gradient (top-K is not differentiable), on
+  overflow-proof stand-ins: each query row divided by its max-abs (same ranking) and keys clamped to
+  +-1e15, so scores never overflow and no pass over the T x T matrix is needed to clean them. Invalid keys (causal:
   j > i; padded) get -inf before top-K and before the softmax, never a multiplied 0.
 * Slots: ``K_eff = min(topk, T)``. Slots left over when fewer than ``K_eff`` keys are valid are
   "filler": ``index = -1``, ``logits = -inf``, ``attn = 0`` exactly; their phi/omega/t are computed on
@@ -75,7 +76,8 @@ SELECTIONS = ("auto", "exact", "blocks")
 COMMAND_UNROLL = 1  # passes of the command layer's recurrent synapses
 BLOCK_MARGIN = 1  # extra key blocks kept by block selection, beyond the guaranteed minimum
 AUTO_BLOCK_THRESHOLD = 2048  # selection="auto" uses block selection when T_k exceeds this
-CHUNK_ELEMENTS = 1 << 22  # scoring works on query chunks of about this many gathered floats
+CHUNK_ELEMENTS = 1 << 22  # exact selection scores queries in chunks of about this many scores
+BLOCK_CHUNK_ELEMENTS = 1 << 18  # block selection gathers about this many key floats per chunk (1 MB)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -224,21 +226,31 @@ class Selection:
     valid: torch.Tensor
 
 
-def _finite_scores(scores: torch.Tensor) -> torch.Tensor:
-    big = torch.finfo(scores.dtype).max
-    return torch.nan_to_num(scores, nan=0.0, posinf=big, neginf=-big)
+SCORE_CLAMP = 1e15  # |k| bound for selection scores: d_head * 1 * 1e15 cannot overflow float32
+
+
+def _scoring_inputs(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Overflow-proof stand-ins for q and k with the same per-query ranking of q . k.
+
+    Each query row is divided by its own max-abs (a positive per-row scale: ranking unchanged, and it
+    depends on that query only, so causality holds); keys are clamped elementwise (changes nothing below
+    1e15). Scores then stay finite without a pass over the T x T matrix.
+    """
+    q = q / q.abs().amax(-1, keepdim=True).clamp(min=torch.finfo(q.dtype).tiny)
+    return q, k.clamp(-SCORE_CLAMP, SCORE_CLAMP)
 
 
 def _finish(scores: torch.Tensor, positions: torch.Tensor | None, k: int) -> Selection:
     """Top-k of -inf-masked scores; -inf winners become filler slots."""
     values, top = scores.topk(k, dim=-1)
     index = top if positions is None else positions.gather(-1, top)
-    valid = values > -math.inf
+    valid = values != -math.inf  # (a NaN score from NaN inputs still marks a visible key)
     return Selection(index.masked_fill(~valid, -1), valid)
 
 
-def _chunks(total: int, per_item: int) -> list[slice]:
-    step = max(1, CHUNK_ELEMENTS // max(per_item, 1))
+def _chunks(total: int, per_item: int, budget: int = CHUNK_ELEMENTS) -> list[slice]:
+    """Slices of ``total`` items with about ``budget`` elements each (``per_item`` elements per item)."""
+    step = max(1, budget // max(per_item, 1))
     return [slice(i, min(i + step, total)) for i in range(0, total, step)]
 
 
@@ -264,10 +276,14 @@ def select_exact(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_po
                  causal: bool, topk: int) -> Selection:
     """Full q.k score rows (queries in chunks), -inf on invisible keys, top K per row."""
     Tq, Tk = q.shape[2], k.shape[2]
+    q, k = _scoring_inputs(q, k)
+    k_t = k.transpose(-1, -2).contiguous()
+    needs_mask = causal or not bool(key_valid.all())
     parts = []
     for c in _chunks(Tq, q.shape[0] * q.shape[1] * Tk):
-        scores = _finite_scores(q[:, :, c] @ k.transpose(-1, -2))
-        scores = scores.masked_fill(~visible_keys(key_valid, q_pos[:, c], causal), -math.inf)
+        scores = torch.matmul(q[:, :, c], k_t)
+        if needs_mask:
+            scores.masked_fill_(~visible_keys(key_valid, q_pos[:, c], causal), -math.inf)
         parts.append(_finish(scores, None, topk))
     return Selection(torch.cat([p.index for p in parts], 2), torch.cat([p.valid for p in parts], 2))
 
@@ -282,6 +298,7 @@ def select_blocks(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_p
     order = torch.sort((~key_valid).to(torch.uint8), dim=1, stable=True).indices  # [B, Tk]
     counts = key_valid.long().cumsum(1)
     n = counts.gather(1, q_pos) if causal else counts[:, -1:].expand(B, Tq)  # [B, Tq]
+    q, k = _scoring_inputs(q, k)
     k = k.gather(2, order[:, None, :, None].expand(B, H, Tk, d))
 
     b = math.ceil(math.sqrt(Tk))
@@ -297,24 +314,26 @@ def select_blocks(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_p
     scores = scores.scatter(-1, last[:, None, :, None].expand(B, H, Tq, 1), partial_score[..., None])
     blocks = torch.arange(nb, device=q.device)
     block_ok = (blocks <= last[..., None]) & (n[..., None] > 0)  # [B, Tq, nb]
-    scores = _finite_scores(scores).masked_fill(~block_ok[:, None], -math.inf)
+    scores = scores.masked_fill(~block_ok[:, None], -math.inf)
     m = min(nb, math.ceil(topk / b) + 1 + BLOCK_MARGIN)
     block_score, kept = scores.topk(m, dim=-1)  # [B, H, Tq, m]
 
-    # exact scores inside the kept blocks
-    candidates = (kept[..., None] * b + torch.arange(b, device=q.device)).flatten(-2)  # [B, H, Tq, m*b]
-    cand_ok = ((block_score > -math.inf)[..., None].expand(*kept.shape, b).flatten(-2)
-               & (candidates < n[:, None, :, None]))
-    flat_keys = k.reshape(B * H * nb * b, d)
-    row = (torch.arange(B * H, device=q.device) * (nb * b)).view(B, H, 1, 1)
-    exact = []
-    for c in _chunks(Tq, B * H * m * b * d):
-        gathered = flat_keys[(candidates[:, :, c] + row).flatten()].view(B, H, -1, m * b, d)
-        exact.append(torch.matmul(gathered, q[:, :, c, :, None]).squeeze(-1))
-    exact_scores = _finite_scores(torch.cat(exact, 2)).masked_fill(~cand_ok, -math.inf)
-    sel = _finish(exact_scores, candidates, min(topk, m * b))
-    original = order[:, None].expand(B, H, Tk).gather(2, sel.index.clamp(min=0).flatten(2)).view_as(sel.index)
-    return Selection(original.masked_fill(~sel.valid, -1), sel.valid)
+    # exact scores inside the kept blocks, top K; queries in chunks small enough to stay in cache.
+    # Whole blocks are copied as contiguous rows of b*d floats (F.embedding: the fastest CPU row gather).
+    in_block = torch.where(block_score > -math.inf, n[:, None, :, None] - kept * b, 0)  # visible keys per block
+    flat_blocks = k.view(B * H * nb, b * d)
+    first = (torch.arange(B * H, device=q.device) * nb).view(B, H, 1, 1)
+    parts = []
+    for c in _chunks(Tq, B * H * m * b * d, BLOCK_CHUNK_ELEMENTS):
+        gathered = F.embedding((kept[:, :, c] + first).flatten(), flat_blocks).view(-1, m * b, d)
+        scores = torch.bmm(gathered, q[:, :, c].reshape(-1, d, 1)).view(B, H, -1, m * b)
+        hidden = (torch.arange(b, device=q.device) >= in_block[:, :, c, :, None]).flatten(-2)
+        parts.append(_finish(scores.masked_fill_(hidden, -math.inf), None, min(topk, m * b)))
+    slot = torch.cat([p.index for p in parts], 2).clamp(min=0)
+    valid = torch.cat([p.valid for p in parts], 2)
+    compact = kept.gather(-1, slot // b) * b + slot % b
+    original = order[:, None].expand(B, H, Tk).gather(2, compact.clamp(max=Tk - 1).flatten(2)).view_as(slot)
+    return Selection(original.masked_fill(~valid, -1), valid)
 
 
 # ----------------------------------------------------------------------------- the layer
@@ -437,7 +456,7 @@ class NAC(nn.Module):
         keys = torch.cat([k_side, v], dim=-1)  # [B, H, T, F]
         Fk = keys.shape[-1]
         rows = (torch.arange(B * H, device=x.device) * T).view(B, H, 1, 1)
-        picked = keys.reshape(B * H * T, Fk)[(index + rows).flatten()].view(B, H, Tq, K, Fk)
+        picked = F.embedding((index + rows).flatten(), keys.reshape(B * H * T, Fk)).view(B, H, Tq, K, Fk)
         pre = (q_side[:, :, :, None, :] + picked[..., : -dh]).view(B, H, Tq * K, -1)
         v_sel = picked[..., -dh:]  # [B, H, Tq, K, d_head]
 
