@@ -52,7 +52,7 @@ DEFAULT_EXPERT_PATHS: dict[str, Path] = {
     "discrete": Path("checkpoints/expert_carracing_discrete.zip"),
 }
 TRAIN_SEED_LOW, TRAIN_SEED_HIGH = 100_000, 2_000_000
-VALIDATION_SEEDS: tuple[int, ...] = tuple(range(90_000, 90_010))
+VALIDATION_SEEDS: tuple[int, ...] = tuple(range(90_000, 90_020))
 CARD_EVAL_SEEDS: tuple[int, ...] = tuple(range(1000, 1020))
 STEER_SCALE = 0.4  # PPO steer in [-1, 1] -> env steer in [-0.4, 0.4] (the wheel joint limit)
 
@@ -533,7 +533,10 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
             ]
         )
     )
+    init_card = None
     if args.init is not None:
+        init_json = _resolve(args.init).with_suffix(".json")
+        init_card = json.loads(init_json.read_text()) if init_json.is_file() else None
         model = PPO.load(_resolve(args.init), env=venv, device="cpu", learning_rate=args.learning_rate,
                          n_steps=args.n_steps, batch_size=args.batch_size, ent_coef=args.ent_coef,
                          target_kl=args.target_kl, tensorboard_log=str(args.logdir), seed=args.seed)
@@ -587,6 +590,7 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
         + f"; shipped checkpoint = best validation at {callback.best_step} PPO timesteps"
         + (" (i.e. the behaviour-cloned policy before any PPO update)" if callback.best_step == 0 and args.bc_episodes else ""),
         "teacher": asdict(teacher) if args.bc_episodes else None,
+        "init_card": init_card,  # how the --init policy was obtained (its command reproduces it)
         "features": list(FEATURE_NAMES),
         "timesteps": int(model.num_timesteps),
         "best_checkpoint_timesteps": int(callback.best_step),
