@@ -1,0 +1,326 @@
+"""The driving policy: frame encoder -> sequence core -> action head, its config, checkpoints and streaming.
+
+    frames [B, W, H, W, 3] --frames_to_float--> [B, W, 3, h, w] --encoder--> [B, W, F]
+        --core (causal, last step)--> [B, C] --head--> logits [B, 5] | normalised actions [B, A]
+
+* ``PolicyConfig`` is plain data (JSON round trip); a checkpoint stores it beside the weights, so the
+  file alone rebuilds its policy (``load_checkpoint``), LeRobot style.
+* Discrete heads output logits over CarRacing's 5 actions. Continuous heads regress actions
+  normalised with the training set's mean/std (kept in the config, hence in the checkpoint);
+  ``forward`` returns actions in env units and ``to_env_action`` clips them to the valid range.
+* Time: ``forward`` takes the window's timestamps in seconds, last frame 0 (what
+  ``agent.demos.WindowDataset`` yields). Cores get them in units of ``frame_period * frame_stride``,
+  i.e. consecutive window frames 1 apart. ``time=None`` means evenly spaced frames.
+* Streaming (``stream()``): one new frame per control step, one CNN pass on it and one core pass on
+  a window of cached per-frame embeddings; at reset the window is filled with the first frame,
+  exactly like ``agent.demos.window_indices``, so its output equals ``forward`` on the same window.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections import deque
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from policies.cores import CORES, build_core
+from policies.encoders import ENCODERS, build_encoder
+
+CHECKPOINT_FORMAT = "nac-drive/driving-policy"
+CHECKPOINT_VERSION = 1
+HEADS = ("discrete", "continuous")
+DISCRETE_ACTIONS = ("noop", "right", "left", "gas", "brake")  # CarRacing's discrete action ids 0..4
+ACTION_RANGES = {"steer": (-1.0, 1.0), "gas": (0.0, 1.0), "brake": (0.0, 1.0)}
+
+
+# ----------------------------------------------------------------------------- configuration
+@dataclass
+class PolicyConfig:
+    """Everything needed to rebuild a policy (saved as a JSON-able dict in every checkpoint)."""
+
+    encoder: str = "carracing"  # policies.encoders.ENCODERS
+    image_size: list[int] = field(default_factory=lambda: [96, 96])  # encoder input [h, w]; frames resized to it
+    feature_dim: int = 64  # per-frame embedding size
+    encoder_dropout: float = 0.2
+    core: str = "nac"  # policies.cores.CORES
+    core_options: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the core
+    window: int = 8  # frames per window
+    frame_stride: int = 3  # steps between window frames (window spans (window-1)*frame_stride steps)
+    frame_period: float = 0.02  # seconds between consecutive recorded frames (CarRacing: 50 Hz)
+    head: str = "continuous"  # "discrete" (5-way classifier) | "continuous" (regressor)
+    action_names: list[str] = field(default_factory=lambda: ["steer", "gas", "brake"])
+    action_low: list[float] = field(default_factory=lambda: [-1.0, 0.0, 0.0])  # clip range of to_env_action
+    action_high: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])
+    target_mean: list[float] | None = None  # continuous: training-set statistics of the targets
+    target_std: list[float] | None = None
+    env: str = "CarRacing-v3"
+    action_space: str = "continuous"
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.action_names)
+
+    @classmethod
+    def for_actions(cls, head: str, action_names: list[str] | None = None, **kwargs) -> "PolicyConfig":
+        """A config whose action names and ranges follow the head: discrete 5-way, or named continuous dims."""
+        if head == "discrete":
+            names = list(DISCRETE_ACTIONS)
+            low, high = [0.0] * 5, [1.0] * 5
+        else:
+            names = list(action_names or ["steer", "gas", "brake"])
+            unknown = [n for n in names if n not in ACTION_RANGES]
+            if unknown:
+                raise ValueError(f"unknown action names {unknown}; known: {list(ACTION_RANGES)}")
+            low, high = [ACTION_RANGES[n][0] for n in names], [ACTION_RANGES[n][1] for n in names]
+        return cls(head=head, action_names=names, action_low=low, action_high=high, **kwargs)
+
+    def validate(self) -> "PolicyConfig":
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"unknown encoder {self.encoder!r}; valid encoders: {', '.join(ENCODERS)}")
+        if self.core not in CORES:
+            raise ValueError(f"unknown core {self.core!r}; valid cores: {', '.join(CORES)}")
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
+        for name in ("window", "frame_stride", "feature_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if len(self.image_size) != 2 or min(self.image_size) < 1:
+            raise ValueError(f"image_size must be [height, width], got {self.image_size!r}")
+        if not self.frame_period > 0:
+            raise ValueError(f"frame_period must be > 0 seconds, got {self.frame_period!r}")
+        if not (len(self.action_low) == len(self.action_high) == self.action_dim >= 1):
+            raise ValueError("action_names, action_low and action_high must have the same non-zero length")
+        if self.head == "discrete" and self.action_dim != len(DISCRETE_ACTIONS):
+            raise ValueError(f"a discrete head has {len(DISCRETE_ACTIONS)} actions, got {self.action_names}")
+        for stat in ("target_mean", "target_std"):
+            value = getattr(self, stat)
+            if value is not None and len(value) != self.action_dim:
+                raise ValueError(f"{stat} must have {self.action_dim} entries, got {value}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PolicyConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"policy config has unknown fields {unknown}; known: {sorted(known)}")
+        return cls(**d).validate()
+
+
+# ----------------------------------------------------------------------------- the policy
+def frames_to_float(frames: torch.Tensor | np.ndarray, image_size: list[int] | tuple[int, int],
+                    device: torch.device | str | None = None) -> torch.Tensor:
+    """The one place where frames become network input: ``[..., H, W, 3]`` -> float ``[..., 3, h, w]`` in [0, 1].
+
+    uint8 frames are divided by 255; float frames are taken as already in [0, 1]. Frames whose size is
+    not ``image_size`` are resized (bilinear, antialiased).
+    """
+    frames = torch.as_tensor(frames, device=device)
+    if frames.dim() < 3 or frames.shape[-1] != 3:
+        raise ValueError(f"frames must be [..., H, W, 3] (channels last), got shape {tuple(frames.shape)}")
+    x = frames.float() / 255.0 if frames.dtype == torch.uint8 else frames.float()
+    lead = x.shape[:-3]
+    x = x.reshape(-1, *x.shape[-3:]).permute(0, 3, 1, 2)
+    if list(x.shape[-2:]) != list(image_size):
+        x = F.interpolate(x, size=tuple(image_size), mode="bilinear", align_corners=False, antialias=True)
+    return x.contiguous().view(*lead, 3, *image_size)
+
+
+class DrivingPolicy(nn.Module):
+    """Encoder + causal sequence core + head (see the module docstring)."""
+
+    def __init__(self, config: PolicyConfig):
+        super().__init__()
+        self.config = config.validate()
+        c = config
+        self.encoder = build_encoder(c.encoder, tuple(c.image_size), c.feature_dim, c.encoder_dropout)
+        self.core = build_core(c.core, c.feature_dim, c.window, **c.core_options)
+        self.head = nn.Linear(self.core.output_dim, c.action_dim)
+        mean = c.target_mean if c.target_mean is not None else [0.0] * c.action_dim
+        std = c.target_std if c.target_std is not None else [1.0] * c.action_dim
+        self.register_buffer("target_mean", torch.tensor(mean, dtype=torch.float32), persistent=False)
+        self.register_buffer("target_std", torch.tensor(std, dtype=torch.float32), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # ------------------------------------------------------------------ pieces
+    def encode(self, frames: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Per-frame embeddings: uint8/float ``[B, T, H, W, 3]`` (or already float ``[B, T, 3, h, w]``) -> ``[B, T, F]``."""
+        if isinstance(frames, torch.Tensor) and frames.is_floating_point() and frames.dim() == 5 \
+                and frames.shape[2] == 3 and frames.shape[-1] != 3:
+            x = frames.to(self.device)  # already converted (training augments converted frames)
+        else:
+            if frames.ndim != 5:
+                raise ValueError(f"frames must be [B, T, H, W, 3], got shape {tuple(frames.shape)}")
+            x = frames_to_float(frames, self.config.image_size, self.device)
+        return self.encoder(x)
+
+    def core_time(self, time: torch.Tensor | None, batch: int, window: int) -> torch.Tensor:
+        """Seconds relative to the last frame ``[B, W]`` -> core units (window frames 1 apart)."""
+        if time is None:
+            return torch.arange(1 - window, 1, device=self.device, dtype=torch.float32).expand(batch, window)
+        time = torch.as_tensor(time, device=self.device)
+        if tuple(time.shape) != (batch, window):
+            raise ValueError(f"time must be [B, W]={(batch, window)} seconds, got shape {tuple(time.shape)}")
+        return (time / (self.config.frame_period * self.config.frame_stride)).float()
+
+    def raw_from_embeddings(self, emb: torch.Tensor, time: torch.Tensor | None = None) -> torch.Tensor:
+        """Head output from a window of embeddings ``[B, W, F]``: logits, or *normalised* actions."""
+        B, W = emb.shape[:2]
+        return self.head(self.core(emb, self.core_time(time, B, W)))
+
+    def forward_raw(self, frames: torch.Tensor, time: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (discrete) or normalised actions (continuous): what the training loss compares."""
+        return self.raw_from_embeddings(self.encode(frames), time)
+
+    def postprocess(self, raw: torch.Tensor) -> torch.Tensor:
+        if self.config.head == "discrete":
+            return raw
+        return raw * self.target_std + self.target_mean
+
+    def normalize_target(self, target: torch.Tensor) -> torch.Tensor:
+        """Continuous targets in env units -> the normalised space the head regresses."""
+        return (target - self.target_mean) / self.target_std
+
+    def forward(self, frames: torch.Tensor, time: torch.Tensor | None = None) -> torch.Tensor:
+        """``frames`` uint8|float ``[B, W, H, W, 3]``, ``time`` seconds ``[B, W]`` (last 0) -> logits or actions ``[B, out]``."""
+        return self.postprocess(self.forward_raw(frames, time))
+
+    def to_env_action(self, output: torch.Tensor | np.ndarray) -> np.ndarray | int:
+        """One step's output ``[out]`` -> env action: argmax id (discrete) or clipped float32 array (continuous)."""
+        out = torch.as_tensor(output).detach().float().cpu().reshape(-1)
+        if out.numel() != self.config.action_dim:
+            raise ValueError(f"output must have {self.config.action_dim} entries, got shape {tuple(out.shape)}")
+        if self.config.head == "discrete":
+            return int(out.argmax())
+        low, high = np.asarray(self.config.action_low, np.float32), np.asarray(self.config.action_high, np.float32)
+        return np.clip(out.numpy().astype(np.float32), low, high)
+
+    def stream(self) -> "PolicyStream":
+        """A closed-loop runner: ``s = policy.stream(); s.reset(); out = s.step(frame, t)`` (eval mode)."""
+        return PolicyStream(self)
+
+
+class PolicyStream:
+    """One frame per control step; caches per-frame embeddings so a step is one CNN pass + one core pass.
+
+    The cache spans ``(window - 1) * frame_stride + 1`` steps; the window is every ``frame_stride``-th
+    entry ending at the newest. At the first step after ``reset`` the cache is filled with that frame
+    (and its timestamp), as ``agent.demos.window_indices`` repeats frame 0 before an episode start.
+    ``t`` defaults to ``step_index * frame_period`` (the recorded datasets' clock).
+    """
+
+    def __init__(self, policy: DrivingPolicy):
+        self.policy = policy.eval()
+        c = policy.config
+        self.span = (c.window - 1) * c.frame_stride + 1
+        self.reset()
+
+    def reset(self) -> None:
+        self.policy.eval()
+        self.embeddings: deque[torch.Tensor] = deque(maxlen=self.span)
+        self.times: deque[float] = deque(maxlen=self.span)
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, frame: torch.Tensor | np.ndarray, t: float | None = None) -> torch.Tensor:
+        """``frame`` uint8 ``[H, W, 3]`` (t: seconds, optional) -> output ``[out]`` (logits or env-unit actions)."""
+        if tuple(torch.as_tensor(frame).shape[-1:]) != (3,) or torch.as_tensor(frame).dim() != 3:
+            raise ValueError(f"frame must be [H, W, 3], got shape {tuple(torch.as_tensor(frame).shape)}")
+        c = self.policy.config
+        t = self.steps * c.frame_period if t is None else float(t)
+        emb = self.policy.encode(torch.as_tensor(frame)[None, None])[0, 0]
+        if not self.embeddings:
+            self.embeddings.extend([emb] * self.span)
+            self.times.extend([t] * self.span)
+        else:
+            self.embeddings.append(emb)
+            self.times.append(t)
+        self.steps += 1
+        picks = range(0, self.span, c.frame_stride)
+        window = torch.stack([self.embeddings[i] for i in picks])[None]
+        times = np.array([self.times[i] for i in picks], dtype=np.float64)
+        rel = torch.from_numpy((times - times[-1]).astype(np.float32))[None]
+        return self.policy.postprocess(self.policy.raw_from_embeddings(window, rel))[0]
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def save_checkpoint(path: str | Path, policy: DrivingPolicy, **extra: Any) -> Path:
+    """Atomically write weights + config (+ ``extra``: metadata, optimizer state, ...) to ``path``.
+
+    Everything is tensors and plain Python data, so the file loads with ``torch.load(weights_only=True)``.
+    """
+    path = Path(path)
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "config": policy.config.to_dict(),
+        "state_dict": {k: v.detach().cpu() for k, v in policy.state_dict().items()},
+        **extra,
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The checkpoint's dict, checked to be a policy checkpoint (clear errors otherwise)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"checkpoint {str(path)!r} is corrupted or not a PyTorch file ({reason[:200]})") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{str(path)!r} is not a driving-policy checkpoint (expected format "
+                         f"{CHECKPOINT_FORMAT!r}; write one with train.py)")
+    if payload.get("version") != CHECKPOINT_VERSION or not isinstance(payload.get("config"), dict) \
+            or not isinstance(payload.get("state_dict"), dict):
+        raise ValueError(f"checkpoint {str(path)!r} has version {payload.get('version')!r} or lacks config/state_dict; "
+                         f"this code reads version {CHECKPOINT_VERSION}")
+    return payload
+
+
+def policy_from_checkpoint(payload: dict[str, Any], where: str = "checkpoint") -> DrivingPolicy:
+    try:
+        policy = DrivingPolicy(PolicyConfig.from_dict(payload["config"]))
+        policy.load_state_dict(payload["state_dict"])
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise ValueError(f"{where}: cannot rebuild the policy ({str(e).splitlines()[0][:300]})") from None
+    return policy
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> DrivingPolicy:
+    """Rebuild a policy from its checkpoint file alone (in eval mode)."""
+    payload = read_checkpoint(path, map_location)
+    return policy_from_checkpoint(payload, f"checkpoint {str(path)!r}").to(map_location).eval()
