@@ -1,0 +1,635 @@
+"""Behaviour cloning: train a DrivingPolicy on recorded demonstrations (train.py is a thin CLI over this).
+
+One run = one output folder (LeRobot style): ``best.pt`` (lowest validation loss), ``last.pt`` (the
+latest state, with optimizer/scheduler/RNG so ``--resume`` continues it), ``metrics.json``, ``args.json``
+and the TensorBoard event file. Several policies (``--policy nac,lstm``) or folds (``--folds 5``)
+make one sub-folder per run and a comparison table (``comparison.md`` / ``.json``).
+
+How a batch is made (the CPU budget drives this)
+------------------------------------------------
+Windows come from ``agent.demos.WindowDataset`` (its in-memory episodes and ``window_indices``), but
+a training batch is a few *segments* of consecutive steps instead of independent windows: the frames
+a segment needs are encoded by the CNN once, and every window of the segment gathers its frames'
+embeddings. With window 8 and stride 3 a 16-step segment encodes 37 frames for 16 windows instead of
+128 -- the CNN, which dominates the cost, runs ~3.5x less. Each step of every training episode is the
+last step of exactly one window per epoch (random segment offsets, shuffled segments). Validation
+encodes each episode once and scores *every* window -- the same numbers as a per-window forward.
+
+Augmentation (training only; one draw per segment, the same for all its frames, like a camera that
+is a little off for a while): brightness +-0.1, contrast x[0.8, 1.2], translation up to 4% of the
+image side (edge pixels replicated). No horizontal flips: a mirrored frame would need a mirrored
+steering label and CarRacing's HUD is not symmetric, so flips would teach wrong pairs.
+
+Split: by episode (``demos.split_episodes`` / ``demos.kfold_episodes``), never by frame.
+Targets: ``expert_action``. Continuous heads regress targets normalised with the training split's
+mean/std (stored in the checkpoint), Huber (or MSE) loss; discrete heads use cross-entropy,
+optionally weighted by inverse class frequency.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from agent.demos import WindowDataset, kfold_episodes, open_dataset, split_episodes, window_indices, write_json_atomic
+from policies.cores import CORES
+from policies.nac import MODES as NAC_MODES
+from policies.policy import DrivingPolicy, PolicyConfig, frames_to_float, read_checkpoint, policy_from_checkpoint, save_checkpoint
+
+HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
+LOSSES = ("huber", "mse")
+
+
+# ----------------------------------------------------------------------------- arguments
+@dataclass
+class TrainArgs:
+    """Behaviour-cloning arguments (CleanRL style: one typed dataclass, one flag per field)."""
+
+    data: str = "data/carracing_continuous"  # dataset folder written by collect.py
+    policy: str = "nac"  # core(s), comma separated: nac, nac-exact, nac-euler, nac-steady, lstm, gru, cfc, ltc, mha, mlp
+    out: str | None = None  # run folder; default runs/train/<policy>
+    window: int = 8  # frames per window
+    frame_stride: int = 3  # steps between window frames: 8 frames x stride 3 span 0.42 s at 50 Hz
+    epochs: int = 8
+    batch_size: int = 256  # windows per optimizer step
+    segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
+    lr: float = 2e-3  # peak AdamW learning rate
+    weight_decay: float = 1e-4
+    warmup: float = 0.05  # fraction of the optimizer steps spent warming up, then cosine decay to 5%
+    grad_clip: float = 1.0
+    seed: int = 1
+    resume: bool = False  # continue the run in --out from its last.pt, with the arguments it started with
+    overwrite: bool = False  # allow starting a fresh run in a folder that holds one
+    folds: int = 0  # >= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split
+    val_fraction: float = 0.2
+    head: str = "auto"  # auto (from the dataset) | continuous | discrete | steer (steering only)
+    loss: str = "huber"  # continuous loss on normalised targets: huber | mse
+    class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
+    augment: bool = True
+    encoder: str = "carracing"  # carracing (paper CNN) | pilotnet
+    image_size: str | None = None  # encoder input "HxW"; default: the dataset's frame size
+    feature_dim: int = 64
+    d_model: int = 64  # nac / mha width
+    heads: int = 16  # nac heads (mha uses 4)
+    topk: int = 8
+    sparsity: float = 0.5
+    nac_mode: str = "exact"  # exact | euler | steady (for plain "nac")
+    hidden: int = 64  # lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)
+    device: str = "auto"  # auto (cuda if available) | cpu | cuda
+    threads: int = 2  # torch CPU threads
+    log_every: int = 10  # optimizer steps between TensorBoard scalars
+
+
+def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``nac-euler`` -> ("nac", {"mode": "euler"}); a plain core name -> (name, {})."""
+    if spec in CORES:
+        return spec, {}
+    if spec.startswith("nac-") and spec[4:] in NAC_MODES:
+        return "nac", {"mode": spec[4:]}
+    valid = list(CORES) + [f"nac-{m}" for m in NAC_MODES]
+    raise ValueError(f"unknown policy {spec!r}; valid policies: {', '.join(valid)}")
+
+
+def check_args(a: TrainArgs) -> list[str]:
+    """Validate at the boundary; returns the list of policy specs."""
+    specs = [s.strip() for s in a.policy.split(",") if s.strip()]
+    if not specs:
+        raise ValueError(f"--policy needs at least one name, got {a.policy!r}")
+    if len(set(specs)) != len(specs):
+        raise ValueError(f"--policy lists a name twice: {a.policy!r}")
+    for s in specs:
+        parse_policy_spec(s)
+    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "feature_dim", "d_model",
+                 "heads", "topk", "hidden", "threads", "log_every"):
+        if getattr(a, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.folds == 1 or a.folds < 0:
+        raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
+    if not 0.0 < a.val_fraction < 1.0:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {a.val_fraction}")
+    if not (a.lr > 0 and a.weight_decay >= 0 and 0 <= a.warmup < 1 and a.grad_clip > 0):
+        raise ValueError("--lr and --grad-clip must be > 0, --weight-decay >= 0, --warmup in [0, 1)")
+    if a.head not in HEAD_CHOICES:
+        raise ValueError(f"--head must be one of {', '.join(HEAD_CHOICES)}, got {a.head!r}")
+    if a.loss not in LOSSES:
+        raise ValueError(f"--loss must be one of {', '.join(LOSSES)}, got {a.loss!r}")
+    if a.nac_mode not in NAC_MODES:
+        raise ValueError(f"--nac-mode must be one of {', '.join(NAC_MODES)}, got {a.nac_mode!r}")
+    if a.device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda, got {a.device!r}")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but CUDA is not available")
+    if a.image_size is not None:
+        parse_image_size(a.image_size)
+    return specs
+
+
+def parse_image_size(text: str) -> list[int]:
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+        assert h > 0 and w > 0
+    except (ValueError, AssertionError):
+        raise ValueError(f"--image-size must look like 96x96 (height x width), got {text!r}") from None
+    return [h, w]
+
+
+def core_options(a: TrainArgs, spec: str) -> tuple[str, dict[str, Any]]:
+    core, extra = parse_policy_spec(spec)
+    options: dict[str, Any] = {
+        "nac": {"d_model": a.d_model, "heads": a.heads, "mode": a.nac_mode, "topk": a.topk,
+                "sparsity": a.sparsity, "seed": 22222 + a.seed},
+        "lstm": {"hidden": a.hidden}, "gru": {"hidden": a.hidden}, "cfc": {"units": a.hidden},
+        "ltc": {"units": max(2, a.hidden // 2)}, "mha": {"d_model": a.d_model, "heads": 4},
+        "mlp": {"hidden": a.hidden},
+    }[core]
+    return core, {**options, **extra}
+
+
+# ----------------------------------------------------------------------------- data
+@dataclass
+class Data:
+    """All episodes in memory once (a WindowDataset over every episode), plus what the split needs."""
+
+    windows: WindowDataset
+    action_space: str
+    frame_period: float
+    image_size: list[int]
+    num_episodes: int
+
+
+def load_data(a: TrainArgs) -> Data:
+    dataset = open_dataset(a.data)
+    windows = WindowDataset(dataset, None, window=a.window, frame_stride=a.frame_stride, target="expert_action")
+    spaces = {m.get("action_space") for m in dataset.episodes} | ({dataset.card["action_space"]}
+                                                                   if "action_space" in dataset.card else set())
+    spaces.discard(None)
+    if len(spaces) > 1:
+        raise ValueError(f"dataset {a.data!r} mixes action spaces {sorted(spaces)}")
+    first_target = windows.targets[0]
+    action_space = spaces.pop() if spaces else ("discrete" if first_target.ndim == 1 else "continuous")
+    diffs = np.concatenate([np.diff(t) for t in windows.times if len(t) > 1] or [np.array([0.02])])
+    frame_period = float(np.median(diffs)) if np.median(diffs) > 0 else 0.02
+    image_size = list(windows.frames[0].shape[1:3])
+    return Data(windows, action_space, frame_period, image_size, len(dataset))
+
+
+def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:
+    """(head, continuous action names, target columns) for --head and the dataset's action space."""
+    head = a.head if a.head != "auto" else data.action_space
+    if head == "discrete":
+        if data.action_space != "discrete":
+            raise ValueError(f"--head discrete needs a discrete dataset; {a.data!r} is {data.action_space}")
+        return "discrete", None, None
+    if data.action_space == "discrete":
+        raise ValueError(f"--head {head} needs continuous actions; {a.data!r} holds discrete actions")
+    if head == "steer":
+        return "continuous", ["steer"], slice(0, 1)
+    return "continuous", ["steer", "gas", "brake"], slice(0, 3)
+
+
+def episode_targets(data: Data, e: int, cols: slice | None) -> np.ndarray:
+    t = data.windows.targets[e]
+    return t if cols is None else t[:, cols].astype(np.float32)
+
+
+def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:
+    """Cover every step of every episode once with ``(episode, start, stop)`` segments, random offsets, shuffled."""
+    segments = []
+    for e, n in lengths.items():
+        offset = int(rng.integers(segment))
+        for s in range(-offset, n, segment):
+            a, b = max(s, 0), min(s + segment, n)
+            if b > a:
+                segments.append((e, a, b))
+    order = rng.permutation(len(segments))
+    return [segments[i] for i in order]
+
+
+def batch_plan(lengths: dict[int, int], a: TrainArgs, epoch: int) -> list[list[tuple[int, int, int]]]:
+    """The epoch's batches: deterministic in (seed, epoch), so a resumed run replays the same order."""
+    rng = np.random.default_rng([a.seed, epoch])
+    segments = make_segments(lengths, a.segment, rng)
+    per_batch = max(1, a.batch_size // a.segment) if a.segment <= a.batch_size else 1
+    return [segments[i: i + per_batch] for i in range(0, len(segments), per_batch)]
+
+
+def gather_segments(data: Data, segments: list[tuple[int, int, int]], window: int, stride: int,
+                    cols: slice | None) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
+    """Frames of the segments (concatenated), each segment's frame slice, per-window frame index ``[N, W]``
+    into the concatenation, window times ``[N, W]`` (seconds, last 0) and targets ``[N, ...]``."""
+    frames, slices, index, times, targets = [], [], [], [], []
+    offset = 0
+    span = (window - 1) * stride
+    for e, a, b in segments:
+        lo = max(a - span, 0)
+        frames.append(data.windows.frames[e][lo:b])
+        slices.append((offset, offset + b - lo))
+        ts = data.windows.times[e]
+        for t in range(a, b):
+            idx = window_indices(t, window, stride)
+            index.append(idx - lo + offset)
+            times.append(ts[idx] - ts[t])
+        targets.append(episode_targets(data, e, cols)[a:b])
+        offset += b - lo
+    return (np.concatenate(frames), slices, np.stack(index), np.stack(times).astype(np.float32),
+            np.concatenate(targets))
+
+
+def augment_(x: torch.Tensor, slices: list[tuple[int, int]], gen: torch.Generator | None = None) -> torch.Tensor:
+    """Brightness/contrast jitter and a small translation, one draw per segment (x: float [N, 3, H, W] in [0, 1])."""
+    H, W = x.shape[-2:]
+    max_dy, max_dx = max(1, round(0.04 * H)), max(1, round(0.04 * W))
+    out = torch.empty_like(x)
+    for s, e in slices:
+        r = torch.rand(4, generator=gen)
+        brightness, contrast = (r[0].item() - 0.5) * 0.2, 0.8 + 0.4 * r[1].item()
+        dy = int(round((r[2].item() * 2 - 1) * max_dy))
+        dx = int(round((r[3].item() * 2 - 1) * max_dx))
+        seg = x[s:e]
+        mean = seg.mean()
+        seg = (seg - mean) * contrast + mean + brightness
+        if dx or dy:
+            padded = F.pad(seg, (max_dx, max_dx, max_dy, max_dy), mode="replicate")
+            seg = padded[..., max_dy + dy: max_dy + dy + H, max_dx + dx: max_dx + dx + W]
+        out[s:e] = seg.clamp(0.0, 1.0)
+    return out
+
+
+# ----------------------------------------------------------------------------- losses and metrics
+def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, a: TrainArgs,
+            class_weight: torch.Tensor | None) -> torch.Tensor:
+    if policy.config.head == "discrete":
+        return F.cross_entropy(raw, target, weight=class_weight)
+    z = policy.normalize_target(target)
+    return F.smooth_l1_loss(raw, z) if a.loss == "huber" else F.mse_loss(raw, z)
+
+
+@torch.no_grad()
+def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArgs, cols: slice | None,
+             class_weight: torch.Tensor | None = None, chunk: int = 256) -> dict[str, float]:
+    """Loss and metrics over *every* window of ``episodes`` (each episode's frames encoded once)."""
+    policy.eval()
+    W, S = policy.config.window, policy.config.frame_stride
+    losses, outputs, targets = [], [], []
+    for e in episodes:
+        n = len(data.windows.frames[e])
+        for start in range(0, n, chunk):
+            frames, _, index, times, target = gather_segments(data, [(e, start, min(start + chunk, n))], W, S, cols)
+            emb = policy.encode(torch.from_numpy(frames)[None])[0]
+            raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(emb.device)],
+                                             torch.from_numpy(times).to(emb.device))
+            target_t = torch.from_numpy(target).to(emb.device)
+            losses.append(loss_fn(policy, raw, target_t, a, class_weight).item() * len(target))
+            outputs.append(policy.postprocess(raw).cpu())
+            targets.append(target_t.cpu())
+    out, tgt = torch.cat(outputs), torch.cat(targets)
+    metrics = {"val_loss": sum(losses) / len(tgt), "val_windows": len(tgt)}
+    if policy.config.head == "discrete":
+        metrics["val_accuracy"] = (out.argmax(-1) == tgt).float().mean().item()
+    else:
+        low = torch.tensor(policy.config.action_low)
+        high = torch.tensor(policy.config.action_high)
+        err = out.clamp(low, high) - tgt  # judged as the env would see it: clipped
+        metrics["val_mae"] = err.abs().mean().item()
+        metrics["val_mse"] = err.pow(2).mean().item()
+        for i, name in enumerate(policy.config.action_names):
+            metrics[f"val_{name}_mae"] = err[:, i].abs().mean().item()
+    return metrics
+
+
+def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, step: int, cols: slice | None) -> None:
+    """Histograms of phi and omega over a validation chunk, and one window's causal attention map."""
+    if policy.config.core != "nac":
+        return
+    policy.eval()
+    W, S = policy.config.window, policy.config.frame_stride
+    n = len(data.windows.frames[episode])
+    with torch.no_grad():
+        frames, _, index, times, _ = gather_segments(data, [(episode, 0, min(n, 128))], W, S, cols)
+        emb = policy.encode(torch.from_numpy(frames)[None])[0]
+        x = emb[torch.from_numpy(index).to(emb.device)]
+        internals = policy.core.internals(x, policy.core_time(torch.from_numpy(times).to(emb.device), *x.shape[:2]))
+    valid = internals["index"] >= 0
+    writer.add_histogram("nac/phi", internals["phi"][valid].float().cpu(), step)
+    writer.add_histogram("nac/omega", internals["omega"][valid].float().cpu(), step)
+    sample = len(x) - 1  # the last window of the chunk: a full window past the episode start
+    attn, idx = internals["attn"][sample], internals["index"][sample].clamp(min=0)  # [H, T, K]
+    dense = torch.zeros(*attn.shape[:2], W, device=attn.device).scatter_add_(-1, idx, attn).mean(0)  # [T, T]
+    image = (dense / dense.max().clamp(min=1e-8)).cpu()
+    image = image.repeat_interleave(16, 0).repeat_interleave(16, 1)[None]  # [1, 16T, 16T], query rows, key cols
+    writer.add_image("nac/attention", image, step, dataformats="CHW")
+
+
+# ----------------------------------------------------------------------------- one run
+class Interrupted(Exception):
+    """Ctrl-C during training; last.pt holds the state at the interruption."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state()[1].tolist(),
+             "numpy_pos": int(np.random.get_state()[2]), "python": list(random.getstate()[1])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(("MT19937", np.array(state["numpy"], dtype=np.uint32), state["numpy_pos"], 0, 0.0))
+    random.setstate((3, tuple(state["python"]), None))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def make_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup, then cosine decay to 5% of the peak learning rate."""
+    warm = max(1, int(warmup * total_steps))
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        progress = min(1.0, (step - warm) / max(1, total_steps - warm))
+        return 0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_optimizer(policy: DrivingPolicy, a: TrainArgs) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices/kernels only (not biases, norms or positions)."""
+    decay = [p for n, p in policy.named_parameters() if p.dim() >= 2 and not n.endswith("pos")]
+    rest = [p for n, p in policy.named_parameters() if not (p.dim() >= 2 and not n.endswith("pos"))]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=a.lr)
+
+
+def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps: list[int], run_dir: Path,
+              desc: str = "") -> dict[str, Any]:
+    """Train one policy on one split into ``run_dir``; returns its metrics (also written to metrics.json)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if a.device == "auto" else a.device))
+    head, names, cols = resolve_head(a, data)
+    last_path, best_path = run_dir / "last.pt", run_dir / "best.pt"
+    resumed = None
+    if last_path.exists() and a.resume:
+        resumed = read_checkpoint(last_path)
+        if "train_state" not in resumed:
+            raise ValueError(f"{str(last_path)!r} has no training state to resume from")
+    elif last_path.exists() and not a.overwrite:
+        raise ValueError(f"{str(run_dir)!r} already holds a run (last.pt); pass --resume to continue it, "
+                         f"--overwrite to start again, or another --out")
+    elif a.overwrite:  # a fresh start: old event files would mix two runs in TensorBoard
+        for old in run_dir.glob("events.out.tfevents.*"):
+            old.unlink()
+    if resumed and resumed["train_state"].get("done"):
+        metrics_path = run_dir / "metrics.json"
+        if metrics_path.exists():
+            tqdm.write(f"{desc or spec}: already finished, reusing {metrics_path}")
+            return json.loads(metrics_path.read_text())
+
+    seed_everything(a.seed)
+    train_targets = np.concatenate([episode_targets(data, e, cols) for e in train_eps])
+    class_weight = None
+    if resumed:
+        policy = policy_from_checkpoint(resumed, f"checkpoint {str(last_path)!r}")
+    else:
+        core, options = core_options(a, spec)
+        extra: dict[str, Any] = {}
+        if head == "continuous":
+            extra = {"target_mean": train_targets.mean(0).astype(float).tolist(),
+                     "target_std": np.maximum(train_targets.std(0), 1e-2).astype(float).tolist()}
+        config = PolicyConfig.for_actions(
+            head, names, encoder=a.encoder, feature_dim=a.feature_dim, core=core, core_options=options,
+            window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period,
+            image_size=parse_image_size(a.image_size) if a.image_size else data.image_size,
+            action_space=data.action_space, **extra)
+        policy = DrivingPolicy(config)
+    policy.to(device)
+    if head == "discrete" and a.class_weights:
+        counts = np.bincount(train_targets, minlength=5).astype(np.float64)
+        w = np.where(counts > 0, counts.sum() / np.maximum(counts, 1) / (counts > 0).sum(), 0.0)
+        class_weight = torch.tensor(w, dtype=torch.float32, device=device)
+
+    lengths = {e: len(data.windows.frames[e]) for e in train_eps}
+    steps_per_epoch = len(batch_plan(lengths, a, 0))
+    optimizer = make_optimizer(policy, a)
+    scheduler = make_schedule(optimizer, a.epochs * steps_per_epoch, a.warmup)
+    state = {"epoch": 0, "batch": 0, "global_step": 0, "best_val_loss": math.inf, "best_epoch": -1,
+             "history": [], "train_time": 0.0, "train_samples": 0, "epoch_loss_sum": 0.0, "epoch_samples": 0}
+    if resumed:
+        ts = resumed["train_state"]
+        optimizer.load_state_dict(ts["optimizer"])
+        scheduler.load_state_dict(ts["scheduler"])
+        state.update({k: ts[k] for k in state})
+        set_rng_state(ts["rng"])
+        tqdm.write(f"{desc or spec}: resuming from {last_path} at epoch {state['epoch'] + 1}, batch {state['batch']}")
+
+    metadata = {"data": str(a.data), "policy": spec, "train_episodes": train_eps, "val_episodes": val_eps,
+                "args": asdict(a)}
+
+    def save_last(done: bool = False) -> None:
+        save_checkpoint(last_path, policy, metadata=metadata, train_state={
+            **state, "done": done, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": rng_state()})
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    writer = SummaryWriter(str(run_dir))
+    n_params = policy.num_parameters()
+    if not resumed:
+        writer.add_text("config", "```\n" + json.dumps({"args": asdict(a), "policy": policy.config.to_dict()},
+                                                     indent=2) + "\n```")
+    try:
+        while state["epoch"] < a.epochs:
+            epoch = state["epoch"]
+            plan = batch_plan(lengths, a, epoch)
+            policy.train()
+            bar = tqdm(plan, desc=f"{desc or spec} epoch {epoch + 1}/{a.epochs}", initial=state["batch"],
+                       total=len(plan), leave=False, dynamic_ncols=True)
+            window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
+            for segments in plan[state["batch"]:]:
+                t0 = time.perf_counter()
+                frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, cols)
+                x = frames_to_float(torch.from_numpy(frames), policy.config.image_size, device)
+                if a.augment:
+                    x = augment_(x, slices)
+                emb = policy.encode(x[None])[0]
+                raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(device)],
+                                                 torch.from_numpy(times).to(device))
+                loss = loss_fn(policy, raw, torch.from_numpy(target).to(device), a, class_weight)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), a.grad_clip).item()
+                optimizer.step()
+                scheduler.step()
+                n = len(target)
+                state["batch"] += 1
+                state["global_step"] += n
+                state["train_samples"] += n
+                state["train_time"] += time.perf_counter() - t0
+                state["epoch_loss_sum"] += loss.item() * n
+                state["epoch_samples"] += n
+                window_loss, window_n, n_log = window_loss + loss.item() * n, window_n + n, n_log + 1
+                bar.update(1)
+                if n_log >= a.log_every:
+                    now = time.perf_counter()
+                    gs = state["global_step"]
+                    writer.add_scalar("losses/train", window_loss / window_n, gs)
+                    writer.add_scalar("charts/learning_rate", scheduler.get_last_lr()[0], gs)
+                    writer.add_scalar("charts/grad_norm", grad_norm, gs)
+                    writer.add_scalar("charts/samples_per_sec", window_n / (now - t_log), gs)
+                    bar.set_postfix(loss=f"{window_loss / window_n:.4f}")
+                    window_loss, window_n, t_log, n_log = 0.0, 0, now, 0
+            bar.close()
+            if window_n:
+                writer.add_scalar("losses/train", window_loss / window_n, state["global_step"])
+            train_loss = state["epoch_loss_sum"] / max(1, state["epoch_samples"])
+            val = evaluate(policy, data, val_eps, a, cols, class_weight)
+            gs = state["global_step"]
+            writer.add_scalar("losses/val", val["val_loss"], gs)
+            writer.add_scalar("losses/train_epoch", train_loss, gs)
+            for k, v in val.items():
+                if k not in ("val_loss", "val_windows"):
+                    writer.add_scalar(f"metrics/{k}", v, gs)
+            log_nac_internals(writer, policy, data, val_eps[0], gs, cols)
+            writer.flush()
+            state["history"].append({"epoch": epoch + 1, "train_loss": train_loss, **val})
+            state.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_samples=0)
+            if val["val_loss"] < state["best_val_loss"]:
+                state.update(best_val_loss=val["val_loss"], best_epoch=epoch + 1)
+                save_checkpoint(best_path, policy, metadata={**metadata, "epoch": epoch + 1, "val": val})
+            save_last(done=state["epoch"] >= a.epochs)
+            tqdm.write(f"{desc or spec} epoch {epoch + 1}/{a.epochs}: train {train_loss:.4f} "
+                       + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows"))
+    except KeyboardInterrupt:
+        save_last()
+        writer.close()
+        raise Interrupted(f"interrupted at epoch {state['epoch'] + 1}, batch {state['batch']}; "
+                          f"saved {last_path}; continue with --resume --out {a.out}") from None
+    writer.close()
+
+    best = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
+    metrics = {
+        "policy": spec, "run_dir": str(run_dir), "best_epoch": state["best_epoch"],
+        "best": {k: v for k, v in best.items() if k != "epoch"}, "last": state["history"][-1],
+        "param_count": n_params, "train_time_s": state["train_time"],
+        "samples_per_sec": state["train_samples"] / max(state["train_time"], 1e-9),
+        "train_windows": sum(lengths.values()), "val_windows": best["val_windows"], "device": str(device),
+        "history": state["history"], "args": asdict(a), "policy_config": policy.config.to_dict(),
+        "train_episodes": train_eps, "val_episodes": val_eps,
+    }
+    write_json_atomic(run_dir / "metrics.json", metrics)
+    return metrics
+
+
+# ----------------------------------------------------------------------------- several runs
+SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae")
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and std (over folds) of the best-epoch validation metrics and the costs."""
+    out: dict[str, Any] = {"policy": runs[0]["policy"], "runs": len(runs),
+                           "param_count": runs[0]["param_count"]}
+    for key in SUMMARY_KEYS + ("train_time_s", "samples_per_sec"):
+        values = [r["best"][key] if key in r["best"] else r.get(key) for r in runs]
+        if all(v is not None for v in values):
+            out[key] = {"mean": float(np.mean(values)), "std": float(np.std(values)), "values": values}
+    return out
+
+
+def fmt(stat: dict[str, Any] | None, digits: int = 4) -> str:
+    if stat is None:
+        return "-"
+    if len(stat["values"]) == 1:
+        return f"{stat['mean']:.{digits}f}"
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def comparison_table(summaries: list[dict[str, Any]]) -> str:
+    keys = [k for k in SUMMARY_KEYS if any(k in s for s in summaries)]
+    header = ["policy"] + keys + ["params", "train time (s)", "samples/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for s in summaries:
+        row = [s["policy"]] + [fmt(s.get(k)) for k in keys] + [
+            f"{s['param_count']:,}", fmt(s.get("train_time_s"), 0), fmt(s.get("samples_per_sec"), 0)]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def default_out(a: TrainArgs) -> str:
+    return str(Path("runs/train") / a.policy.replace(",", "_"))
+
+
+def run(a: TrainArgs) -> dict[str, Any]:
+    """The whole command: one or several policies, one split or k folds. Returns the summaries."""
+    specs = check_args(a)
+    out = Path(a.out or default_out(a))
+    a.out = str(out)
+    args_path = out / "args.json"
+    if a.resume and a.overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    if a.resume:
+        if not args_path.exists():
+            raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
+        saved = json.loads(args_path.read_text())
+        keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads}
+        a = TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
+        specs = check_args(a)
+    elif args_path.exists() and not a.overwrite:
+        raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
+                         f"start again, or another --out")
+    torch.set_num_threads(a.threads)
+    data = load_data(a)
+    resolve_head(a, data)  # fail early on a head the data cannot feed
+    if a.folds:
+        splits = kfold_episodes(data.num_episodes, a.folds, a.seed)
+    else:
+        splits = [split_episodes(data.num_episodes, a.val_fraction, a.seed)]
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(args_path, asdict(a))
+
+    summaries = []
+    for spec in specs:
+        spec_dir = out / spec if len(specs) > 1 else out
+        runs = []
+        for k, (train_eps, val_eps) in enumerate(splits):
+            run_dir = spec_dir / f"fold_{k}" if a.folds else spec_dir
+            desc = f"{spec} fold {k + 1}/{a.folds}" if a.folds else spec
+            runs.append(train_run(a, spec, data, train_eps, val_eps, run_dir, desc))
+        summary = summarize(runs)
+        summaries.append(summary)
+        if a.folds:
+            write_json_atomic(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
+        print(one_line(summary, runs, a))
+    if len(specs) > 1 or a.folds:
+        table = comparison_table(summaries)
+        (out / "comparison.md").write_text(
+            f"Behaviour cloning on `{a.data}` (seed {a.seed}, window {a.window}, stride {a.frame_stride}, "
+            f"{a.epochs} epochs{f', {a.folds} folds' if a.folds else ''}); validation metrics at the best epoch.\n\n"
+            + table)
+        write_json_atomic(out / "comparison.json", {"args": asdict(a), "summaries": summaries})
+        print("\n" + table)
+    return {"out": str(out), "summaries": summaries}
+
+
+def one_line(summary: dict[str, Any], runs: list[dict[str, Any]], a: TrainArgs) -> str:
+    metrics = " ".join(f"{k} {fmt(summary[k])}" for k in SUMMARY_KEYS if k in summary)
+    where = runs[0]["run_dir"] + "/best.pt" if len(runs) == 1 else f"{len(runs)} folds"
+    return (f"{summary['policy']}: {metrics} | {summary['param_count']:,} params | "
+            f"{fmt(summary['train_time_s'], 0)} s | {fmt(summary['samples_per_sec'], 0)} samples/s -> {where}")
