@@ -618,6 +618,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m agent.expert",
         description="Train or evaluate the privileged PPO expert that labels CarRacing demonstrations.",
+        epilog="examples:\n"
+        "  python -m agent.expert train --action-space continuous --timesteps 8192 --bc-episodes 120 \\\n"
+        "      --log-std-init -1.6 --eval-every 4096 --out checkpoints/expert_carracing_continuous.zip\n"
+        "  python -m agent.expert evaluate --expert checkpoints/expert_carracing_continuous.zip --episodes 20 --seed 1000",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train SB3 PPO on the privileged observation (physics-only env)",
