@@ -75,9 +75,9 @@ PHI_ACTIVATIONS = ("sigmoid", "tanh", "identity")
 SELECTIONS = ("auto", "exact", "blocks")
 COMMAND_UNROLL = 1  # passes of the command layer's recurrent synapses
 BLOCK_MARGIN = 1  # extra key blocks kept by block selection, beyond the guaranteed minimum
-AUTO_BLOCK_THRESHOLD = 2048  # selection="auto" uses block selection when T_k exceeds this
+AUTO_BLOCK_THRESHOLD = 1024  # selection="auto" uses block selection when T_k exceeds this
 CHUNK_ELEMENTS = 1 << 22  # exact selection scores queries in chunks of about this many scores
-BLOCK_CHUNK_ELEMENTS = 1 << 18  # block selection gathers about this many key floats per chunk (1 MB)
+BLOCK_CHUNK_ELEMENTS = 1 << 20  # block selection gathers about this many key floats per chunk (4 MB)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -140,6 +140,12 @@ def check_mode(mode: object) -> str:
 
 
 # ----------------------------------------------------------------------------- masked layers
+def fast_tanh(z: torch.Tensor) -> torch.Tensor:
+    """tanh(z) written as 2 sigmoid(2z) - 1: the same function, ~4x faster than torch.tanh on this CPU
+    build (its tanh kernel is ~7x slower than its sigmoid); saturates to +-1 for huge |z|."""
+    return 2.0 * torch.sigmoid(2.0 * z) - 1.0
+
+
 def _lecun_uniform_(weight: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> None:
     """U(-sqrt(3/fan_in), +) per output unit, fan_in counted under the mask (weight/mask [..., in, out])."""
     fan_in = mask.sum(-2, keepdim=True).clamp(min=1).to(weight.dtype)
@@ -202,13 +208,13 @@ class PairBackbone(nn.Module):
 
     def forward(self, pre: torch.Tensor, tau: torch.Tensor | float) -> tuple[torch.Tensor, ...]:
         """pre: [B, H, P, inter + 2] summed pair pre-activations -> phi, omega, t: [B, H, P]."""
-        inter = torch.tanh(pre[..., :-2])
+        inter = fast_tanh(pre[..., :-2])
         alpha, beta = pre[..., -2], pre[..., -1]
         drive = torch.matmul(inter, self.w_command * self.mask_command) + self.b_command
-        command = torch.tanh(drive)
+        command = fast_tanh(drive)
         for _ in range(COMMAND_UNROLL):
-            command = torch.tanh(drive + torch.matmul(command, self.w_recurrent * self.mask_recurrent))
-        motor = torch.tanh(torch.matmul(command, self.w_motor * self.mask_motor) + self.b_motor)
+            command = fast_tanh(drive + torch.matmul(command, self.w_recurrent * self.mask_recurrent))
+        motor = fast_tanh(torch.matmul(command, self.w_motor * self.mask_motor) + self.b_motor)
         heads = torch.matmul(motor, self.w_heads) + self.b_heads
         phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[self.phi_activation](
             heads[..., 0])
@@ -477,7 +483,7 @@ class NAC(nn.Module):
         attn = self.attn_dropout(attn)
 
         # 5. quadrature of the attention-weighted values, heads concatenated, projection
-        context = self.dt * torch.matmul(attn[..., None, :], v_sel).squeeze(-2)  # [B, H, Tq, d_head]
+        context = self.dt * (attn[..., None] * v_sel).sum(-2)  # [B, H, Tq, d_head]
         y = self.out_proj(context.transpose(1, 2).reshape(B, Tq, self.d_model))
         y = y.masked_fill(empty[:, 0], 0.0)
         if not self.return_sequences:
