@@ -1,0 +1,424 @@
+"""Closed-loop evaluation: drive the rendered CarRacing-v3 with a policy, shadowed by the expert.
+
+``evaluate(EvalArgs(...))`` is what ``evaluate.py`` calls. For each policy (checkpoints and/or the
+shipped expert) and each track seed ``seed, seed+1, ...``:
+
+* the policy drives through its streaming interface -- ``stream.reset()`` at the episode start,
+  ``stream.step(frame, t)`` on every frame (t = step x 0.02 s), ``policy.to_env_action(output)`` --
+  and only ``stream.step`` is timed (the policy's inference latency);
+* the expert *shadows* it: on every visited state it computes ``Expert.act(info["privileged"])``
+  without executing it, which gives the steering error on the policy's own state distribution;
+* the first ``video_episodes`` episodes are recorded (``agent.video``: HUD, NAC attention panel,
+  optional saliency).
+
+Output folder (LeRobot style, one per policy): ``metrics.json`` (summary + per-episode rows),
+``episodes.csv``, ``tb/`` (TensorBoard ``eval/...`` scalars) and ``videos/seed_<K>.mp4``. Several
+policies (``--checkpoint a.pt b.pt``, ``--with-expert``) get ``OUT/<name>/`` each and a
+``OUT/comparison.md`` (+ ``comparison.json``) on the same seeds; a single one writes into ``OUT``.
+
+Seeds: the default first seed is 1000 (seeds 1000, 1001, ...): the expert's card reports seeds
+1000..1019, its training draws seeds >= 100000, its checkpoint selection 90000..90019, and demos are
+collected on seeds >= 500000 -- so evaluation tracks are unseen by the expert's training and by the
+student's data, and the expert baseline row is directly comparable with the expert's card.
+
+Policies whose head predicts only some of [steer, gas, brake] (e.g. a steering-only head) drive with
+the expert's values for the missing components; ``metrics.json`` records this as ``"filled_from_expert"``.
+
+Ctrl-C stops after the current step: the finished episodes are written (``"interrupted": true``) and
+``Interrupted`` is raised so the CLI can exit with 130.
+"""
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from agent.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of, write_json, write_run
+from agent import video as vid
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENV_IDS: dict[str, str] = {"carracing": "CarRacing-v3"}  # --env name -> PolicyConfig.env
+ACTION_SPACES = ("continuous", "discrete")
+SHIPPED_CHECKPOINT = Path("checkpoints/carracing_nac.pt")
+DEFAULT_SEED = 1000
+ENV_ACTION_NAMES = ("steer", "gas", "brake")  # the continuous env action, in order
+STEER_LIMIT = {"continuous": 0.4, "discrete": 1.0}  # HUD bar full scale (0.4 rad = the wheel joint limit)
+
+
+class Interrupted(Exception):
+    """Ctrl-C during evaluation; the finished episodes were written."""
+
+
+@dataclass
+class EvalArgs:
+    """Closed-loop evaluation arguments (one flag per field in evaluate.py)."""
+
+    env: str = "carracing"  # environment name (carracing)
+    checkpoint: list[str] = field(default_factory=list)  # policy checkpoints; none -> the shipped one
+    policy: str | None = None  # "expert": drive the shipped expert itself (the baseline)
+    action_space: str | None = None  # continuous | discrete; default: the checkpoint's (expert: continuous)
+    episodes: int = 5  # episodes (= track seeds) per policy
+    seed: int = DEFAULT_SEED  # first track seed; episodes use seed, seed+1, ...
+    max_steps: int = 1000  # env steps per episode (CarRacing's own limit is 1000)
+    video: bool = True  # record videos
+    video_episodes: int = 1  # record the first N episodes of each policy (0 = none)
+    saliency: bool = False  # overlay a CNN saliency map in the videos
+    saliency_method: str = "gradcam"  # gradcam (paper fig. 6) | visualbackprop
+    with_expert: bool = False  # add the expert as a row of the comparison
+    expert: str | None = None  # expert .zip shadowing the policy; default: the shipped one
+    out: str | None = None  # output folder; default eval/<name>
+    device: str = "cpu"  # cpu | cuda
+    threads: int = 1  # torch threads (latency is single-sample; 1 was fastest on 2 cores)
+    tensorboard: bool = True
+    progress: bool = True
+
+    def validate(self) -> "EvalArgs":
+        if self.env not in ENV_IDS:
+            raise ValueError(f"--env must be one of {sorted(ENV_IDS)}, got {self.env!r}")
+        if self.action_space is not None and self.action_space not in ACTION_SPACES:
+            raise ValueError(f"--action-space must be one of {ACTION_SPACES}, got {self.action_space!r}")
+        if self.policy is not None and self.policy != "expert":
+            raise ValueError(f"--policy only accepts 'expert' (policies are given with --checkpoint), got {self.policy!r}")
+        if self.policy == "expert" and self.checkpoint:
+            raise ValueError("give either --checkpoint or --policy expert, not both (use --with-expert to compare)")
+        if self.policy == "expert" and self.saliency:
+            raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
+        for name, low in (("episodes", 1), ("max_steps", 1), ("video_episodes", 0), ("threads", 1), ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
+        if self.saliency_method not in vid.SALIENCY_METHODS:
+            raise ValueError(f"--saliency-method must be one of {vid.SALIENCY_METHODS}, got {self.saliency_method!r}")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"--device must be cpu or cuda, got {self.device!r}")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"--device {self.device} was requested but CUDA is not available")
+        if len(set(self.checkpoint)) != len(self.checkpoint):
+            raise ValueError(f"--checkpoint lists a file twice: {self.checkpoint}")
+        return self
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.episodes))
+
+
+# ----------------------------------------------------------------------------- controllers
+class ExpertController:
+    """The privileged expert as a driver (baseline): acts on info["privileged"], ignores the frame."""
+
+    is_expert = True
+    has_panel = False
+
+    def __init__(self, expert: Any, name: str = "expert") -> None:
+        self.expert, self.name = expert, name
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        action = self.expert.act(info["privileged"])
+        return action, time.perf_counter() - t0
+
+    def visuals(self, frame: np.ndarray, saliency: str | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+        return None, None
+
+
+class PolicyController:
+    """A DrivingPolicy driven through its stream (one frame per step), with a frame buffer for the video."""
+
+    is_expert = False
+
+    def __init__(self, policy: Any, name: str, device: str = "cpu") -> None:
+        self.policy, self.name, self.device = policy, name, device
+        self.config = policy.config
+        self.stream = policy.stream()
+        self.span = (self.config.window - 1) * self.config.frame_stride + 1
+        self.frames: deque[np.ndarray] = deque(maxlen=self.span)
+        names = list(self.config.action_names)
+        self.filled = [] if self.config.head == "discrete" else [n for n in ENV_ACTION_NAMES if n not in names]
+        self._cols = [ENV_ACTION_NAMES.index(n) for n in names] if self.config.head != "discrete" else []
+        # NAC cores expose attention internals; others draw no panel.
+        self.has_panel = callable(getattr(policy.core, "internals", None)) and \
+            type(policy.core).__name__.lower().startswith("nac")
+        self._sync = device.startswith("cuda")
+
+    def reset(self) -> None:
+        self.stream.reset()
+        self.frames.clear()
+
+    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
+        if not self.frames:
+            self.frames.extend([frame] * self.span)
+        else:
+            self.frames.append(frame)
+        t0 = time.perf_counter()
+        out = self.stream.step(frame, t)
+        if self._sync:
+            torch.cuda.synchronize()
+        latency = time.perf_counter() - t0
+        action = self.policy.to_env_action(out)
+        if self.config.head == "discrete":
+            return int(action), latency
+        full = np.array(expert_action, dtype=np.float32).reshape(-1).copy()  # components the head lacks
+        full[self._cols] = np.asarray(action, dtype=np.float32).reshape(-1)
+        return full, latency
+
+    def _window(self) -> tuple[torch.Tensor, torch.Tensor, list[float]] | None:
+        """The stream's current window: embeddings [1, W, F], seconds [1, W] (last 0), and those seconds."""
+        emb, times = getattr(self.stream, "embeddings", None), getattr(self.stream, "times", None)
+        if not emb or not times or len(emb) != self.span:
+            return None
+        picks = list(range(0, self.span, self.config.frame_stride))
+        window = torch.stack([emb[i] for i in picks])[None]
+        t = np.array([times[i] for i in picks], dtype=np.float64)
+        rel = (t - t[-1]).astype(np.float32)
+        return window, torch.from_numpy(rel)[None], rel.tolist()
+
+    def visuals(self, frame: np.ndarray, saliency: str | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(attention panel image | None, saliency map | None) for the step just taken."""
+        win = self._window()
+        if win is None:
+            return None, None
+        window, rel, seconds = win
+        panel = None
+        if self.has_panel:
+            W = window.shape[1]
+            internals = self.policy.core.internals(window, self.policy.core_time(rel.to(window.device), 1, W))
+            if internals is not None and "attn" in internals and "index" in internals:
+                last, full = vid.window_attention(internals, W)
+                picks = range(0, self.span, self.config.frame_stride)
+                thumbs = [self.frames[i] for i in picks]
+                panel = vid.attention_panel(thumbs, last, seconds, full, height=vid.SCALE * frame.shape[0] + vid.HUD_H)
+        sal = vid.saliency_map(self.policy, frame, window, rel, saliency) if saliency else None
+        return panel, sal
+
+
+# ----------------------------------------------------------------------------- loading
+def _resolve(path: str | Path) -> Path:
+    """Relative paths: from the cwd first, then from the repo root (so the CLI runs from anywhere)."""
+    p = Path(path)
+    if p.is_absolute() or p.exists():
+        return p
+    return REPO_ROOT / p if (REPO_ROOT / p).exists() else p
+
+
+def load_policy(path: str | Path, env: str, action_space: str | None, device: str) -> Any:
+    """Load a checkpoint and check it was made for ``env`` (and ``action_space`` when given)."""
+    from policies.policy import load_checkpoint
+
+    p = _resolve(path)
+    if not p.is_file():
+        hint = (" (the shipped student; train one with train.py, or pass --checkpoint CKPT or --policy expert)"
+                if Path(path) == SHIPPED_CHECKPOINT else "")
+        raise FileNotFoundError(f"--checkpoint {str(path)!r} does not exist{hint}")
+    policy = load_checkpoint(p, map_location=device)
+    cfg = policy.config
+    if cfg.env != ENV_IDS[env]:
+        raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}, but --env {env} is "
+                         f"{ENV_IDS[env]!r}")
+    if action_space is not None and cfg.action_space != action_space:
+        raise ValueError(f"checkpoint {str(path)!r} is for the {cfg.action_space!r} action space, but "
+                         f"--action-space {action_space} was given")
+    if cfg.action_space not in ACTION_SPACES:
+        raise ValueError(f"checkpoint {str(path)!r} has action_space {cfg.action_space!r}; expected one of {ACTION_SPACES}")
+    return policy
+
+
+def run_names(paths: Sequence[str]) -> list[str]:
+    """Short unique names for checkpoints: the file stem, with parent folders added until unique."""
+    parts = [Path(p).with_suffix("").parts for p in paths]
+    depth = 1
+    while True:
+        names = ["_".join(pp[-depth:]) for pp in parts]
+        if len(set(names)) == len(names) or depth >= max(len(pp) for pp in parts):
+            return names
+        depth += 1
+
+
+# ----------------------------------------------------------------------------- one episode / one policy
+def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space: str, *,
+                video_path: Path | None = None, saliency: str | None = None,
+                bar: tqdm | None = None) -> tuple[dict[str, Any], list[float]]:
+    """Drive one episode on track ``seed``; returns its metrics row and per-step latencies (ms)."""
+    from envs.carracing import DT
+
+    started = time.perf_counter()
+    frame, info = env.reset(seed=int(seed))
+    controller.reset()
+    rec = EpisodeRecorder(seed, action_space)
+    writer = vid.VideoWriter(video_path) if video_path is not None else None
+    terminated = truncated = False
+    limit = STEER_LIMIT[action_space]
+    try:
+        step = 0
+        while not (terminated or truncated):
+            frame = np.array(frame, dtype=np.uint8, copy=True)
+            shadow = None if controller.is_expert else expert.act(info["privileged"])
+            action, latency = controller.act(frame, step * DT, info, shadow)
+            if controller.is_expert:
+                shadow = action
+            if writer is not None:
+                panel, sal = controller.visuals(frame, saliency)
+                hud = vid.draw_hud(vid.SCALE * frame.shape[1], step=step, speed=float(info["speed"]),
+                                   ret=rec.episode_return,
+                                   completion=info["tiles_visited"] / max(info["num_tiles"], 1),
+                                   policy_steer=steer_of(action, action_space),
+                                   expert_steer=None if controller.is_expert else steer_of(shadow, action_space),
+                                   steer_limit=limit, title=f"{controller.name}  seed {seed}")
+                writer.append(vid.compose_frame(frame, hud, panel, sal))
+            frame, reward, terminated, truncated, info = env.step(action)
+            rec.record(reward=reward, policy_action=action, expert_action=shadow, latency_s=latency, info=info)
+            step += 1
+            if bar is not None:
+                bar.update(1)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    video = ""
+    if writer is not None:
+        writer.close()
+        video = str(Path("videos") / video_path.name)
+    row = rec.finish(terminated=terminated, truncated=truncated,
+                     wall_seconds=time.perf_counter() - started, video=video)
+    return row, [x * 1e3 for x in rec.latency_s]
+
+
+def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expert: Any, out_dir: Path,
+                        meta: dict[str, Any]) -> dict[str, Any]:
+    """All episodes of one policy; writes out_dir/{metrics.json, episodes.csv, tb/, videos/}."""
+    from envs.carracing import make_carracing
+
+    env = make_carracing(action_space, render=True, max_episode_steps=args.max_steps)
+    rows: list[dict[str, Any]] = []
+    latencies: list[float] = []
+    interrupted = False
+    episodes = tqdm(args.seeds, desc=controller.name, unit="ep", disable=not args.progress, file=sys.stderr)
+    try:
+        for i, seed in enumerate(episodes):
+            record = args.video and i < args.video_episodes
+            path = out_dir / "videos" / f"seed_{seed}.mp4" if record else None
+            with tqdm(total=args.max_steps, desc=f"seed {seed}", unit="step", leave=False,
+                      disable=not args.progress, file=sys.stderr) as bar:
+                row, lat = run_episode(controller, env, expert, seed, action_space, video_path=path,
+                                       saliency=args.saliency_method if args.saliency and not controller.is_expert
+                                       else None, bar=bar)
+            rows.append(row)
+            latencies.extend(lat)
+            episodes.set_postfix(ret=f"{row['return']:.0f}", tiles=f"{row['completion']:.2f}")
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        episodes.close()
+        env.close()
+    summary = aggregate(rows, latencies, **meta, interrupted=interrupted,
+                        seeds=[r["seed"] for r in rows], requested_seeds=args.seeds)
+    write_run(out_dir, summary, tensorboard=args.tensorboard)
+    if interrupted:
+        raise Interrupted(f"interrupted: wrote {len(rows)} finished episode(s) of {controller.name} to {out_dir}")
+    return summary
+
+
+# ----------------------------------------------------------------------------- the whole evaluation
+def _set_threads(n: int) -> None:
+    torch.set_num_threads(n)
+    try:
+        torch.set_num_interop_threads(n)
+    except RuntimeError:  # only settable before any inter-op work has started
+        pass
+
+
+def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[str, Any]]:
+    """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}."""
+    from agent.expert import Expert
+
+    args.validate()
+    _set_threads(args.threads)
+
+    # 1. what to drive (load everything first, so a bad checkpoint fails before any driving)
+    targets: list[tuple[str, Any, dict[str, Any]]] = []  # (name, controller, meta)
+    if args.policy == "expert":
+        action_space = args.action_space or "continuous"
+    else:
+        paths = list(args.checkpoint) or [str(SHIPPED_CHECKPOINT)]
+        policies = [load_policy(p, args.env, args.action_space, args.device) for p in paths]
+        spaces = {p.config.action_space for p in policies}
+        if len(spaces) > 1:
+            raise ValueError(f"--checkpoint files mix action spaces {sorted(spaces)}; compare one action space "
+                             f"at a time (the expert that shadows them differs)")
+        action_space = spaces.pop()
+        for path, name, policy in zip(paths, run_names(paths), policies):
+            controller = PolicyController(policy, name, args.device)
+            targets.append((name, controller, {
+                "source": str(path), "policy_config": policy.config.to_dict(),
+                "num_parameters": int(sum(p.numel() for p in policy.parameters())),
+                "filled_from_expert": controller.filled,
+            }))
+    expert = Expert.load(args.expert, action_space)
+    card = expert.card.get("evaluation") or {}
+    expert_meta = {"source": str(expert.path), "expert_card_evaluation": {
+        k: card[k] for k in ("mean_return", "std_return", "laps_finished", "episodes") if k in card}}
+    if card.get("seeds"):
+        expert_meta["expert_card_evaluation"]["seeds"] = f"{min(card['seeds'])}..{max(card['seeds'])}"
+
+    if args.policy == "expert" or args.with_expert:
+        targets.append(("expert", ExpertController(expert), dict(expert_meta)))
+
+    # 2. where
+    default_name = targets[0][0] if len(targets) == 1 else "compare"
+    root = Path(args.out) if args.out else Path("eval") / default_name
+    single = len(targets) == 1
+    common = {
+        "env": args.env, "env_id": ENV_IDS[args.env], "action_space": action_space,
+        "max_steps": args.max_steps, "device": args.device, "torch_threads": torch.get_num_threads(),
+        "expert": expert_meta["source"],
+        "steer_units": ("env steer command (action[0]); expert within ±0.4" if action_space == "continuous"
+                        else "discrete: RIGHT=+1, LEFT=-1, other actions 0"),
+        "latency": "time.perf_counter() around policy stream.step (expert: around Expert.act), per step, ms",
+        "command": command or " ".join(shlex.quote(a) for a in sys.argv),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": torch.__version__,
+    }
+
+    # 3. drive
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for name, controller, meta in targets:
+            out_dir = root if single else root / name
+            results[name] = evaluate_controller(controller, args, action_space, expert, out_dir,
+                                                {"name": name, **meta, **common})
+            tqdm.write(summary_line(name, results[name]))
+    finally:
+        if not single and results:
+            rows = list(results.items())
+            (root).mkdir(parents=True, exist_ok=True)
+            from agent.metrics import _atomic_write_text
+
+            title = (f"# Closed-loop evaluation: {args.env} ({action_space}), seeds {args.seeds[0]}..{args.seeds[-1]}, "
+                     f"max {args.max_steps} steps\n\n")
+            _atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
+            write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"}
+                                                  for n, s in rows})
+    return results
+
+
+def summary_line(name: str, s: dict[str, Any]) -> str:
+    def f(x: float, fmt: str) -> str:
+        return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+    return (f"{name}: return {f(s['mean_return'], '.1f')} ± {f(s['std_return'], '.1f')} over "
+            f"{s['num_episodes']} episodes, completion {f(s['mean_completion'], '.3f')}, laps "
+            f"{s['laps_completed']}/{s['num_episodes']}, steer MAE {f(s['mean_steer_mae'], '.3f')}, "
+            f"smoothness {f(s['mean_steer_smoothness'], '.3f')}, latency {f(s['latency_median_ms'], '.2f')} / "
+            f"{f(s['latency_p95_ms'], '.2f')} ms (median / p95)")

@@ -1,0 +1,256 @@
+"""Closed-loop driving metrics: per-step recording, per-episode summaries, aggregation and writers.
+
+One ``EpisodeRecorder`` per episode collects what happened at every step (reward, the policy's and the
+shadowing expert's steering, speed, on-track flag, inference latency); ``finish()`` turns it into a flat
+dict of numbers (one row of ``episodes.csv``). ``aggregate()`` summarises the rows (``metrics.json``),
+``write_tensorboard()`` logs them as ``eval/...`` scalars, ``comparison_markdown()`` puts several runs
+side by side.
+
+Steering convention (``steer_of``): continuous actions use ``action[0]`` in env units (-1 full left,
++1 full right; the expert stays within the ±0.4 wheel limit); discrete actions map 1 RIGHT -> +1,
+2 LEFT -> -1, everything else (noop, gas, brake) -> 0. Steering MAE and smoothness are therefore in
+env steer units for continuous policies and in "fraction of steps that disagree / switch" units for
+discrete ones -- compare runs only within one action space.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+# The per-episode keys, in CSV column order. Every value is a plain int/float/bool/str.
+EPISODE_KEYS: tuple[str, ...] = (
+    "seed", "return", "length", "completion", "tiles_visited", "num_tiles", "lap_completed",
+    "terminated", "truncated", "off_track_steps", "off_track_fraction", "steer_mae",
+    "steer_smoothness", "expert_steer_smoothness", "mean_speed", "latency_median_ms", "latency_p95_ms",
+    "wall_seconds", "video",
+)
+# Per-episode numbers that aggregate() summarises as mean (and std for the return).
+MEAN_KEYS: tuple[str, ...] = (
+    "completion", "length", "off_track_steps", "off_track_fraction", "steer_mae", "steer_smoothness",
+    "expert_steer_smoothness", "mean_speed",
+)
+
+
+def steer_of(action: Any, action_space: str) -> float:
+    """The steering component of an env action (see the module docstring for the discrete mapping)."""
+    if action_space == "discrete":
+        return {1: 1.0, 2: -1.0}.get(int(action), 0.0)
+    if action_space == "continuous":
+        return float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
+    raise ValueError(f"action_space must be 'continuous' or 'discrete', got {action_space!r}")
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+class EpisodeRecorder:
+    """Accumulates one episode's per-step signals; ``finish()`` returns its metrics row."""
+
+    def __init__(self, seed: int, action_space: str) -> None:
+        self.seed = int(seed)
+        self.action_space = action_space
+        self.rewards: list[float] = []
+        self.policy_steer: list[float] = []
+        self.expert_steer: list[float] = []
+        self.speed: list[float] = []
+        self.on_track: list[bool] = []
+        self.latency_s: list[float] = []
+        self.tiles_visited = 0
+        self.num_tiles = 0
+        self.lap_completed = False
+        self.terminated = False
+        self.truncated = False
+
+    @property
+    def steps(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def episode_return(self) -> float:
+        return float(np.sum(self.rewards)) if self.rewards else 0.0
+
+    def record(self, *, reward: float, policy_action: Any, expert_action: Any, latency_s: float,
+               info: dict[str, Any]) -> None:
+        """One env step: the action taken, the expert's action on the same state, and the step's ``info``."""
+        self.rewards.append(float(reward))
+        self.policy_steer.append(steer_of(policy_action, self.action_space))
+        self.expert_steer.append(steer_of(expert_action, self.action_space))
+        self.latency_s.append(float(latency_s))
+        self.speed.append(float(info["speed"]))
+        self.on_track.append(bool(info["on_track"]))
+        self.tiles_visited = int(info["tiles_visited"])
+        self.num_tiles = int(info["num_tiles"])
+        self.lap_completed = bool(info["lap_complete"])
+
+    def finish(self, *, terminated: bool, truncated: bool, wall_seconds: float = float("nan"),
+               video: str = "") -> dict[str, Any]:
+        """The episode's metrics row (keys ``EPISODE_KEYS``)."""
+        self.terminated, self.truncated = bool(terminated), bool(truncated)
+        n = self.steps
+        pol, exp = np.asarray(self.policy_steer), np.asarray(self.expert_steer)
+        off = int(n - np.sum(self.on_track))
+        lat_ms = np.asarray(self.latency_s) * 1e3
+        return {
+            "seed": self.seed,
+            "return": self.episode_return,
+            "length": n,
+            "completion": self.tiles_visited / self.num_tiles if self.num_tiles else 0.0,
+            "tiles_visited": self.tiles_visited,
+            "num_tiles": self.num_tiles,
+            "lap_completed": self.lap_completed,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "off_track_steps": off,
+            "off_track_fraction": off / n if n else 0.0,
+            "steer_mae": float(np.mean(np.abs(pol - exp))) if n else float("nan"),
+            "steer_smoothness": float(np.mean(np.abs(np.diff(pol)))) if n > 1 else 0.0,
+            "expert_steer_smoothness": float(np.mean(np.abs(np.diff(exp)))) if n > 1 else 0.0,
+            "mean_speed": float(np.mean(self.speed)) if n else 0.0,
+            "latency_median_ms": _percentile(lat_ms, 50),
+            "latency_p95_ms": _percentile(lat_ms, 95),
+            "wall_seconds": float(wall_seconds),
+            "video": video,
+        }
+
+
+def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] = (),
+              **meta: Any) -> dict[str, Any]:
+    """Summary over episode rows -> the ``metrics.json`` dict.
+
+    ``latencies_ms``: every step's latency pooled over all episodes (the median/p95 of the run, not a
+    mean of per-episode medians). ``meta`` (policy name, seeds, config, ...) is stored as given.
+    """
+    returns = np.asarray([e["return"] for e in episodes], dtype=np.float64)
+    out: dict[str, Any] = dict(meta)
+    out.update(
+        num_episodes=len(episodes),
+        mean_return=float(returns.mean()) if len(returns) else float("nan"),
+        std_return=float(returns.std()) if len(returns) else float("nan"),
+        min_return=float(returns.min()) if len(returns) else float("nan"),
+        max_return=float(returns.max()) if len(returns) else float("nan"),
+        laps_completed=int(sum(bool(e["lap_completed"]) for e in episodes)),
+    )
+    for key in MEAN_KEYS:
+        values = [e[key] for e in episodes if not _isnan(e[key])]
+        out[f"mean_{key}"] = float(np.mean(values)) if values else float("nan")
+    out["std_completion"] = float(np.std([e["completion"] for e in episodes])) if episodes else float("nan")
+    lat = list(latencies_ms)
+    out["latency_median_ms"] = _percentile(lat, 50)
+    out["latency_p95_ms"] = _percentile(lat, 95)
+    out["latency_steps"] = len(lat)
+    out["episodes"] = list(episodes)
+    return out
+
+
+def _isnan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+# ----------------------------------------------------------------------------- writers (atomic)
+def _atomic_write_text(path: Path, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _jsonable(x: Any) -> Any:
+    """NaN/inf -> None (strict JSON), numpy scalars -> Python, recursively."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return _atomic_write_text(Path(path), json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
+
+
+def write_episodes_csv(path: str | Path, episodes: Sequence[dict[str, Any]]) -> Path:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(EPISODE_KEYS), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for e in episodes:
+        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in e.items()})
+    return _atomic_write_text(Path(path), buf.getvalue())
+
+
+def write_tensorboard(logdir: str | Path, summary: dict[str, Any]) -> Path:
+    """``eval/<metric>`` per episode (step = episode index) and ``eval/mean_<metric>`` summaries (step 0)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    logdir = Path(logdir)
+    writer = SummaryWriter(str(logdir))
+    try:
+        per_episode = ("return", "completion", "lap_completed", "off_track_steps", "steer_mae",
+                       "steer_smoothness", "mean_speed", "latency_median_ms", "length")
+        for i, e in enumerate(summary["episodes"]):
+            for key in per_episode:
+                if not _isnan(e[key]):
+                    writer.add_scalar(f"eval/{key}", float(e[key]), i)
+        for key, value in summary.items():
+            if (key.startswith(("mean_", "std_", "latency_")) or key == "laps_completed") \
+                    and isinstance(value, (int, float)) and not _isnan(float(value)):
+                writer.add_scalar(f"eval/{key}", float(value), 0)
+    finally:
+        writer.close()
+    return logdir
+
+
+def write_run(out_dir: str | Path, summary: dict[str, Any], *, tensorboard: bool = True) -> None:
+    """metrics.json + episodes.csv (+ tb/) for one evaluated policy."""
+    out_dir = Path(out_dir)
+    write_json(out_dir / "metrics.json", summary)
+    write_episodes_csv(out_dir / "episodes.csv", summary["episodes"])
+    if tensorboard:
+        write_tensorboard(out_dir / "tb", summary)
+
+
+# ----------------------------------------------------------------------------- comparison
+def _pm(mean: float, std: float, fmt: str) -> str:
+    return "n/a" if _isnan(mean) else f"{mean:{fmt}} ± {std:{fmt}}"
+
+
+def _num(x: float, fmt: str) -> str:
+    return "n/a" if x is None or _isnan(x) else f"{x:{fmt}}"
+
+
+def comparison_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """One markdown table, one row per (name, metrics.json summary), all on the same seeds."""
+    header = ("| policy | return | completion | laps | off-track steps | steer MAE | steer smoothness "
+              "| speed | latency median / p95 (ms) |")
+    lines = [header, "|" + "---|" * 9]
+    for name, s in rows:
+        n = s["num_episodes"]
+        lines.append(
+            f"| {name} | {_pm(s['mean_return'], s['std_return'], '.1f')} "
+            f"| {_pm(s['mean_completion'], s['std_completion'], '.3f')} "
+            f"| {s['laps_completed']}/{n} | {_num(s['mean_off_track_steps'], '.1f')} "
+            f"| {_num(s['mean_steer_mae'], '.3f')} | {_num(s['mean_steer_smoothness'], '.3f')} "
+            f"| {_num(s['mean_mean_speed'], '.1f')} "
+            f"| {_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')} |")
+    return "\n".join(lines) + "\n"
