@@ -20,6 +20,12 @@ Arrays of an episode (``T`` steps; step ``t`` = the frame seen *before* acting a
     time           float64 [T]                  seconds since the episode start (t * 0.02)
     meta           str                          JSON: episode_id, track_seed, env, action_space,
                                                 return, length, terminated, truncated, noise
+                                                (collect.py adds more: lap_complete, tiles, stats, ...)
+
+Optional ``final_<name>`` arrays hold ``<name>`` at the observation reached *after* the last step
+(``final_frames`` uint8 [96, 96, 3], ``final_privileged``, ``final_expert_action``, ...): shape of one
+step of ``<name>``, no leading ``T``. They let exporters that want ``T + 1`` observations (Minari)
+rebuild the episode exactly; the windowed loaders ignore them.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from torch.utils.data import Dataset
 CARD_NAME = "dataset.json"
 EPISODE_DIR = "episodes"
 REQUIRED_ARRAYS = ("frames", "action", "expert_action", "reward", "speed", "privileged", "time")
+FINAL_PREFIX = "final_"
 
 
 def episode_path(root: str | Path, episode_id: int) -> Path:
@@ -49,6 +56,7 @@ def _atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; datasets are meant to be shared and read by others
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -69,9 +77,16 @@ def write_episode(root: str | Path, episode_id: int, arrays: dict[str, np.ndarra
     missing = [k for k in REQUIRED_ARRAYS if k not in arrays]
     if missing:
         raise ValueError(f"write_episode: arrays is missing {missing}; expected at least {list(REQUIRED_ARRAYS)}")
-    lengths = {k: len(v) for k, v in arrays.items()}
+    steps = {k: v for k, v in arrays.items() if not k.startswith(FINAL_PREFIX)}
+    lengths = {k: len(v) for k, v in steps.items()}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"write_episode: arrays have different lengths {lengths}")
+    for k, v in arrays.items():
+        if k.startswith(FINAL_PREFIX):
+            base = k[len(FINAL_PREFIX):]
+            if base not in steps or np.shape(v) != np.shape(steps[base])[1:]:
+                want = np.shape(steps[base])[1:] if base in steps else f"a per-step array named {base!r}"
+                raise ValueError(f"write_episode: {k} must be one step of {base!r} (shape {want}), got shape {np.shape(v)}")
     path = episode_path(root, episode_id)
     meta = {**meta, "episode_id": int(episode_id), "length": int(lengths["frames"])}
     _atomic_write(path, lambda f: np.savez_compressed(f, meta=np.array(json.dumps(meta)), **arrays))
@@ -98,6 +113,13 @@ class DemoDataset:
         """All arrays of episode ``i`` (position in ``episodes``), decompressed."""
         with np.load(self.paths[i], allow_pickle=False) as z:
             return {k: z[k] for k in z.files if k != "meta"}
+
+
+def temp_files(root: str | Path) -> list[Path]:
+    """Leftovers of writes that were killed mid-way (SIGKILL skips the cleanup in ``_atomic_write``).
+    They are never read as data (their names do not match ``episode_*.npz``); collect.py removes them."""
+    root = Path(root)
+    return sorted([*root.glob(".*.tmp"), *(root / EPISODE_DIR).glob(".*.tmp")])
 
 
 def read_episode_meta(path: Path) -> dict:

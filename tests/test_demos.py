@@ -89,3 +89,28 @@ def test_splits_are_by_episode_and_disjoint():
 def test_json_atomic(tmp_path):
     demos.write_json_atomic(tmp_path / "a.json", {"x": 1})
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
+
+
+def test_final_arrays_are_one_step_and_optional(tmp_path):
+    ep = _episode(T=6)
+    ep["final_frames"] = ep["frames"][-1]
+    ep["final_privileged"] = ep["privileged"][-1]
+    demos.write_episode(tmp_path, 0, ep, {})
+    back = demos.open_dataset(tmp_path).load(0)
+    np.testing.assert_array_equal(back["final_frames"], ep["frames"][-1])
+    assert len(demos.WindowDataset(demos.open_dataset(tmp_path), window=2)) == 6, "final_ arrays are not steps"
+    bad = dict(ep, final_frames=ep["frames"][-2:])
+    with pytest.raises(ValueError, match="final_frames must be one step"):
+        demos.write_episode(tmp_path, 1, bad, {})
+    with pytest.raises(ValueError, match="final_nothing"):
+        demos.write_episode(tmp_path, 1, dict(ep, final_nothing=np.zeros(3)), {})
+
+
+def test_files_are_readable_by_others_and_temp_files_are_found(tmp_path):
+    path = demos.write_episode(tmp_path, 0, _episode(T=3), {})
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert demos.temp_files(tmp_path) == []
+    stale = tmp_path / "episodes" / ".episode_00001.npz.abc.tmp"
+    stale.write_bytes(b"killed mid-write")
+    assert demos.temp_files(tmp_path) == [stale]
+    assert len(demos.open_dataset(tmp_path)) == 1, "a temp file is never read as an episode"
