@@ -1,0 +1,228 @@
+"""Export a collect.py dataset (agent.demos format) as a Minari dataset.
+
+    python -m agent.minari_export data/carracing_continuous carracing/expert-continuous-v0
+    python collect.py --out data/carracing_continuous --episodes 0 --export-minari carracing/expert-continuous-v0
+
+Mapping (Minari's episode convention: ``T + 1`` observations, ``T`` actions):
+
+    observations  frames + final_frames        uint8 [T+1, 96, 96, 3]
+    actions       action (the EXECUTED action, DART noise included, so every transition is one the
+                  env really made; the expert's label is in infos)   float32 [T, 3] | int64 [T]
+    rewards, terminations, truncations          [T] (only the last step can be terminal/truncated)
+    infos         expert_action, speed, privileged, time (and expert_probs for discrete), each [T+1]
+                  (entry t belongs to observation t, as in minari.DataCollector)
+    seed          the episode's track seed (env.reset(seed=...) rebuilds the same track)
+
+Where it goes: Minari stores datasets under ``$MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``).
+To never write into the user's home by surprise, the export sets that variable only for the duration
+of the call, to ``--minari-path`` or by default ``DATA_DIR/minari``. Load it back with the same path:
+
+    MINARI_DATASETS_PATH=data/carracing_continuous/minari python -c \\
+        "import minari; print(minari.load_dataset('carracing/expert-continuous-v0'))"
+
+Frames are stored losslessly by default (``jpeg_encoding=False``); ``--jpeg`` trades exactness for
+size. Minari 0.5 writes HDF5 through ``h5py`` (``pip install "minari[hdf5]"``); ``EpisodeBuffer``s are
+built directly from the arrays (``DataCollector``/``add_step_data`` would need jax for nothing).
+A failed export removes its partial folder (Minari writes in place, not atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from agent import demos
+
+FRAME_SHAPE = (96, 96, 3)
+DT = 0.02  # seconds per CarRacing step (50 FPS)
+INFO_KEYS = ("expert_action", "speed", "privileged", "time", "expert_probs")
+
+
+@contextlib.contextmanager
+def _datasets_path(path: Path) -> Iterator[None]:
+    """Point MINARI_DATASETS_PATH at `path` for the block only, then restore the caller's value."""
+    old = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(path.resolve())
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MINARI_DATASETS_PATH", None)
+        else:
+            os.environ["MINARI_DATASETS_PATH"] = old
+
+
+def _spaces(action_space: str) -> tuple[gym.Space, gym.Space]:
+    obs = gym.spaces.Box(0, 255, shape=FRAME_SHAPE, dtype=np.uint8)
+    if action_space == "discrete":
+        return obs, gym.spaces.Discrete(5)
+    return obs, gym.spaces.Box(np.array([-1, 0, 0], np.float32), np.array([1, 1, 1], np.float32), dtype=np.float32)
+
+
+def _with_final(arrays: dict[str, np.ndarray], key: str) -> np.ndarray | None:
+    """`key` over the T+1 observations: the per-step array plus its final_ entry (None if there is none)."""
+    final = arrays.get(demos.FINAL_PREFIX + key)
+    if key not in arrays or final is None:
+        return None
+    return np.concatenate([arrays[key], np.asarray(final, dtype=arrays[key].dtype)[None]])
+
+
+def episode_buffer(arrays: dict[str, np.ndarray], meta: dict, index: int):
+    """One agent.demos episode as a minari EpisodeBuffer (see the module docstring for the mapping)."""
+    from minari.data_collector import EpisodeBuffer
+
+    obs = _with_final(arrays, "frames")
+    if obs is None:
+        raise ValueError(
+            f"episode {meta.get('episode_id')} has no final_frames array (written by an older collect.py?); "
+            "Minari needs the observation after the last step"
+        )
+    T = len(arrays["action"])
+    terminations = np.zeros(T, dtype=bool)
+    truncations = np.zeros(T, dtype=bool)
+    terminations[-1] = bool(meta.get("terminated", False))
+    truncations[-1] = bool(meta.get("truncated", False)) and not terminations[-1]
+    infos = {}
+    for key in INFO_KEYS:
+        full = _with_final(arrays, key)
+        if full is None and key == "time" and "time" in arrays:  # time is regular: extend it by one step
+            full = np.append(arrays["time"], arrays["time"][-1] + DT)
+        if full is not None:
+            infos[key] = full
+    seed = meta.get("track_seed")
+    return EpisodeBuffer(
+        id=index,
+        seed=int(seed) if seed is not None else None,
+        observations=obs,
+        actions=arrays["action"],
+        rewards=arrays["reward"].astype(np.float64),
+        terminations=terminations,
+        truncations=truncations,
+        infos=infos,
+    )
+
+
+def export_minari(
+    data_dir: str | Path,
+    dataset_id: str,
+    *,
+    datasets_path: str | Path | None = None,
+    jpeg: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Write `data_dir` as the Minari dataset `dataset_id` under `datasets_path` (default data_dir/minari).
+
+    Returns the dataset's folder. Raises ValueError for a malformed id, an existing dataset without
+    `overwrite`, or episodes that cannot be exported; FileNotFoundError for a missing dataset.
+    """
+    import minari
+    from minari.dataset.minari_dataset import parse_dataset_id
+
+    try:
+        parse_dataset_id(dataset_id)
+    except ValueError:
+        raise ValueError(
+            f"Minari dataset id must look like '[namespace/]name-v<version>', e.g. 'carracing/expert-v0'; got {dataset_id!r}"
+        ) from None
+    data = demos.open_dataset(data_dir)
+    root = Path(datasets_path) if datasets_path is not None else Path(data_dir) / "minari"
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"--minari-path {str(root)!r} is a file; expected a folder for Minari datasets")
+    target = root / dataset_id
+    if target.exists():
+        if not overwrite:
+            raise ValueError(f"Minari dataset {dataset_id!r} already exists at {str(target)!r}; pass --overwrite or a new -v<version>")
+        shutil.rmtree(target)
+    spaces = {data.episodes[i].get("action_space") for i in range(len(data))}
+    action_space = data.card.get("action_space") or (spaces.pop() if len(spaces) == 1 else None)
+    if action_space not in ("continuous", "discrete"):
+        raise ValueError(f"dataset {str(data_dir)!r} does not say its action space (card and episode metas disagree or lack it)")
+    obs_space, act_space = _spaces(action_space)
+    spec = gym.spec("CarRacing-v3")
+    env_spec = gym.envs.registration.EnvSpec(
+        id=spec.id, entry_point=spec.entry_point, reward_threshold=spec.reward_threshold,
+        max_episode_steps=int(data.card.get("config", {}).get("max_steps", 1000)),
+        kwargs={**spec.kwargs, "continuous": action_space == "continuous"},
+    )
+    buffers = [episode_buffer(data.load(i), data.episodes[i], i) for i in range(len(data))]
+    expert = data.card.get("expert", {})
+    root.mkdir(parents=True, exist_ok=True)
+    with _datasets_path(root), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`author_email` is set to None")
+        try:
+            minari.create_dataset_from_buffers(
+                dataset_id=dataset_id,
+                buffer=buffers,
+                env=env_spec,
+                eval_env=env_spec,
+                algorithm_name=f"PPO expert on privileged state ({expert.get('path', 'unknown')}), DART noise {data.card.get('config', {}).get('noise')}",
+                code_permalink="collect.py (this repository)",
+                author="nac-drive collect.py",
+                observation_space=obs_space,
+                action_space=act_space,
+                description=(
+                    "CarRacing-v3 frames recorded while a PPO expert (reading privileged state) drove; "
+                    "actions are the executed ones, infos['expert_action'] the expert's labels. "
+                    f"Exported from {Path(data_dir).resolve()} (card: dataset.json)."
+                ),
+                data_format="hdf5",
+                jpeg_encoding=jpeg,
+            )
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+    return target
+
+
+def load_minari(dataset_id: str, datasets_path: str | Path):
+    """minari.load_dataset with MINARI_DATASETS_PATH pointed at `datasets_path` (for tests and checks)."""
+    import minari
+
+    with _datasets_path(Path(datasets_path)):
+        return minari.load_dataset(dataset_id)
+
+
+@dataclass
+class ExportArgs:
+    data_dir: Path
+    dataset_id: str
+    minari_path: Path | None = None
+    jpeg: bool = False
+    overwrite: bool = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m agent.minari_export",
+        description="Convert a collect.py dataset to a Minari dataset (frames, executed actions, rewards, "
+        "terminations, truncations; expert labels in infos).",
+    )
+    p.add_argument("data_dir", type=Path, help="the --out folder of collect.py")
+    p.add_argument("dataset_id", help="Minari id '[namespace/]name-v<version>', e.g. carracing/expert-v0")
+    p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH to write under (default DATA_DIR/minari)")
+    p.add_argument("--jpeg", action="store_true", help="JPEG-encode frames (smaller, lossy); default lossless")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing Minari dataset of the same id")
+    args = ExportArgs(**vars(p.parse_args(argv)))
+    try:
+        path = export_minari(args.data_dir, args.dataset_id, datasets_path=args.minari_path, jpeg=args.jpeg, overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    root = path.parents[len(Path(args.dataset_id).parts) - 1]
+    print(f"exported Minari dataset {args.dataset_id!r} to {path}")
+    print(f"load it with: MINARI_DATASETS_PATH={root} python -c \"import minari; print(minari.load_dataset('{args.dataset_id}'))\"")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
