@@ -1,0 +1,602 @@
+"""Record a privileged PPO expert driving the rendered CarRacing env as a behaviour-cloning dataset.
+
+What makes this good BC data (and why each piece is here):
+
+* **Labels on the visited state.** Every step stores the frame the car actually saw and the expert's
+  action *for that state* (``expert_action``), whatever was executed. A student trained on these labels
+  learns what to do in the states it will reach, not only on the expert's ideal line.
+* **DART noise** (``noise``): the *executed* action is perturbed, the label is not, so the data shows the
+  car drifting off the line and the expert's corrections — the recoveries a pure-expert dataset lacks.
+  - continuous: Gaussian noise N(0, noise^2) on steer (env units, [-1, 1]; the wheel saturates at ±0.4)
+    and on the throttle axis gas − brake, then clipped; gas = max(throttle, 0), brake = max(−throttle, 0)
+    so gas and brake are never pressed together (the expert never does that either).
+  - discrete: with probability ``noise`` a uniformly random *other* action is executed.
+  One noise sample is held for ``noise_hold`` frames: at 50 Hz the steering joint slews at most
+  0.06 rad/frame, so independent per-frame noise mostly averages out and never moves the car off line.
+  The noise generator is seeded from the track seed, so an episode is reproducible.
+* **Track seeds**: episode ``k`` uses track ``seed + k``. The default ``seed`` 3,000,000 keeps collection
+  tracks disjoint from the expert's training draws [100,000, 2,000,000), its validation tracks
+  90,000–90,019, its card evaluation tracks 1000–1019 and evaluate.py's default tracks 1000.. . Every
+  seed below 100,000 is reserved for evaluation; collecting there prints a warning.
+* Each episode records whether it **finished the lap** (the lap-finished termination), tiles visited and
+  the fraction of perturbed steps, so a dataset can be filtered by quality.
+
+Robustness: each episode file and the card are written atomically (agent.demos); Ctrl-C or SIGTERM stops
+after discarding the unfinished episode; a SIGKILL can leave only a hidden ``.tmp`` that is never read and
+is removed by the next run. Re-running with the same ``out`` appends (episode ids and track seeds
+continue) if env, action space and expert (by SHA-256) match the dataset, and refuses otherwise. A lock
+file stops two collectors writing into one folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from agent import demos
+
+ENVS = ("carracing",)
+ACTION_SPACES = ("continuous", "discrete")
+DEFAULT_SEED = 3_000_000
+RESERVED_BELOW = 100_000  # evaluation/validation tracks of the project live below this seed
+DEFAULT_NOISE = 0.1
+DEFAULT_NOISE_HOLD = 5
+DEFAULT_EPISODES = 25
+DT = 0.02  # seconds per CarRacing step (50 FPS)
+STEER_BINS = np.linspace(-0.4, 0.4, 17)  # |steer| > 0.4 only saturates the wheel joint
+DISCRETE_NAMES = ("noop", "right", "left", "gas", "brake")
+NOISE_STREAM = 0xDA27  # mixed into the track seed for the DART generator
+FORMAT_VERSION = 1
+
+
+class CollectError(ValueError):
+    """A request collect.py refuses (bad argument, incompatible existing dataset); exit code 2."""
+
+
+def default_out(action_space: str) -> Path:
+    return Path(f"data/carracing_{action_space}")
+
+
+@dataclass
+class CollectConfig:
+    """Everything that decides what gets recorded. None means: the existing dataset's value, else the default."""
+
+    env: str = "carracing"
+    action_space: str = "continuous"
+    episodes: int = DEFAULT_EPISODES
+    max_steps: int = 1000
+    seed: int | None = None
+    noise: float | None = None
+    noise_hold: int | None = None
+    expert: Path | None = None
+    out: Path | None = None
+    progress: bool = True
+
+    def validate(self) -> None:
+        """Check the arguments before anything heavy is imported or any file is touched."""
+        if self.env not in ENVS:
+            raise CollectError(f"--env must be one of {list(ENVS)}, got {self.env!r}")
+        if self.action_space not in ACTION_SPACES:
+            raise CollectError(f"--action-space must be one of {list(ACTION_SPACES)}, got {self.action_space!r}")
+        if self.episodes < 1:
+            raise CollectError(f"--episodes must be >= 1 (episodes to add), got {self.episodes}")
+        if self.max_steps < 1:
+            raise CollectError(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.seed is not None and self.seed < 0:
+            raise CollectError(f"--seed must be >= 0 (first track seed), got {self.seed}")
+        if self.noise is not None:
+            if not math.isfinite(self.noise) or self.noise < 0:
+                raise CollectError(f"--noise must be a finite number >= 0, got {self.noise}")
+            if self.action_space == "discrete" and self.noise > 1:
+                raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {self.noise}")
+        if self.noise_hold is not None and self.noise_hold < 1:
+            raise CollectError(f"--noise-hold must be >= 1 frame, got {self.noise_hold}")
+        out = self.out_dir
+        if out.exists() and not out.is_dir():
+            raise CollectError(f"--out {str(out)!r} is a file; expected a dataset folder (new or from collect.py)")
+        if self.expert is not None and not Path(self.expert).is_file():
+            from agent.expert import _resolve  # repo-root fallback, like Expert.load
+
+            if not _resolve(Path(self.expert)).is_file():
+                raise CollectError(f"--expert file not found: {str(self.expert)!r} (expected an SB3 PPO .zip from agent.expert)")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out is not None else default_out(self.action_space)
+
+
+# ----------------------------------------------------------------------------------------------- noise
+class DartNoise:
+    """Perturbs the executed action around the expert's label (see the module docstring)."""
+
+    def __init__(self, action_space: str, sigma: float, hold: int, seed: int) -> None:
+        self.action_space, self.sigma, self.hold = action_space, float(sigma), int(hold)
+        self.rng = np.random.default_rng([seed, NOISE_STREAM])
+        self._eps = np.zeros(2)
+        self._other: int | None = None
+
+    def __call__(self, t: int, label: np.ndarray | int) -> np.ndarray | int:
+        if self.sigma == 0:
+            return label
+        new_block = t % self.hold == 0
+        if self.action_space == "discrete":
+            if new_block:
+                # The offset 1..4 added mod 5 picks a uniformly random action other than the label.
+                self._other = int(self.rng.integers(1, 5)) if self.rng.random() < self.sigma else None
+            return int(label) if self._other is None else (int(label) + self._other) % 5
+        if new_block:
+            self._eps = self.rng.normal(0.0, self.sigma, 2)
+        steer = float(np.clip(label[0] + self._eps[0], -1.0, 1.0))
+        throttle = float(np.clip(label[1] - label[2] + self._eps[1], -1.0, 1.0))
+        return np.array([steer, max(throttle, 0.0), max(-throttle, 0.0)], dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------------------------- episodes
+def action_stats(action_space: str, executed: np.ndarray, label: np.ndarray) -> dict[str, Any]:
+    """Small per-episode histograms (kept in the episode meta, summed into the card)."""
+    if action_space == "discrete":
+        return {
+            "executed_counts": np.bincount(executed, minlength=5).tolist(),
+            "label_counts": np.bincount(label, minlength=5).tolist(),
+        }
+    out: dict[str, Any] = {}
+    for name, a in (("executed", executed), ("label", label)):
+        out[f"{name}_steer_counts"] = np.histogram(np.clip(a[:, 0].astype(np.float64), -0.4, 0.4), STEER_BINS)[0].tolist()
+        out[f"{name}_gas_steps"] = int((a[:, 1] > 0).sum())
+        out[f"{name}_brake_steps"] = int((a[:, 2] > 0).sum())
+        out[f"{name}_gas_sum"] = float(a[:, 1].sum())
+        out[f"{name}_brake_sum"] = float(a[:, 2].sum())
+    return out
+
+
+def record_episode(
+    env: Any,
+    expert: Any,
+    track_seed: int,
+    noise: DartNoise,
+    *,
+    on_step: Callable[[], None] | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Drive one episode on track `track_seed`; returns the agent.demos arrays and meta."""
+    discrete = expert.action_space == "discrete"
+    frames, actions, labels, probs, rewards, speeds, priv = [], [], [], [], [], [], []
+    obs, info = env.reset(seed=int(track_seed))
+    terminated = truncated = False
+    t0 = time.perf_counter()
+    t = 0
+    while not (terminated or truncated):
+        label = expert.act(info["privileged"])
+        executed = noise(t, label)
+        frames.append(obs)
+        priv.append(info["privileged"])
+        speeds.append(info["speed"])
+        labels.append(label)
+        actions.append(executed)
+        if discrete:
+            probs.append(expert.action_probs(info["privileged"]))
+        obs, reward, terminated, truncated, info = env.step(executed)
+        rewards.append(reward)
+        t += 1
+        if on_step is not None:
+            on_step()
+    adtype = np.int64 if discrete else np.float32
+    arrays: dict[str, np.ndarray] = {
+        "frames": np.stack(frames).astype(np.uint8),
+        "action": np.asarray(actions, dtype=adtype),
+        "expert_action": np.asarray(labels, dtype=adtype),
+        "reward": np.asarray(rewards, dtype=np.float32),
+        "speed": np.asarray(speeds, dtype=np.float32),
+        "privileged": np.stack(priv).astype(np.float32),
+        "time": np.arange(t, dtype=np.float64) * DT,
+        # The state after the last step: exporters that want T+1 observations (Minari) need it.
+        "final_frames": np.asarray(obs, dtype=np.uint8),
+        "final_privileged": np.asarray(info["privileged"], dtype=np.float32),
+        "final_speed": np.float32(info["speed"]),
+        "final_time": np.float64(t * DT),
+        "final_expert_action": np.asarray(expert.act(info["privileged"]), dtype=adtype),
+    }
+    if discrete:
+        arrays["expert_probs"] = np.stack(probs).astype(np.float32)
+        arrays["final_expert_probs"] = np.asarray(expert.action_probs(info["privileged"]), dtype=np.float32)
+    a, lab = arrays["action"], arrays["expert_action"]
+    perturbed = (a != lab) if discrete else np.any(np.abs(a - lab) > 1e-6, axis=1)
+    meta = {
+        "track_seed": int(track_seed),
+        "env": "carracing",
+        "gym_id": "CarRacing-v3",
+        "action_space": expert.action_space,
+        "return": float(np.sum(arrays["reward"], dtype=np.float64)),
+        "terminated": bool(terminated),
+        "truncated": bool(truncated),
+        "lap_complete": bool(info["lap_complete"]),
+        "tiles_visited": int(info["tiles_visited"]),
+        "num_tiles": int(info["num_tiles"]),
+        "noise": noise.sigma,
+        "noise_hold": noise.hold,
+        "perturbed_fraction": float(perturbed.mean()),
+        "mean_speed": float(arrays["speed"].mean()),
+        "stats": action_stats(expert.action_space, a, lab),
+        "wall_s": time.perf_counter() - t0,
+    }
+    return arrays, meta
+
+
+# ----------------------------------------------------------------------------------------------- the card
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def expert_summary(expert: Any) -> dict[str, Any]:
+    """What the dataset card keeps about the expert: identity and its own card's headline numbers."""
+    card = expert.card or {}
+    ev = card.get("evaluation", {})
+    return {
+        "path": str(expert.path),
+        "sha256": file_sha256(Path(expert.path)),
+        "action_space": expert.action_space,
+        "algorithm": card.get("algorithm"),
+        "train_seeds": card.get("train_seeds"),
+        "selection_seeds": card.get("selection", {}).get("seeds"),
+        "evaluation": {k: ev.get(k) for k in ("seeds", "mean_return", "std_return", "laps_finished", "episodes")} if ev else None,
+    }
+
+
+def _mean_std(x: list[float]) -> dict[str, float | None]:
+    if not x:
+        return {"mean": None, "std": None, "min": None, "max": None}
+    a = np.asarray(x, dtype=np.float64)
+    return {"mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()), "max": float(a.max())}
+
+
+def build_card(
+    config: dict, expert: dict, runs: list[dict], metas: list[dict], feature_names: list[str] | None = None
+) -> dict[str, Any]:
+    """The dataset card, derived from the episode metas (so it is right even after a crash between an
+    episode file and its card update)."""
+    space = config["action_space"]
+    returns = [m["return"] for m in metas]
+    stats = [m.get("stats", {}) for m in metas]
+
+    def total(key: str) -> Any:
+        vals = [s[key] for s in stats if key in s]
+        if not vals:
+            return None
+        return np.sum(np.asarray(vals), axis=0).tolist()
+
+    if space == "discrete":
+        hist = {
+            "names": list(DISCRETE_NAMES),
+            "executed": total("executed_counts"),
+            "label": total("label_counts"),
+        }
+    else:
+        steps = max(1, sum(m["length"] for m in metas))
+        hist = {"steer_bin_edges": STEER_BINS.round(3).tolist()}
+        for name in ("executed", "label"):
+            hist[name] = {
+                "steer_counts": total(f"{name}_steer_counts"),
+                "gas_fraction": (total(f"{name}_gas_steps") or 0) / steps,
+                "brake_fraction": (total(f"{name}_brake_steps") or 0) / steps,
+                "mean_gas": (total(f"{name}_gas_sum") or 0.0) / steps,
+                "mean_brake": (total(f"{name}_brake_sum") or 0.0) / steps,
+            }
+    seeds = [m["track_seed"] for m in metas]
+    steps_total = int(sum(m["length"] for m in metas))
+    return {
+        "format": f"agent.demos v{FORMAT_VERSION} (see the agent/demos.py docstring)",
+        "env": config["env"],
+        "gym_id": "CarRacing-v3",
+        "action_space": space,
+        "frame_shape": [96, 96, 3],
+        "dt": DT,
+        "config": config,
+        "seeds": {
+            "rule": "episode k uses track seed config.seed + k",
+            "first": min(seeds) if seeds else None,
+            "last": max(seeds) if seeds else None,
+            "why": "disjoint from the expert's training draws [100000, 2000000), its validation 90000.. and card "
+                   "evaluation 1000.. tracks, and evaluate.py's default 1000..; seeds < 100000 are for evaluation",
+        },
+        "expert": expert,
+        "counts": {
+            "episodes": len(metas),
+            "steps": steps_total,
+            "hours_of_driving": steps_total * DT / 3600,
+            "laps_finished": int(sum(m.get("lap_complete", False) for m in metas)),
+            "terminated": int(sum(m["terminated"] for m in metas)),
+            "truncated": int(sum(m["truncated"] for m in metas)),
+            "perturbed_steps": int(sum(round(m.get("perturbed_fraction", 0) * m["length"]) for m in metas)),
+        },
+        "returns": _mean_std(returns),
+        "action_histogram": hist,
+        "feature_names": feature_names,
+        "episodes": [
+            {k: m.get(k) for k in ("episode_id", "track_seed", "return", "length", "lap_complete", "tiles_visited",
+                                   "num_tiles", "terminated", "truncated", "noise", "perturbed_fraction")}
+            for m in metas
+        ],
+        "runs": runs,
+    }
+
+
+# ----------------------------------------------------------------------------------------------- resume
+@dataclass
+class Existing:
+    """What an --out folder already holds."""
+
+    metas: list[dict] = field(default_factory=list)
+    card: dict = field(default_factory=dict)
+
+    @property
+    def next_id(self) -> int:
+        return max((m["episode_id"] for m in self.metas), default=-1) + 1
+
+
+def inspect_out(out: Path) -> Existing:
+    """Read an existing dataset folder (or nothing); refuse folders that are not datasets."""
+    if not out.exists():
+        return Existing()
+    entries = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+    known = {demos.EPISODE_DIR, demos.CARD_NAME, "minari"}
+    files = sorted((out / demos.EPISODE_DIR).glob("episode_*.npz"))
+    if entries - known:
+        raise CollectError(
+            f"--out {str(out)!r} is a folder that is not a collect.py dataset (it holds {sorted(entries - known)[:5]}); "
+            "choose an empty or new folder"
+        )
+    if not files:
+        return Existing()
+    try:
+        ds = demos.open_dataset(out)
+    except ValueError as e:
+        raise CollectError(str(e)) from None
+    return Existing(metas=ds.episodes, card=ds.card)
+
+
+def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, expert_path: str) -> dict:
+    """The settings this run inherits from the dataset; CollectError if it may not append to it."""
+    first = existing.metas[0]
+    old_cfg = existing.card.get("config", {})
+    out = cfg.out_dir
+    for key, want in (("env", cfg.env), ("action_space", cfg.action_space)):
+        have = first.get(key)
+        if have != want:
+            raise CollectError(
+                f"--out {str(out)!r} holds a {key}={have!r} dataset, this run asks for {key}={want!r}; "
+                "use another --out (datasets never mix)"
+            )
+    have_sha = first.get("expert_sha256")
+    if have_sha and have_sha != expert_sha:
+        raise CollectError(
+            f"--out {str(out)!r} was recorded with a different expert ({existing.card.get('expert', {}).get('path', '?')}, "
+            f"sha256 {have_sha[:12]}), this run uses {expert_path} (sha256 {expert_sha[:12]}); use another --out"
+        )
+    base = int(first["track_seed"]) - int(first["episode_id"])
+    if cfg.seed is not None and cfg.seed != base:
+        raise CollectError(
+            f"--out {str(out)!r} uses track seeds {base}+episode id; --seed {cfg.seed} would break that rule. "
+            "Leave --seed out to continue, or use another --out"
+        )
+    return {
+        "seed": base,
+        "noise": old_cfg.get("noise", first.get("noise", DEFAULT_NOISE)),
+        "noise_hold": old_cfg.get("noise_hold", first.get("noise_hold", DEFAULT_NOISE_HOLD)),
+    }
+
+
+@contextlib.contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    """An flock on OUT/.lock: a second collector into the same folder fails fast; the OS drops the lock
+    when the process dies, so a killed run never leaves a stale lock."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CollectError(f"another collect.py is writing into {str(out)!r}; wait for it or use another --out") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """`kill PID` stops like Ctrl-C: the unfinished episode is dropped and the summary printed."""
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+# ----------------------------------------------------------------------------------------------- the run
+@dataclass
+class CollectResult:
+    out: Path
+    episodes_added: int
+    steps_added: int
+    episodes_total: int
+    steps_total: int
+    mean_return_added: float | None
+    laps_added: int
+    steps_per_s: float
+    interrupted: bool
+    first_seed: int | None
+    last_seed: int | None
+
+    def summary(self) -> str:
+        what = "interrupted: " if self.interrupted else ""
+        seeds = f", track seeds {self.first_seed}..{self.last_seed}" if self.episodes_added else ""
+        ret = f", mean return {self.mean_return_added:.1f}, laps {self.laps_added}/{self.episodes_added}" if self.episodes_added else ""
+        return (
+            f"{what}saved {self.episodes_added} new episode(s) ({self.steps_added} steps{seeds}{ret}) at "
+            f"{self.steps_per_s:.0f} steps/s; {self.out} now holds {self.episodes_total} episodes, {self.steps_total} steps"
+        )
+
+
+def collect(
+    cfg: CollectConfig,
+    *,
+    command: str | None = None,
+    log: Callable[[str], None] = print,
+    after_episode: Callable[[int], None] | None = None,
+) -> CollectResult:
+    """Collect `cfg.episodes` new episodes into `cfg.out_dir`. Ctrl-C/SIGTERM end it cleanly
+    (result.interrupted); `after_episode(episode_id)` is a hook for tests and callers."""
+    cfg.validate()
+    from tqdm import tqdm
+
+    from agent.expert import CARD_EVAL_SEEDS, VALIDATION_SEEDS, Expert
+    from envs.carracing import FEATURE_NAMES, make_carracing
+
+    out = cfg.out_dir
+    try:
+        expert = Expert.load(cfg.expert, cfg.action_space)
+    except (FileNotFoundError, ValueError) as e:
+        hint = ""
+        if "expert, but action_space" in str(e):
+            other = "discrete" if cfg.action_space == "continuous" else "continuous"
+            hint = f" (pass --action-space {other} or an expert for {cfg.action_space})"
+        raise CollectError(f"{e}{hint}") from None
+    exp = expert_summary(expert)
+    existing = inspect_out(out)
+    with folder_lock(out):
+        for tmp in demos.temp_files(out):  # leftovers of a SIGKILLed write; never data
+            tmp.unlink(missing_ok=True)
+        existing = inspect_out(out)
+        if existing.metas:
+            inherited = check_compatible(existing, cfg, exp["sha256"], exp["path"])
+            seed = inherited["seed"]
+            noise = cfg.noise if cfg.noise is not None else inherited["noise"]
+            hold = cfg.noise_hold if cfg.noise_hold is not None else inherited["noise_hold"]
+            config = existing.card.get("config") or {}
+        else:
+            seed = cfg.seed if cfg.seed is not None else DEFAULT_SEED
+            noise = cfg.noise if cfg.noise is not None else DEFAULT_NOISE
+            hold = cfg.noise_hold if cfg.noise_hold is not None else DEFAULT_NOISE_HOLD
+            config = {}
+        if cfg.action_space == "discrete" and noise > 1:
+            raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {noise}")
+        first_id = existing.next_id
+        seeds = range(seed + first_id, seed + first_id + cfg.episodes)
+        reserved = set(seeds) & (set(range(RESERVED_BELOW)) | set(CARD_EVAL_SEEDS) | set(VALIDATION_SEEDS))
+        if reserved:
+            log(f"warning: track seeds {min(reserved)}..{max(reserved)} are evaluation/validation seeds "
+                f"(< {RESERVED_BELOW}); a student trained on them would be tested on tracks it has seen")
+        config = {
+            **config,
+            "env": cfg.env,
+            "action_space": cfg.action_space,
+            "seed": seed,
+            "noise": config.get("noise", noise),
+            "noise_hold": config.get("noise_hold", hold),
+            "max_steps": config.get("max_steps", cfg.max_steps),
+            "noise_model": (
+                "continuous: N(0, noise^2) added to steer and to throttle=gas-brake, clipped, held noise_hold frames"
+                if cfg.action_space == "continuous"
+                else "discrete: with probability noise a uniformly random other action, decided every noise_hold frames"
+            ),
+            "render": True,
+        }
+        runs = list(existing.card.get("runs", []))
+        run = {
+            "command": command,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "first_episode_id": first_id,
+            "episodes_requested": cfg.episodes,
+            "noise": noise,
+            "noise_hold": hold,
+            "max_steps": cfg.max_steps,
+            "episodes_added": 0,
+            "steps_added": 0,
+            "interrupted": False,
+        }
+        runs.append(run)
+        metas = list(existing.metas)
+
+        env = make_carracing(cfg.action_space, render=True, max_episode_steps=cfg.max_steps)
+        added: list[dict] = []
+        steps = 0
+        t_start = time.perf_counter()
+        bar = tqdm(total=cfg.episodes, unit="ep", desc=f"collect {out.name}", disable=not cfg.progress, dynamic_ncols=True)
+
+        def postfix() -> None:
+            rate = steps / max(time.perf_counter() - t_start, 1e-9)
+            rets = [m["return"] for m in added]
+            bar.set_postfix(steps_s=f"{rate:.0f}", mean_return=f"{np.mean(rets):.1f}" if rets else "-",
+                            laps=sum(m["lap_complete"] for m in added), refresh=False)
+
+        def on_step() -> None:
+            nonlocal steps
+            steps += 1
+            if steps % 50 == 0:
+                postfix()
+                bar.refresh()
+
+        interrupted = False
+        try:
+            with sigterm_as_interrupt():
+                for k, track_seed in enumerate(seeds):
+                    episode_id = first_id + k
+                    arrays, meta = record_episode(env, expert, track_seed, DartNoise(cfg.action_space, noise, hold, track_seed), on_step=on_step)
+                    meta.update(max_steps=cfg.max_steps, expert_sha256=exp["sha256"],
+                                collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                    demos.write_episode(out, episode_id, arrays, meta)
+                    meta = {**meta, "episode_id": episode_id, "length": len(arrays["action"])}
+                    metas.append(meta)
+                    added.append(meta)
+                    run.update(episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)))
+                    demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, list(FEATURE_NAMES)))
+                    postfix()
+                    bar.update(1)
+                    if after_episode is not None:
+                        after_episode(episode_id)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            bar.close()
+            env.close()
+        if interrupted:
+            run["interrupted"] = True
+            # The card may lag by the episode whose write was interrupted; rebuild it from the files.
+            metas = inspect_out(out).metas
+            if metas:
+                demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, list(FEATURE_NAMES)))
+        elapsed = time.perf_counter() - t_start
+        steps_added = int(sum(m["length"] for m in added))
+        return CollectResult(
+            out=out,
+            episodes_added=len(added),
+            steps_added=steps_added,
+            episodes_total=len(metas),
+            steps_total=int(sum(m["length"] for m in metas)),
+            mean_return_added=float(np.mean([m["return"] for m in added])) if added else None,
+            laps_added=int(sum(m["lap_complete"] for m in added)),
+            steps_per_s=steps / max(elapsed, 1e-9),
+            interrupted=interrupted,
+            first_seed=added[0]["track_seed"] if added else None,
+            last_seed=added[-1]["track_seed"] if added else None,
+        )
+

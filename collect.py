@@ -1,0 +1,102 @@
+"""Record a PPO expert driving CarRacing as a behaviour-cloning dataset (frames + expert labels).
+
+    python collect.py                                   # 25 continuous episodes -> data/carracing_continuous
+    python collect.py --action-space discrete --episodes 30 --noise 0.1
+    python collect.py --out data/carracing_continuous --episodes 10     # appends 10 more episodes
+    python collect.py --episodes 2 --max-steps 200 --out /tmp/tiny --export-minari carracing/tiny-v0
+
+The loop lives in agent/collector.py (DART noise, seeds, resume rules); the format in agent/demos.py;
+the Minari exporter in agent/minari_export.py (also `python -m agent.minari_export DATA_DIR ID`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from agent.collector import (
+    DEFAULT_EPISODES,
+    DEFAULT_NOISE,
+    DEFAULT_NOISE_HOLD,
+    DEFAULT_SEED,
+    CollectConfig,
+    CollectError,
+)
+
+
+@dataclass
+class Args(CollectConfig):
+    """collect.py's arguments: the collection config plus the optional Minari export."""
+
+    export_minari: str | None = None
+    minari_path: Path | None = None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
+        self.exit(2, f"error: {message} (see python collect.py --help)\n")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    p = _Parser(
+        prog="python collect.py",
+        description="Drive the rendered CarRacing env with a privileged PPO expert and record frames, executed "
+        "actions, the expert's labels (and discrete probabilities), reward, speed, privileged state and time, "
+        "one compressed file per episode plus a dataset card (dataset.json).",
+        epilog="Episode k uses track seed SEED+k. The default seed 3000000 is disjoint from the expert's training "
+        "[100000, 2000000), validation (90000..) and evaluation (1000..) tracks. Re-running with the same --out "
+        "appends episodes (same env, action space and expert required). Ctrl-C stops cleanly.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    d = Args()
+    p.add_argument("--env", default=d.env, help="environment (only 'carracing')")
+    p.add_argument("--action-space", default=d.action_space, help="continuous | discrete")
+    p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="episodes to ADD in this run")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="steps per episode (env truncation)")
+    p.add_argument("--seed", type=int, default=None, help=f"first track seed (default {DEFAULT_SEED}, or the existing dataset's)")
+    p.add_argument("--noise", type=float, default=None,
+                   help=f"DART noise on the executed action (default {DEFAULT_NOISE}): continuous = std of Gaussian noise "
+                        "on steer and throttle; discrete = probability of a random other action")
+    p.add_argument("--noise-hold", type=int, default=None, help=f"frames each noise sample is held (default {DEFAULT_NOISE_HOLD})")
+    p.add_argument("--expert", type=Path, default=None, help="SB3 PPO .zip (default: the shipped checkpoints/expert_carracing_<space>.zip)")
+    p.add_argument("--out", type=Path, default=None, help="dataset folder (default data/carracing_<action-space>)")
+    p.add_argument("--export-minari", metavar="ID", default=None, help="afterwards, export the whole dataset as Minari dataset ID (e.g. carracing/expert-v0)")
+    p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH for --export-minari (default OUT/minari)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
+    return Args(**vars(p.parse_args(argv)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no window: the env renders off-screen
+    try:
+        args = parse_args(argv)
+        args.validate()
+        from agent.collector import collect
+
+        result = collect(args, command="python collect.py " + shlex.join(argv), log=lambda m: print(m, file=sys.stderr))
+        print(result.summary())
+        if result.interrupted:
+            return 130
+        if args.export_minari:
+            from agent.minari_export import export_minari
+
+            path = export_minari(args.out_dir, args.export_minari, datasets_path=args.minari_path)
+            print(f"exported Minari dataset {args.export_minari!r} to {path} "
+                  f"(load with MINARI_DATASETS_PATH={path.parents[len(Path(args.export_minari).parts) - 1]})")
+    except (CollectError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before collection started or during the export: nothing half-written stays
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,242 @@
+"""collect.py: real env + shipped experts; frames replay exactly, DART labels, interruption, append, errors, Minari."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent import demos
+from agent.collector import DEFAULT_SEED, CollectConfig, CollectError, DartNoise, collect
+from agent.expert import DEFAULT_EXPERT_PATHS, REPO_ROOT, Expert
+from envs.carracing import N_FEATURES, make_carracing
+
+import collect as collect_cli
+
+STEPS = 30
+
+
+def _collect(out, **kw):
+    kw.setdefault("max_steps", STEPS)
+    return collect(CollectConfig(out=Path(out), progress=False, **kw), log=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def continuous_ds(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cont") / "data"
+    res = _collect(out, episodes=2, noise=0.3, noise_hold=2)
+    return out, res
+
+
+# ----------------------------------------------------------------------------------------------- noise model
+def test_dart_noise_continuous_and_discrete():
+    label = np.array([0.1, 0.6, 0.0], dtype=np.float32)
+    assert DartNoise("continuous", 0.0, 1, seed=1)(0, label) is label
+    noise = DartNoise("continuous", 0.3, 4, seed=1)
+    out = np.array([noise(t, label) for t in range(400)])
+    assert np.all(out[:, 0] >= -1) and np.all(out[:, 0] <= 1) and np.all(out[:, 1:] >= 0) and np.all(out[:, 1:] <= 1)
+    assert not np.any((out[:, 1] > 0) & (out[:, 2] > 0)), "gas and brake are never pressed together"
+    assert np.all(out[0:4] == out[0]) and not np.all(out[4] == out[0]), "one noise sample is held noise_hold frames"
+    assert 0.2 < np.std(out[::4, 0]) < 0.4  # steer noise has the requested scale
+
+    assert all(DartNoise("discrete", 0.0, 1, seed=2)(t, 3) == 3 for t in range(50))
+    assert all(DartNoise("discrete", 1.0, 1, seed=2)(t, 3) != 3 for t in range(200))
+    noise = DartNoise("discrete", 0.3, 1, seed=2)
+    acts = np.array([noise(t, 3) for t in range(3000)])
+    assert 0.25 < np.mean(acts != 3) < 0.35
+    assert set(acts[acts != 3]) == {0, 1, 2, 4}, "a random OTHER action, each of them"
+
+
+# ----------------------------------------------------------------------------------------------- recording
+def test_frames_replay_exactly_and_labels_are_the_experts(continuous_ds):
+    out, res = continuous_ds
+    ds = demos.open_dataset(out)
+    assert len(ds) == 2 and res.episodes_added == 2 and not res.interrupted
+    expert = Expert.load(None, "continuous")
+    for i, meta in enumerate(ds.episodes):
+        assert meta["episode_id"] == i and meta["track_seed"] == DEFAULT_SEED + i
+        ep = ds.load(i)
+        T = meta["length"]
+        assert T == STEPS and meta["truncated"] and not meta["terminated"]
+        assert ep["frames"].shape == (T, 96, 96, 3) and ep["frames"].dtype == np.uint8
+        assert ep["action"].shape == ep["expert_action"].shape == (T, 3)
+        assert ep["action"].dtype == ep["expert_action"].dtype == np.float32
+        assert ep["privileged"].shape == (T, N_FEATURES) and ep["reward"].dtype == np.float32
+        np.testing.assert_allclose(ep["time"], np.arange(T) * 0.02)
+        assert "expert_probs" not in ep
+        # Replay the executed actions on the same track in a fresh env: identical frames and rewards.
+        env = make_carracing("continuous", render=True, max_episode_steps=STEPS)
+        obs, info = env.reset(seed=meta["track_seed"])
+        for t in range(T):
+            np.testing.assert_array_equal(ep["frames"][t], obs, err_msg=f"frame {t} of episode {i}")
+            np.testing.assert_array_equal(ep["privileged"][t], info["privileged"])
+            # The label is the expert's action on the state actually visited.
+            np.testing.assert_allclose(ep["expert_action"][t], expert.act(info["privileged"]), atol=1e-6)
+            obs, r, term, trunc, info = env.step(ep["action"][t])
+            assert ep["reward"][t] == np.float32(r)
+        np.testing.assert_array_equal(ep["final_frames"], obs)
+        env.close()
+        # DART: noise > 0 makes the executed action differ from the label.
+        assert np.any(np.abs(ep["action"] - ep["expert_action"]) > 1e-3)
+        assert meta["perturbed_fraction"] > 0.5
+
+
+def test_card_is_consistent_with_the_files(continuous_ds):
+    out, _ = continuous_ds
+    card = json.loads((out / "dataset.json").read_text())
+    ds = demos.open_dataset(out)
+    assert card["counts"]["episodes"] == 2 and card["counts"]["steps"] == ds.num_steps == 2 * STEPS
+    assert card["action_space"] == "continuous" and card["config"]["seed"] == DEFAULT_SEED
+    assert card["config"]["noise"] == 0.3 and card["expert"]["sha256"] and card["expert"]["evaluation"]
+    assert [e["track_seed"] for e in card["episodes"]] == [DEFAULT_SEED, DEFAULT_SEED + 1]
+    np.testing.assert_allclose(card["returns"]["mean"], np.mean([m["return"] for m in ds.episodes]))
+    hist = card["action_histogram"]
+    assert sum(hist["label"]["steer_counts"]) == sum(hist["executed"]["steer_counts"]) == 2 * STEPS
+    assert card["counts"]["laps_finished"] == 0  # 30 steps never finish a lap
+    assert len(card["runs"]) == 1 and card["runs"][0]["episodes_added"] == 2
+
+
+def test_discrete_noise_zero_executes_the_label(tmp_path):
+    res = _collect(tmp_path / "d", action_space="discrete", episodes=1, noise=0.0, max_steps=25)
+    ds = demos.open_dataset(tmp_path / "d")
+    ep = ds.load(0)
+    assert ep["action"].dtype == ep["expert_action"].dtype == np.int64 and ep["action"].shape == (25,)
+    np.testing.assert_array_equal(ep["action"], ep["expert_action"])
+    assert ep["expert_probs"].shape == (25, 5) and ep["expert_probs"].dtype == np.float32
+    np.testing.assert_allclose(ep["expert_probs"].sum(1), 1, atol=1e-5)
+    np.testing.assert_array_equal(ep["expert_probs"].argmax(1), ep["expert_action"])
+    assert ds.episodes[0]["perturbed_fraction"] == 0 and res.steps_added == 25
+    card = ds.card
+    assert sum(card["action_histogram"]["label"]) == 25 and card["action_histogram"]["label"] == card["action_histogram"]["executed"]
+
+
+# ----------------------------------------------------------------------------------------------- resume
+def test_rerun_appends_and_refuses_incompatible(tmp_path):
+    out = tmp_path / "d"
+    _collect(out, episodes=1, max_steps=10)
+    (out / "episodes" / ".episode_00001.npz.x.tmp").write_bytes(b"half a file from a SIGKILL")
+    res = _collect(out, episodes=1, max_steps=10)
+    ds = demos.open_dataset(out)
+    assert [m["episode_id"] for m in ds.episodes] == [0, 1] and res.episodes_total == 2
+    assert [m["track_seed"] for m in ds.episodes] == [DEFAULT_SEED, DEFAULT_SEED + 1]
+    assert not demos.temp_files(out), "stale temp files are removed"
+    assert len(ds.card["runs"]) == 2 and ds.card["counts"]["episodes"] == 2
+    with pytest.raises(CollectError, match="action_space='continuous'"):
+        _collect(out, action_space="discrete", episodes=1)
+    with pytest.raises(CollectError, match="--seed 5"):
+        _collect(out, episodes=1, seed=5)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not a dataset")
+    with pytest.raises(CollectError, match="not a collect.py dataset"):
+        _collect(tmp_path / "other", episodes=1)
+
+
+def test_exception_mid_run_keeps_finished_episodes(tmp_path, monkeypatch):
+    """An exception in episode 2 (here Ctrl-C, injected mid-episode) drops only that episode."""
+    import agent.collector as collector
+
+    real = collector.record_episode
+    calls = {"n": 0}
+
+    def flaky(env, expert, seed, noise, on_step=None):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            env.reset(seed=seed)
+            raise KeyboardInterrupt
+        return real(env, expert, seed, noise, on_step=on_step)
+
+    monkeypatch.setattr(collector, "record_episode", flaky)
+    res = _collect(tmp_path / "d", episodes=3, max_steps=10)
+    assert res.interrupted and res.episodes_added == 1 and "interrupted" in res.summary()
+    ds = demos.open_dataset(tmp_path / "d")
+    assert len(ds) == 1 and ds.card["counts"]["episodes"] == 1 and ds.card["runs"][-1]["interrupted"]
+    assert not demos.temp_files(tmp_path / "d")
+
+
+def test_killed_cli_leaves_readable_data(tmp_path):
+    out = tmp_path / "d"
+    cmd = [sys.executable, "collect.py", "--episodes", "500", "--max-steps", "40", "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "episodes" / "episode_00000.npz").exists():
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "interrupted: saved" in stdout and "Traceback" not in stderr
+    ds = demos.open_dataset(out)
+    assert 1 <= len(ds) < 500 and ds.card["counts"]["episodes"] == len(ds)
+    for i in range(len(ds)):
+        assert ds.load(i)["frames"].shape == (40, 96, 96, 3)
+    assert not demos.temp_files(out)
+
+
+# ----------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env", "doom"], "--env must be one of"),
+        (["--action-space", "hybrid"], "--action-space must be one of"),
+        (["--episodes", "0"], "--episodes must be >= 1"),
+        (["--noise", "-0.1"], "--noise must be a finite number >= 0"),
+        (["--action-space", "discrete", "--noise", "1.5"], "probability"),
+        (["--expert", "no/such/expert.zip"], "--expert file not found"),
+        (["--out", "README.md"], "is a file"),
+        (["--action-space", "discrete", "--expert", str(DEFAULT_EXPERT_PATHS["continuous"])], "'continuous' expert"),
+    ],
+)
+def test_bad_arguments_give_one_line_errors(argv, message, capsys, tmp_path):
+    cwd = os.getcwd()
+    os.chdir(REPO_ROOT)
+    try:
+        if "--out" not in argv:
+            argv = [*argv, "--out", str(tmp_path / "d")]
+        assert collect_cli.main(argv) == 2
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "d").exists(), "a refused run creates nothing"
+
+
+def test_cli_errors_without_traceback(tmp_path):
+    r = subprocess.run([sys.executable, "collect.py", "--episodes", "abc", "--out", str(tmp_path / "d")],
+                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr
+    assert "--episodes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------------------------- Minari
+def test_minari_export_roundtrip(continuous_ds, tmp_path):
+    pytest.importorskip("h5py", reason="Minari 0.5 stores datasets with h5py (pip install 'minari[hdf5]')")
+    from agent.minari_export import export_minari, load_minari
+
+    out, _ = continuous_ds
+    before = os.environ.get("MINARI_DATASETS_PATH")
+    path = export_minari(out, "carracing/test-v0", datasets_path=tmp_path / "minari")
+    assert os.environ.get("MINARI_DATASETS_PATH") == before, "the export must not leak its datasets path"
+    assert path.is_dir() and tmp_path / "minari" in path.parents
+    m = load_minari("carracing/test-v0", tmp_path / "minari")
+    ds = demos.open_dataset(out)
+    assert m.total_episodes == 2 and m.total_steps == ds.num_steps
+    for i, e in enumerate(m.iterate_episodes()):
+        ep = ds.load(i)
+        np.testing.assert_array_equal(e.actions, ep["action"])
+        np.testing.assert_array_equal(e.observations[:-1], ep["frames"])  # lossless by default
+        np.testing.assert_array_equal(e.observations[-1], ep["final_frames"])
+        np.testing.assert_array_equal(e.infos["expert_action"][:-1], ep["expert_action"])
+        np.testing.assert_allclose(e.rewards, ep["reward"])
+        assert e.truncations[-1] and not e.truncations[:-1].any() and not e.terminations.any()
+    with pytest.raises(ValueError, match="already exists"):
+        export_minari(out, "carracing/test-v0", datasets_path=tmp_path / "minari")
+    with pytest.raises(ValueError, match="must look like"):
+        export_minari(out, "no version", datasets_path=tmp_path / "minari")
