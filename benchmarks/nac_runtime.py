@@ -64,7 +64,7 @@ class Args:
     models: str = ",".join(ALL_MODELS)
     sweep: str = "256,1024,4096,16384"
     sweep_models: str = ",".join(SWEEP_MODELS)
-    budget: float = 30.0
+    budget: float = 20.0
     threads: int = 2
     memory: bool = True
     quick: bool = False

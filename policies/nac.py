@@ -324,14 +324,17 @@ def select_blocks(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_p
     m = min(nb, math.ceil(topk / b) + 1 + BLOCK_MARGIN)
     block_score, kept = scores.topk(m, dim=-1)  # [B, H, Tq, m]
 
-    # exact scores inside the kept blocks, top K; queries in chunks small enough to stay in cache.
-    # Whole blocks are copied as contiguous rows of b*d floats (F.embedding: the fastest CPU row gather).
+    # exact scores inside the kept blocks, top K; queries in chunks, whole blocks copied as contiguous
+    # rows of b*d floats into one reused buffer (a fresh multi-MB tensor per chunk costs page faults).
     in_block = torch.where(block_score > -math.inf, n[:, None, :, None] - kept * b, 0)  # visible keys per block
     flat_blocks = k.view(B * H * nb, b * d)
     first = (torch.arange(B * H, device=q.device) * nb).view(B, H, 1, 1)
+    chunks = _chunks(Tq, B * H * m * b * d, BLOCK_CHUNK_ELEMENTS)
+    buffer = flat_blocks.new_empty(B * H * (chunks[0].stop - chunks[0].start) * m, b * d)  # reused
     parts = []
-    for c in _chunks(Tq, B * H * m * b * d, BLOCK_CHUNK_ELEMENTS):
-        gathered = F.embedding((kept[:, :, c] + first).flatten(), flat_blocks).view(-1, m * b, d)
+    for c in chunks:
+        rows = (kept[:, :, c] + first).flatten()
+        gathered = torch.index_select(flat_blocks, 0, rows, out=buffer[: rows.numel()]).view(-1, m * b, d)
         scores = torch.bmm(gathered, q[:, :, c].reshape(-1, d, 1)).view(B, H, -1, m * b)
         hidden = (torch.arange(b, device=q.device) >= in_block[:, :, c, :, None]).flatten(-2)
         parts.append(_finish(scores.masked_fill_(hidden, -math.inf), None, min(topk, m * b)))
