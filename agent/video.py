@@ -17,11 +17,11 @@ expert get a 384 x 480 video.
 
 Saliency (``--saliency``), what the CNN looks at in the current frame:
 * ``gradcam`` (default; the NAC paper's fig. 6 uses Grad-CAM): gradient of the decision (the steer
-  output for continuous heads, the chosen action's logit for discrete ones) w.r.t. the last conv
-  layer's activations, through the sequence core on the current window (older frames' embeddings
-  held fixed); channel weights = mean gradient; map = ReLU(sum_c w_c A_c) for a logit, and
-  |sum_c w_c A_c| for the signed steering value (regions pushing left or right both matter);
-  upsampled to the frame.
+  output for continuous heads, the chosen action's log-probability for discrete ones) w.r.t. the last
+  conv layer's activations, through the sequence core on the current window (older frames'
+  embeddings held fixed); channel weights = mean gradient; map = |sum_c w_c A_c| (the magnitude
+  rather than Grad-CAM's ReLU: for a signed steering value, regions that push left or right both
+  matter), upsampled to the frame and scaled to max 1.
 * ``visualbackprop`` (Bojarski et al. 2017, gradient-free): channel-averaged activations of every conv
   layer, multiplied from the deepest layer back to the input with bilinear upsampling in between.
 """
@@ -244,7 +244,7 @@ def saliency_map(policy: Any, frame: np.ndarray, window_emb: torch.Tensor, rel_t
             window = torch.cat([window_emb[:, :-1].detach().to(emb.device), emb], dim=1)
             out = policy.postprocess(policy.raw_from_embeddings(window, rel_time.to(emb.device)))[0]
             if policy.config.head == "discrete":
-                target = out[int(out.argmax())]
+                target = torch.log_softmax(out, -1)[int(out.argmax())]
             else:
                 names = list(policy.config.action_names)
                 target = out[names.index("steer") if "steer" in names else 0]
@@ -253,9 +253,9 @@ def saliency_map(policy: Any, frame: np.ndarray, window_emb: torch.Tensor, rel_t
         remove()
     weights = grad[0].mean(dim=(1, 2))  # [C]
     cam = (weights[:, None, None] * acts[0].detach()).sum(0)
-    # A logit: evidence FOR the chosen action (ReLU). A signed steering value: regions that push it
-    # either way both matter, so the magnitude is shown.
-    cam = torch.relu(cam) if policy.config.head == "discrete" else cam.abs()
+    # Magnitude, not ReLU: for a signed steering value, regions pushing left or right both matter, and
+    # a small CNN's map is often entirely negative, which ReLU would turn into a blank frame.
+    cam = cam.abs()
     return _normalise(cam, size)
 
 

@@ -1,0 +1,243 @@
+"""Closed-loop evaluation: real rendered CarRacing episodes (short), metrics files, comparison, CLI errors."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+import torch
+
+from agent import driver
+from agent.driver import EvalArgs, Interrupted, evaluate, run_names
+from agent.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
+from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = dict(core_options=dict(d_model=16, heads=4, topk=4), window=4, frame_stride=2, feature_dim=16)
+
+
+def _tiny(path: Path, head: str = "continuous", **overrides) -> Path:
+    torch.manual_seed(0)
+    kwargs = {**TINY, **overrides}
+    if head == "discrete":
+        kwargs.setdefault("action_space", "discrete")
+    config = PolicyConfig.for_actions(head, **kwargs)
+    return save_checkpoint(path, DrivingPolicy(config))
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("ckpt")
+    nac = _tiny(d / "nac.pt")
+    # A constant driver: zero head weights, bias = [steer 0.3, gas 0.2, brake 0] -> every step the same action.
+    torch.manual_seed(0)
+    policy = DrivingPolicy(PolicyConfig.for_actions("continuous", core="lstm", core_options={"hidden": 8},
+                                                    window=3, frame_stride=1, feature_dim=8))
+    with torch.no_grad():
+        policy.head.weight.zero_()
+        policy.head.bias.copy_(torch.tensor([0.3, 0.2, 0.0]))
+    const = save_checkpoint(d / "const.pt", policy)
+    return {
+        "nac": nac,
+        "const": const,
+        "discrete": _tiny(d / "disc.pt", head="discrete"),
+        "other_env": _tiny(d / "udacity.pt", env="Udacity-v0"),
+    }
+
+
+def _args(out: Path, **kw) -> EvalArgs:
+    base = dict(episodes=1, max_steps=30, seed=1234, out=str(out), progress=False)
+    base.update(kw)
+    return EvalArgs(**base)
+
+
+def _video_frames(path: Path) -> np.ndarray:
+    return iio.imread(path)  # [T, H, W, 3], decoded by ffmpeg
+
+
+# ----------------------------------------------------------------------------- closed loop, real env
+def test_expert_drives_two_episodes_and_writes_consistent_metrics(tmp_path):
+    out = tmp_path / "expert"
+    res = evaluate(_args(out, policy="expert", episodes=2, max_steps=40))["expert"]
+    m = json.loads((out / "metrics.json").read_text())
+    assert {"mean_return", "std_return", "episodes", "laps_completed", "latency_median_ms"} <= set(m)
+    assert [e["seed"] for e in m["episodes"]] == [1234, 1235]
+    returns = [e["return"] for e in m["episodes"]]
+    assert m["mean_return"] == pytest.approx(np.mean(returns)) and m["std_return"] == pytest.approx(np.std(returns))
+    for e in m["episodes"]:
+        assert 0.0 <= e["completion"] <= 1.0 and e["length"] == 40 and e["truncated"]
+        assert e["steer_mae"] == 0.0  # the expert shadows itself
+        assert e["return"] > 0  # it drives forward over new tiles in 40 steps
+    assert m == json.loads(json.dumps(res))  # what evaluate returns is what it wrote
+    with open(out / "episodes.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["seed"]) for r in rows] == [1234, 1235]
+    assert [float(r["return"]) for r in rows] == pytest.approx(returns, rel=1e-5)
+    assert list((out / "tb").glob("events.out.tfevents*"))
+    # Only the first episode is recorded by default; one video frame per step; no panel for the expert.
+    assert sorted(p.name for p in (out / "videos").iterdir()) == ["seed_1234.mp4"]
+    frames = _video_frames(out / "videos" / "seed_1234.mp4")
+    assert frames.shape == (40, 480, 384, 3)
+
+
+def test_driver_executes_the_policy_action(tmp_path, ckpts):
+    """A constant policy must produce exactly the return of the same constant action applied open loop."""
+    from envs.carracing import make_carracing
+
+    out = tmp_path / "const"
+    m = evaluate(_args(out, checkpoint=[str(ckpts["const"])], max_steps=30, video=False))["const"]
+    env = make_carracing("continuous", render=True, max_episode_steps=30)
+    env.reset(seed=1234)
+    ret, action = 0.0, np.array([0.3, 0.2, 0.0], np.float32)
+    for _ in range(30):
+        ret += env.step(action)[1]
+    env.close()
+    e = m["episodes"][0]
+    assert e["return"] == pytest.approx(ret, abs=1e-6)
+    assert e["steer_smoothness"] == pytest.approx(0.0, abs=1e-6)
+    assert e["steer_mae"] > 0  # the expert does not hold a constant 0.3 steer from the start line
+    assert not (out / "videos").exists()
+
+
+def test_tiny_nac_policy_video_has_attention_panel_and_saliency(tmp_path, ckpts):
+    out = tmp_path / "nac"
+    m = evaluate(_args(out, checkpoint=[str(ckpts["nac"])], saliency=True, max_steps=25))["nac"]
+    e = m["episodes"][0]
+    assert e["length"] == 25 and e["video"] == "videos/seed_1234.mp4"
+    assert m["policy_config"]["core"] == "nac" and m["latency_steps"] == 25
+    assert 0 < m["latency_median_ms"] <= m["latency_p95_ms"]
+    frames = _video_frames(out / e["video"])
+    assert frames.shape == (25, 480, 640, 3)  # 384 view + 256 attention panel
+
+
+def test_discrete_policy_drives_with_discrete_steering(tmp_path, ckpts):
+    m = evaluate(_args(tmp_path, checkpoint=[str(ckpts["discrete"])], video=False))["disc"]
+    assert m["action_space"] == "discrete"
+    assert 0.0 <= m["episodes"][0]["steer_mae"] <= 2.0
+
+
+def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts):
+    out = tmp_path / "cmp"
+    res = evaluate(_args(out, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], with_expert=True,
+                         episodes=2, max_steps=20, video=False))
+    assert list(res) == ["nac", "const", "expert"]
+    for name in res:
+        m = json.loads((out / name / "metrics.json").read_text())
+        assert [e["seed"] for e in m["episodes"]] == [1234, 1235]
+    table = (out / "comparison.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| policy")]
+    assert [r.split("|")[1].strip() for r in rows] == ["nac", "const", "expert"]
+    assert f"{res['expert']['mean_return']:.1f} ± {res['expert']['std_return']:.1f}" in table
+    assert set(json.loads((out / "comparison.json").read_text())) == {"nac", "const", "expert"}
+
+
+def test_ctrl_c_keeps_the_finished_episodes(tmp_path, monkeypatch):
+    real = driver.run_episode
+    calls = []
+
+    def interrupt_second(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(driver, "run_episode", interrupt_second)
+    out = tmp_path / "int"
+    with pytest.raises(Interrupted):
+        evaluate(_args(out, policy="expert", episodes=3, max_steps=10, video=False))
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["interrupted"] is True and [e["seed"] for e in m["episodes"]] == [1234]
+
+
+# ----------------------------------------------------------------------------- metrics units
+def test_steer_of_and_recorder():
+    assert [steer_of(a, "discrete") for a in range(5)] == [0.0, 1.0, -1.0, 0.0, 0.0]
+    assert steer_of(np.array([-0.25, 1.0, 0.0]), "continuous") == -0.25
+    with pytest.raises(ValueError, match="action_space"):
+        steer_of(0, "hybrid")
+    rec = EpisodeRecorder(7, "continuous")
+    policy = [0.1, 0.3, -0.1, -0.1]
+    expert = [0.0, 0.4, 0.0, 0.1]
+    for i, (p, e) in enumerate(zip(policy, expert)):
+        info = {"speed": 10.0 * i, "on_track": i != 2, "tiles_visited": i + 1, "num_tiles": 8, "lap_complete": False}
+        rec.record(reward=1.0, policy_action=[p, 0, 0], expert_action=[e, 0, 0], latency_s=0.001 * (i + 1), info=info)
+    row = rec.finish(terminated=False, truncated=True)
+    assert row["steer_mae"] == pytest.approx(np.mean([0.1, 0.1, 0.1, 0.2]))
+    assert row["steer_smoothness"] == pytest.approx(np.mean([0.2, 0.4, 0.0]))
+    assert row["completion"] == 0.5 and row["off_track_steps"] == 1 and row["return"] == 4.0
+    assert row["mean_speed"] == 15.0 and row["latency_median_ms"] == pytest.approx(2.5)
+    s = aggregate([row, {**row, "seed": 8, "return": 0.0, "lap_completed": True}], [1.0, 2.0, 3.0])
+    assert s["mean_return"] == 2.0 and s["std_return"] == 2.0 and s["laps_completed"] == 1
+    assert s["latency_median_ms"] == 2.0
+    assert "| x | 2.0 ± 2.0 |" in comparison_markdown([("x", s)])
+
+
+def test_run_names_are_unique():
+    assert run_names(["a/nac/best.pt", "b/lstm/best.pt"]) == ["nac_best", "lstm_best"]
+    assert run_names(["runs/nac.pt", "runs/lstm.pt"]) == ["nac", "lstm"]
+
+
+# ----------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("bad, match", [
+    (dict(policy="expert", checkpoint=["x.pt"]), "not both"),
+    (dict(episodes=0, policy="expert"), "--episodes"),
+    (dict(policy="expert", saliency=True), "saliency"),
+    (dict(env="udacity", policy="expert"), "--env"),
+])
+def test_bad_arguments_raise_clear_errors(tmp_path, bad, match):
+    with pytest.raises(ValueError, match=match):
+        evaluate(_args(tmp_path, **bad))
+
+
+def test_mixed_action_spaces_are_refused(tmp_path, ckpts):
+    with pytest.raises(ValueError, match="mix action spaces"):
+        evaluate(_args(tmp_path, checkpoint=[str(ckpts["nac"]), str(ckpts["discrete"])]))
+
+
+def _cli(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    return subprocess.run([sys.executable, str(REPO / "evaluate.py"), *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_missing_checkpoint_is_one_line_error(tmp_path):
+    r = _cli("--checkpoint", str(tmp_path / "nope.pt"), "--out", str(tmp_path / "o"), "--no-progress")
+    assert r.returncode == 2, r.stderr
+    assert "error:" in r.stderr and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("other_env", "Udacity-v0"),
+    ("wrong_space", "'continuous' action space"),
+    ("bad_seed", "--seed"),
+])
+def test_cli_main_turns_bad_input_into_exit_2(tmp_path, ckpts, capsys, case, needle):
+    import evaluate as cli
+
+    argv = {
+        "other_env": ["--checkpoint", str(ckpts["other_env"])],
+        "wrong_space": ["--checkpoint", str(ckpts["nac"]), "--action-space", "discrete"],
+        "bad_seed": ["--policy", "expert", "--seed", "-3"],
+    }[case]
+    assert cli.main([*argv, "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_default_is_the_shipped_checkpoint(tmp_path):
+    """No --checkpoint: the shipped student drives, or a clear error says it is missing."""
+    r = _cli("--episodes", "1", "--max-steps", "5", "--no-video", "--out", str(tmp_path / "o"), "--no-progress",
+             cwd=tmp_path)
+    if (REPO / driver.SHIPPED_CHECKPOINT).is_file():
+        assert r.returncode == 0, r.stderr
+        assert json.loads((tmp_path / "o" / "metrics.json").read_text())["num_episodes"] == 1
+    else:
+        assert r.returncode == 2 and "carracing_nac.pt" in r.stderr and "Traceback" not in r.stderr
