@@ -1,5 +1,4 @@
 """NAC layer: the identities and bounds of NAC_SPEC section 2, masks, selection, gradients, errors."""
-import math
 
 import pytest
 import torch
