@@ -1,7 +1,7 @@
 """Record a PPO expert driving CarRacing as a behaviour-cloning dataset (frames + expert labels).
 
     python collect.py                                   # 25 continuous episodes -> data/carracing_continuous
-    python collect.py --action-space discrete --episodes 30 --noise 0.1
+    python collect.py --action-space discrete --episodes 30 --noise 0.05
     python collect.py --out data/carracing_continuous --episodes 10     # appends 10 more episodes
     python collect.py --episodes 2 --max-steps 200 --out /tmp/tiny --export-minari carracing/tiny-v0
 
@@ -51,20 +51,19 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
         epilog="Episode k uses track seed SEED+k. The default seed 3000000 is disjoint from the expert's training "
         "[100000, 2000000), validation (90000..) and evaluation (1000..) tracks. Re-running with the same --out "
         "appends episodes (same env, action space and expert required). Ctrl-C stops cleanly.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     d = Args()
-    p.add_argument("--env", default=d.env, help="environment (only 'carracing')")
-    p.add_argument("--action-space", default=d.action_space, help="continuous | discrete")
-    p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="episodes to ADD in this run")
-    p.add_argument("--max-steps", type=int, default=d.max_steps, help="steps per episode (env truncation)")
+    p.add_argument("--env", default=d.env, help="environment (only carracing)")
+    p.add_argument("--action-space", default=d.action_space, help="continuous (default) | discrete")
+    p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes to ADD in this run (default {DEFAULT_EPISODES})")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="steps per episode before truncation (default 1000)")
     p.add_argument("--seed", type=int, default=None, help=f"first track seed (default {DEFAULT_SEED}, or the existing dataset's)")
     p.add_argument("--noise", type=float, default=None,
-                   help=f"DART noise on the executed action (default {DEFAULT_NOISE}): continuous = std of Gaussian noise "
+                   help=f"DART noise on the executed action (default {DEFAULT_NOISE}, or the existing dataset's): continuous = std of Gaussian noise "
                         "on steer and throttle; discrete = probability of a random other action")
-    p.add_argument("--noise-hold", type=int, default=None, help=f"frames each noise sample is held (default {DEFAULT_NOISE_HOLD})")
+    p.add_argument("--noise-hold", type=int, default=None, help=f"frames each noise sample is held (default {DEFAULT_NOISE_HOLD}, or the existing dataset's)")
     p.add_argument("--expert", type=Path, default=None, help="SB3 PPO .zip (default: the shipped checkpoints/expert_carracing_<space>.zip)")
-    p.add_argument("--out", type=Path, default=None, help="dataset folder (default data/carracing_<action-space>)")
+    p.add_argument("--out", type=Path, default=None, help="dataset folder (default data/carracing_<action-space>); an existing one is appended to")
     p.add_argument("--export-minari", metavar="ID", default=None, help="afterwards, export the whole dataset as Minari dataset ID (e.g. carracing/expert-v0)")
     p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH for --export-minari (default OUT/minari)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
@@ -89,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = export_minari(args.out_dir, args.export_minari, datasets_path=args.minari_path)
             print(f"exported Minari dataset {args.export_minari!r} to {path} "
                   f"(load with MINARI_DATASETS_PATH={path.parents[len(Path(args.export_minari).parts) - 1]})")
-    except (CollectError, ValueError, FileNotFoundError) as e:
+    except (CollectError, ValueError, FileNotFoundError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before collection started or during the export: nothing half-written stays

@@ -125,8 +125,13 @@ def export_minari(
     Returns the dataset's folder. Raises ValueError for a malformed id, an existing dataset without
     `overwrite`, or episodes that cannot be exported; FileNotFoundError for a missing dataset.
     """
+    import importlib.util
+
     import minari
     from minari.dataset.minari_dataset import parse_dataset_id
+
+    if importlib.util.find_spec("h5py") is None:
+        raise ImportError("Minari export needs h5py (Minari's HDF5 storage): pip install 'minari[hdf5]'")
 
     try:
         parse_dataset_id(dataset_id)

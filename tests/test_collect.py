@@ -1,4 +1,5 @@
 """collect.py: real env + shipped experts; frames replay exactly, DART labels, interruption, append, errors, Minari."""
+import importlib.util
 import json
 import os
 import signal
@@ -100,8 +101,15 @@ def test_card_is_consistent_with_the_files(continuous_ds):
     assert len(card["runs"]) == 1 and card["runs"][0]["episodes_added"] == 2
 
 
-def test_discrete_noise_zero_executes_the_label(tmp_path):
-    res = _collect(tmp_path / "d", action_space="discrete", episodes=1, noise=0.0, max_steps=25)
+def test_discrete_noise_zero_executes_the_label(tmp_path, capsys):
+    """Through the CLI, with the Minari export of a discrete dataset when h5py is there."""
+    argv = ["--action-space", "discrete", "--episodes", "1", "--noise", "0", "--max-steps", "25",
+            "--out", str(tmp_path / "d"), "--no-progress"]
+    export = importlib.util.find_spec("h5py") is not None
+    if export:
+        argv += ["--export-minari", "carracing/disc-v0", "--minari-path", str(tmp_path / "minari")]
+    assert collect_cli.main(argv) == 0
+    assert "saved 1 new episode(s) (25 steps" in capsys.readouterr().out
     ds = demos.open_dataset(tmp_path / "d")
     ep = ds.load(0)
     assert ep["action"].dtype == ep["expert_action"].dtype == np.int64 and ep["action"].shape == (25,)
@@ -109,13 +117,21 @@ def test_discrete_noise_zero_executes_the_label(tmp_path):
     assert ep["expert_probs"].shape == (25, 5) and ep["expert_probs"].dtype == np.float32
     np.testing.assert_allclose(ep["expert_probs"].sum(1), 1, atol=1e-5)
     np.testing.assert_array_equal(ep["expert_probs"].argmax(1), ep["expert_action"])
-    assert ds.episodes[0]["perturbed_fraction"] == 0 and res.steps_added == 25
+    assert ds.episodes[0]["perturbed_fraction"] == 0
     card = ds.card
     assert sum(card["action_histogram"]["label"]) == 25 and card["action_histogram"]["label"] == card["action_histogram"]["executed"]
+    assert card["runs"][0]["command"].startswith("python collect.py --action-space discrete")
+    if export:
+        from agent.minari_export import load_minari
+
+        m = load_minari("carracing/disc-v0", tmp_path / "minari")
+        e = m[0]
+        np.testing.assert_array_equal(e.actions, ep["action"])
+        assert m.action_space.n == 5 and e.infos["expert_probs"].shape == (26, 5)
 
 
 # ----------------------------------------------------------------------------------------------- resume
-def test_rerun_appends_and_refuses_incompatible(tmp_path):
+def test_rerun_appends_and_refuses_incompatible(tmp_path, monkeypatch):
     out = tmp_path / "d"
     _collect(out, episodes=1, max_steps=10)
     (out / "episodes" / ".episode_00001.npz.x.tmp").write_bytes(b"half a file from a SIGKILL")
@@ -129,6 +145,13 @@ def test_rerun_appends_and_refuses_incompatible(tmp_path):
         _collect(out, action_space="discrete", episodes=1)
     with pytest.raises(CollectError, match="--seed 5"):
         _collect(out, episodes=1, seed=5)
+    import agent.collector as collector
+
+    monkeypatch.setattr(collector, "file_sha256", lambda path: "f" * 64)  # as if the expert were retrained
+    with pytest.raises(CollectError, match="different expert"):
+        _collect(out, episodes=1)
+    monkeypatch.undo()
+    assert len(demos.open_dataset(out)) == 2, "refused runs add nothing"
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("not a dataset")
     with pytest.raises(CollectError, match="not a collect.py dataset"):
@@ -240,3 +263,10 @@ def test_minari_export_roundtrip(continuous_ds, tmp_path):
         export_minari(out, "carracing/test-v0", datasets_path=tmp_path / "minari")
     with pytest.raises(ValueError, match="must look like"):
         export_minari(out, "no version", datasets_path=tmp_path / "minari")
+
+
+def test_minari_cli_errors(tmp_path, capsys):
+    from agent.minari_export import main
+
+    assert main([str(tmp_path / "missing"), "carracing/y-v0"]) == 2
+    assert capsys.readouterr().err.startswith("error: dataset folder")
