@@ -12,6 +12,8 @@ lives in agent/cloning.py; this file only parses arguments and turns bad input i
 from __future__ import annotations
 
 import argparse
+import inspect
+import re
 import sys
 from dataclasses import MISSING, fields
 from typing import get_type_hints
@@ -23,14 +25,17 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     hints = get_type_hints(TrainArgs)
+    helps = dict(re.findall(r"^    (\w+): .*?#\s*(.+)$", inspect.getsource(TrainArgs), re.M))
     for f in fields(TrainArgs):
         flag = "--" + f.name.replace("_", "-")
         kind = hints[f.name]
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
+                                help=helps.get(f.name, "").replace("%", "%%"))
         else:
             base = {int: int, float: float}.get(kind, str)
-            parser.add_argument(flag, type=base, default=f.default if f.default is not MISSING else None)
+            parser.add_argument(flag, type=base, default=f.default if f.default is not MISSING else None,
+                                help=helps.get(f.name, "").replace("%", "%%"))
     return TrainArgs(**vars(parser.parse_args(argv)))
 
 

@@ -245,24 +245,42 @@ def gather_segments(data: Data, segments: list[tuple[int, int, int]], window: in
             np.concatenate(targets))
 
 
-def augment_(x: torch.Tensor, slices: list[tuple[int, int]], gen: torch.Generator | None = None) -> torch.Tensor:
-    """Brightness/contrast jitter and a small translation, one draw per segment (x: float [N, 3, H, W] in [0, 1])."""
-    H, W = x.shape[-2:]
-    max_dy, max_dx = max(1, round(0.04 * H)), max(1, round(0.04 * W))
-    out = torch.empty_like(x)
-    for s, e in slices:
-        r = torch.rand(4, generator=gen)
-        brightness, contrast = (r[0].item() - 0.5) * 0.2, 0.8 + 0.4 * r[1].item()
-        dy = int(round((r[2].item() * 2 - 1) * max_dy))
-        dx = int(round((r[3].item() * 2 - 1) * max_dx))
-        seg = x[s:e]
-        mean = seg.mean()
-        seg = (seg - mean) * contrast + mean + brightness
-        if dx or dy:
-            padded = F.pad(seg, (max_dx, max_dx, max_dy, max_dy), mode="replicate")
-            seg = padded[..., max_dy + dy: max_dy + dy + H, max_dx + dx: max_dx + dx + W]
-        out[s:e] = seg.clamp(0.0, 1.0)
+def shift_(out: torch.Tensor, frames: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    """Translate uint8 frames ``[n, H, W, 3]`` by (dy, dx) pixels into ``out``, edge rows/columns replicated."""
+    H, W = frames.shape[1:3]
+    rows = torch.empty_like(frames)
+    rows[:, max(dy, 0): H + min(dy, 0)] = frames[:, max(-dy, 0): H - max(dy, 0)]
+    if dy > 0:
+        rows[:, :dy] = rows[:, dy: dy + 1]
+    elif dy < 0:
+        rows[:, H + dy:] = rows[:, H + dy - 1: H + dy]
+    out[:, :, max(dx, 0): W + min(dx, 0)] = rows[:, :, max(-dx, 0): W - max(dx, 0)]
+    if dx > 0:
+        out[:, :, :dx] = out[:, :, dx: dx + 1]
+    elif dx < 0:
+        out[:, :, W + dx:] = out[:, :, W + dx - 1: W + dx]
     return out
+
+
+def augment(frames: torch.Tensor, slices: list[tuple[int, int]], image_size: list[int],
+            device: torch.device) -> torch.Tensor:
+    """uint8 frames ``[N, H, W, 3]`` -> augmented float network input ``[N, 3, h, w]``.
+
+    One draw per segment: a translation of up to 4% of the side (edge pixels replicated; done on
+    uint8, where it is cheap), then contrast x[0.8, 1.2] around mid-grey and brightness +-0.1
+    (not clipped back to [0, 1]: a clamp costs another pass and the CNN does not need it).
+    """
+    N, H, W = frames.shape[:3]
+    max_dy, max_dx = max(1, round(0.04 * H)), max(1, round(0.04 * W))
+    r = torch.rand(len(slices), 4)
+    shifted = torch.empty_like(frames)
+    for (s, e), (_, _, ry, rx) in zip(slices, r.tolist()):
+        shift_(shifted[s:e], frames[s:e], round((2 * ry - 1) * max_dy), round((2 * rx - 1) * max_dx))
+    lengths = torch.tensor([e - s for s, e in slices])
+    contrast = (0.8 + 0.4 * r[:, 0]).repeat_interleave(lengths).view(N, 1, 1, 1).to(device)
+    brightness = ((r[:, 1] - 0.5) * 0.2).repeat_interleave(lengths).view(N, 1, 1, 1).to(device)
+    x = frames_to_float(shifted, image_size, device)
+    return x.mul_(contrast).add_(0.5 - 0.5 * contrast + brightness)
 
 
 # ----------------------------------------------------------------------------- losses and metrics
@@ -432,7 +450,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
     optimizer = make_optimizer(policy, a)
     scheduler = make_schedule(optimizer, a.epochs * steps_per_epoch, a.warmup)
     state = {"epoch": 0, "batch": 0, "global_step": 0, "best_val_loss": math.inf, "best_epoch": -1,
-             "history": [], "train_time": 0.0, "train_samples": 0, "epoch_loss_sum": 0.0, "epoch_samples": 0}
+             "history": [], "initial_val": {}, "train_time": 0.0, "train_samples": 0, "epoch_loss_sum": 0.0, "epoch_samples": 0}
     if resumed:
         ts = resumed["train_state"]
         optimizer.load_state_dict(ts["optimizer"])
@@ -444,10 +462,10 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
     metadata = {"data": str(a.data), "policy": spec, "train_episodes": train_eps, "val_episodes": val_eps,
                 "args": asdict(a)}
 
-    def save_last(done: bool = False) -> None:
+    def save_last(done: bool = False, rng: dict[str, Any] | None = None) -> None:
         save_checkpoint(last_path, policy, metadata=metadata, train_state={
             **state, "done": done, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": rng_state()})
+            "rng": rng or rng_state()})
 
     run_dir.mkdir(parents=True, exist_ok=True)
     writer = SummaryWriter(str(run_dir))
@@ -455,20 +473,25 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
     if not resumed:
         writer.add_text("config", "```\n" + json.dumps({"args": asdict(a), "policy": policy.config.to_dict()},
                                                      indent=2) + "\n```")
+    if not resumed:  # the untrained policy's score: the baseline every later epoch is compared with
+        state["initial_val"] = evaluate(policy, data, val_eps, a, cols, class_weight)
+        writer.add_scalar("losses/val", state["initial_val"]["val_loss"], 0)
+    batch_rng = None
     try:
         while state["epoch"] < a.epochs:
             epoch = state["epoch"]
             plan = batch_plan(lengths, a, epoch)
             policy.train()
-            bar = tqdm(plan, desc=f"{desc or spec} epoch {epoch + 1}/{a.epochs}", initial=state["batch"],
-                       total=len(plan), leave=False, dynamic_ncols=True)
+            bar = tqdm(total=len(plan), desc=f"{desc or spec} epoch {epoch + 1}/{a.epochs}", initial=state["batch"],
+                       leave=False, dynamic_ncols=True)
             window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
             for segments in plan[state["batch"]:]:
+                batch_rng = rng_state()  # an interrupted batch is replayed from here on resume
                 t0 = time.perf_counter()
                 frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, cols)
-                x = frames_to_float(torch.from_numpy(frames), policy.config.image_size, device)
-                if a.augment:
-                    x = augment_(x, slices)
+                frames = torch.from_numpy(frames)
+                x = (augment(frames, slices, policy.config.image_size, device) if a.augment
+                     else frames_to_float(frames, policy.config.image_size, device))
                 emb = policy.encode(x[None])[0]
                 raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(device)],
                                                  torch.from_numpy(times).to(device))
@@ -480,6 +503,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
                 scheduler.step()
                 n = len(target)
                 state["batch"] += 1
+                batch_rng = None
                 state["global_step"] += n
                 state["train_samples"] += n
                 state["train_time"] += time.perf_counter() - t0
@@ -518,7 +542,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
             tqdm.write(f"{desc or spec} epoch {epoch + 1}/{a.epochs}: train {train_loss:.4f} "
                        + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows"))
     except KeyboardInterrupt:
-        save_last()
+        save_last(rng=batch_rng)  # mid-batch: the RNG as that batch began; else the current one
         writer.close()
         raise Interrupted(f"interrupted at epoch {state['epoch'] + 1}, batch {state['batch']}; "
                           f"saved {last_path}; continue with --resume --out {a.out}") from None
@@ -528,6 +552,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
     metrics = {
         "policy": spec, "run_dir": str(run_dir), "best_epoch": state["best_epoch"],
         "best": {k: v for k, v in best.items() if k != "epoch"}, "last": state["history"][-1],
+        "initial": state["initial_val"],
         "param_count": n_params, "train_time_s": state["train_time"],
         "samples_per_sec": state["train_samples"] / max(state["train_time"], 1e-9),
         "train_windows": sum(lengths.values()), "val_windows": best["val_windows"], "device": str(device),

@@ -1,0 +1,154 @@
+"""DrivingPolicy: config round trip, checkpoints that rebuild themselves, streaming == batched, actions."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from agent.demos import WindowDataset, open_dataset, window_indices, write_episode
+from policies.cores import CORES
+from policies.policy import (DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint,
+                             save_checkpoint)
+
+SIZE = 32
+
+
+def tiny_config(core="nac", head="continuous", **kw) -> PolicyConfig:
+    small = {"nac": {"d_model": 16, "heads": 4}, "ltc": {"units": 8}, "mha": {"d_model": 16, "heads": 2}}
+    base = dict(core=core, core_options=small.get(core, {}), image_size=[SIZE, SIZE], feature_dim=16,
+                window=4, frame_stride=1)
+    if head == "continuous":
+        base.update(target_mean=[0.1, 0.5, 0.05], target_std=[0.4, 0.3, 0.1])
+    base.update(kw)
+    return PolicyConfig.for_actions(head, **base)
+
+
+def make_policy(*args, **kw) -> DrivingPolicy:
+    torch.manual_seed(0)
+    return DrivingPolicy(tiny_config(*args, **kw)).eval()
+
+
+def random_frames(n, size=SIZE, seed=0):
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8))
+
+
+def test_config_round_trips_through_json():
+    cfg = tiny_config("mha", core_options={"d_model": 16, "heads": 2, "positions": "sinusoidal"})
+    again = PolicyConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg and again.action_dim == 3
+    with pytest.raises(ValueError, match="unknown fields"):
+        PolicyConfig.from_dict({**cfg.to_dict(), "colour": "red"})
+    with pytest.raises(ValueError, match="unknown core"):
+        PolicyConfig(core="rnn").validate()
+    with pytest.raises(ValueError, match="window"):
+        PolicyConfig(window=0).validate()
+
+
+def test_heads_and_env_actions():
+    frames = random_frames(2 * 4).view(2, 4, SIZE, SIZE, 3)
+    discrete = make_policy("mlp", head="discrete")
+    logits = discrete(frames)
+    assert logits.shape == (2, 5)
+    assert discrete.to_env_action(torch.tensor([0.1, 0.0, 3.0, 0.2, -1.0])) == 2
+    cont = make_policy("mlp")
+    assert cont(frames).shape == (2, 3)
+    action = cont.to_env_action(torch.tensor([-3.0, 0.5, 2.0]))
+    assert action.dtype == np.float32 and action.tolist() == [-1.0, 0.5, 1.0]
+    steer = make_policy("mlp", action_names=["steer"], target_mean=[0.0], target_std=[0.5])
+    assert steer(frames).shape == (2, 1) and steer.to_env_action(torch.tensor([1.7])).tolist() == [1.0]
+    with pytest.raises(ValueError, match="3 entries"):
+        cont.to_env_action(torch.zeros(5))
+
+
+def test_continuous_output_is_denormalised():
+    policy = make_policy("mlp")
+    frames = random_frames(4)[None]
+    raw = policy.forward_raw(frames)
+    torch.testing.assert_close(policy(frames), raw * torch.tensor([0.4, 0.3, 0.1]) + torch.tensor([0.1, 0.5, 0.05]))
+    target = torch.tensor([[0.5, 0.2, 0.0]])
+    torch.testing.assert_close(policy.normalize_target(target) * policy.target_std + policy.target_mean, target)
+
+
+@pytest.mark.parametrize("core", list(CORES))
+def test_checkpoint_round_trip_gives_identical_outputs(core, tmp_path):
+    policy = make_policy(core)
+    path = save_checkpoint(tmp_path / "p.pt", policy, metadata={"epoch": 3, "note": "test"})
+    payload = torch.load(path, weights_only=True)  # plain data + tensors only
+    assert payload["metadata"]["epoch"] == 3 and payload["config"]["core"] == core
+    assert {"format", "version", "config", "state_dict"} <= set(payload)
+    loaded = load_checkpoint(path)
+    assert loaded.config == policy.config and not loaded.training
+    frames = random_frames(8).view(2, 4, SIZE, SIZE, 3)
+    time = torch.tensor([[-0.06, -0.04, -0.02, 0.0], [-0.04, -0.04, -0.02, 0.0]])
+    assert torch.equal(loaded(frames, time), policy(frames, time))
+    assert not list(tmp_path.glob(".*tmp"))  # atomic write leaves no temp file
+
+
+def test_bad_checkpoints_give_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.pt")
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"this is not a checkpoint" * 10)
+    with pytest.raises(ValueError, match="corrupted"):
+        load_checkpoint(corrupt)
+    good = save_checkpoint(tmp_path / "good.pt", make_policy("mlp"))
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ValueError, match="corrupted"):
+        load_checkpoint(truncated)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    with pytest.raises(ValueError, match="not a driving-policy checkpoint"):
+        read_checkpoint(foreign)
+    payload = torch.load(good, weights_only=True)
+    payload["state_dict"].pop("head.weight")
+    torch.save(payload, tmp_path / "partial.pt")
+    with pytest.raises(ValueError, match="cannot rebuild"):
+        load_checkpoint(tmp_path / "partial.pt")
+
+
+@pytest.mark.parametrize("core", list(CORES))
+@pytest.mark.parametrize("stride", [1, 3])
+def test_stream_equals_batched_forward(core, stride):
+    """One frame per step with cached embeddings == forward on the window demos.window_indices builds."""
+    policy = make_policy(core, frame_stride=stride)
+    T = 12
+    frames = random_frames(T, seed=1)
+    times = np.arange(T) * 0.02 + 5.0  # absolute clock; only differences matter
+    stream = policy.stream()
+    stream.reset()
+    for t in range(T):
+        out = stream.step(frames[t].numpy(), float(times[t]))
+        idx = window_indices(t, policy.config.window, stride)
+        rel = torch.from_numpy((times[idx] - times[idx][-1]).astype(np.float32))[None]
+        torch.testing.assert_close(out, policy(frames[idx][None], rel)[0], atol=1e-5, rtol=1e-5)
+    stream.reset()  # a new episode starts from scratch
+    first = stream.step(frames[5])
+    idx = window_indices(0, policy.config.window, stride)
+    torch.testing.assert_close(first, policy(frames[[5] * len(idx)][None], torch.zeros(1, len(idx)))[0],
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_stream_matches_window_dataset_and_default_clock(tmp_path):
+    """The streaming policy sees exactly the windows training sees, with t defaulting to step * frame_period."""
+    T = 10
+    frames = random_frames(T, seed=2).numpy()
+    arrays = dict(frames=frames, action=np.zeros((T, 3), np.float32), expert_action=np.zeros((T, 3), np.float32),
+                  reward=np.zeros(T, np.float32), speed=np.zeros(T, np.float32),
+                  privileged=np.zeros((T, 2), np.float32), time=np.arange(T) * 0.02)
+    write_episode(tmp_path, 0, arrays, {"action_space": "continuous"})
+    policy = make_policy("nac", frame_stride=2)
+    policy.train()  # stream() must switch to eval mode (dropout off)
+    ds = WindowDataset(open_dataset(tmp_path), window=4, frame_stride=2)
+    stream = policy.stream()
+    assert not policy.training
+    for t in range(T):
+        out = stream.step(frames[t])  # t=None: the dataset's 0.02 s clock
+        item = ds[t]
+        torch.testing.assert_close(out, policy(item["frames"][None], item["time"][None])[0], atol=1e-5, rtol=1e-5)
+
+
+def test_stream_rejects_bad_frames():
+    stream = make_policy("mlp").stream()
+    with pytest.raises(ValueError, match=r"\[H, W, 3\]"):
+        stream.step(np.zeros((2, SIZE, SIZE, 3), np.uint8))

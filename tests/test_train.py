@@ -1,0 +1,192 @@
+"""Behaviour cloning end to end on tiny synthetic datasets: every core learns, checkpoints, resume, TensorBoard, CLI errors."""
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import agent.cloning as cloning
+from agent.cloning import Interrupted, TrainArgs, run
+from agent.demos import write_episode
+from policies.cores import CORES
+from policies.policy import load_checkpoint, read_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZE = 32
+
+
+def write_synthetic(root, episodes=5, length=40, action_space="continuous", seed=0, size=SIZE) -> Path:
+    """Frames with a bright vertical bar that drifts; the label is where the bar is (steer) and follows from it.
+
+    Learnable from the current frame alone, so every core (the memoryless mlp too) can fit it.
+    """
+    rng = np.random.default_rng(seed)
+    for e in range(episodes):
+        pos = np.clip(np.cumsum(rng.normal(0, 1.5, length)) + rng.uniform(8, size - 8), 3, size - 4)
+        frames = rng.integers(0, 40, (length, size, size, 3), dtype=np.uint8)
+        for t, c in enumerate(pos.round().astype(int)):
+            frames[t, :, c - 2: c + 2] = 230
+        steer = pos / (size - 1) * 2 - 1
+        if action_space == "continuous":
+            act = np.stack([steer, 1 - 0.5 * np.abs(steer), 0.3 * (steer > 0.5)], 1).astype(np.float32)
+            extra = {}
+        else:
+            act = np.clip(((steer + 1) / 2 * 5).astype(np.int64), 0, 4)
+            extra = {"expert_probs": np.eye(5, dtype=np.float32)[act]}
+        arrays = dict(frames=frames, action=act, expert_action=act, reward=np.zeros(length, np.float32),
+                      speed=np.zeros(length, np.float32), privileged=np.zeros((length, 4), np.float32),
+                      time=np.arange(length) * 0.02, **extra)
+        write_episode(root, e, arrays, {"env": "synthetic", "action_space": action_space, "track_seed": e})
+    return Path(root)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return write_synthetic(tmp_path_factory.mktemp("demos"), episodes=6)
+
+
+def tiny_args(data, out, **kw) -> TrainArgs:
+    base = dict(data=str(data), out=str(out), window=3, frame_stride=2, epochs=4, batch_size=32, segment=8,
+                lr=5e-3, feature_dim=16, d_model=16, heads=4, hidden=16, threads=1, log_every=2)
+    base.update(kw)
+    return TrainArgs(**base)
+
+
+@pytest.mark.parametrize("core", list(CORES))
+def test_every_core_learns_the_synthetic_task(core, data_dir, tmp_path):
+    result = run(tiny_args(data_dir, tmp_path / core, policy=core, epochs=6, val_fraction=0.34))
+    metrics = json.loads((tmp_path / core / "metrics.json").read_text())
+    history = metrics["history"]
+    assert metrics["best"]["val_loss"] < 0.7 * metrics["initial"]["val_loss"], (metrics["initial"], history)
+    # better than always answering the training mean (the val metrics are in env units)
+    steer = np.concatenate([np.load(p)["expert_action"][:, 0] for p in sorted((data_dir / "episodes").glob("*.npz"))])
+    assert metrics["best"]["val_steer_mae"] < np.abs(steer - steer.mean()).mean()
+    assert result["summaries"][0]["param_count"] == metrics["param_count"] > 0
+    policy = load_checkpoint(tmp_path / core / "best.pt")
+    assert policy.config.core == core and policy.config.target_mean is not None
+
+
+def test_discrete_head_with_class_weights(tmp_path):
+    data = write_synthetic(tmp_path / "d", episodes=4, action_space="discrete")
+    run(tiny_args(data, tmp_path / "run", policy="gru", class_weights=True, epochs=3))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert 0.0 <= metrics["best"]["val_accuracy"] <= 1.0 and "val_mae" not in metrics["best"]
+    policy = load_checkpoint(tmp_path / "run" / "best.pt")
+    assert policy.config.head == "discrete"
+    assert isinstance(policy.to_env_action(policy(torch.zeros(1, 3, SIZE, SIZE, 3, dtype=torch.uint8))[0]), int)
+
+
+def test_tensorboard_scalars_and_nac_internals_are_written(data_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run(tiny_args(data_dir, tmp_path / "tb", policy="nac", epochs=2))
+    events = list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0, "histograms": 0, "images": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    for tag in ("losses/train", "losses/val", "metrics/val_mae", "metrics/val_mse", "metrics/val_steer_mae",
+                "charts/learning_rate", "charts/grad_norm", "charts/samples_per_sec"):
+        assert tag in tags["scalars"], (tag, tags["scalars"])
+    assert {"nac/phi", "nac/omega"} <= set(tags["histograms"]) and "nac/attention" in tags["images"]
+    val = [e.value for e in acc.Scalars("losses/val")]
+    metrics = json.loads((tmp_path / "tb" / "metrics.json").read_text())
+    assert val == pytest.approx([metrics["initial"]["val_loss"]] + [h["val_loss"] for h in metrics["history"]], rel=1e-6)
+    lrs = [e.value for e in acc.Scalars("charts/learning_rate")]
+    assert max(lrs) <= 5e-3 * (1 + 1e-6) and lrs[-1] < max(lrs)  # warmup + cosine decay
+
+
+def test_resume_after_interrupt_matches_an_uninterrupted_run(data_dir, tmp_path, monkeypatch):
+    args = tiny_args(data_dir, tmp_path / "ref", policy="lstm", epochs=2)
+    run(args)
+    reference = torch.load(tmp_path / "ref" / "last.pt", weights_only=True)
+
+    calls = {"n": 0}
+    real_loss = cloning.loss_fn
+
+    def interrupting_loss(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 6:  # mid-way through epoch 2 (4-5 batches per epoch)
+            raise KeyboardInterrupt
+        return real_loss(*a, **kw)
+
+    monkeypatch.setattr(cloning, "loss_fn", interrupting_loss)
+    out = tmp_path / "cut"
+    with pytest.raises(Interrupted, match="--resume"):
+        run(replace(args, out=str(out)))
+    state = read_checkpoint(out / "last.pt")["train_state"]
+    assert not state["done"] and (state["epoch"], state["batch"]) != (0, 0)
+    monkeypatch.setattr(cloning, "loss_fn", real_loss)
+    run(TrainArgs(out=str(out), resume=True, threads=1))  # everything else comes from the run's args.json
+    resumed = torch.load(out / "last.pt", weights_only=True)
+    assert resumed["train_state"]["done"] and resumed["train_state"]["epoch"] == 2
+    for k, v in reference["state_dict"].items():
+        torch.testing.assert_close(resumed["state_dict"][k], v, atol=1e-5, rtol=1e-4)
+    assert [h["val_loss"] for h in resumed["train_state"]["history"]] == pytest.approx(
+        [h["val_loss"] for h in reference["train_state"]["history"]], rel=1e-4)
+
+
+def test_comparison_and_folds(data_dir, tmp_path):
+    out = tmp_path / "cmp"
+    run(tiny_args(data_dir, out, policy="mlp,nac-steady", epochs=1, folds=2))
+    table = (out / "comparison.md").read_text()
+    assert "| mlp |" in table and "| nac-steady |" in table and "±" in table and "samples/s" in table
+    summary = json.loads((out / "comparison.json").read_text())["summaries"]
+    assert [s["policy"] for s in summary] == ["mlp", "nac-steady"]
+    for name in ("mlp", "nac-steady"):
+        assert (out / name / "fold_0" / "best.pt").exists() and (out / name / "fold_1" / "metrics.json").exists()
+    steady = load_checkpoint(out / "nac-steady" / "fold_0" / "best.pt")
+    assert steady.core.nac.mode == "steady"
+    # the two folds validate on disjoint episodes that cover the dataset
+    folds = [json.loads((out / "mlp" / f"fold_{k}" / "metrics.json").read_text())["val_episodes"] for k in (0, 1)]
+    assert sorted(folds[0] + folds[1]) == list(range(6))
+
+
+def test_defaults_are_the_shipped_recipe():
+    a = TrainArgs()
+    assert a.data == "data/carracing_continuous" and a.policy == "nac" and a.encoder == "carracing"
+    assert (a.d_model, a.heads) == (64, 16) and a.window >= 4 and 2 <= a.frame_stride <= 4
+    assert cloning.default_out(a) == str(Path("runs/train/nac"))
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize("case", ["missing_data", "unknown_policy", "bad_window", "corrupted_checkpoint"])
+def test_cli_bad_input_is_one_clear_error(case, data_dir, tmp_path):
+    if case == "missing_data":
+        r = cli("--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
+        expect = "does not exist"
+    elif case == "unknown_policy":
+        r = cli("--data", str(data_dir), "--policy", "nac,transformer", "--out", str(tmp_path / "o"))
+        expect = "valid policies: nac, lstm"
+    elif case == "bad_window":
+        r = cli("--data", str(data_dir), "--window", "0", "--out", str(tmp_path / "o"))
+        expect = "--window must be >= 1"
+    else:
+        out = tmp_path / "o"
+        out.mkdir()
+        (out / "args.json").write_text(json.dumps({"data": str(data_dir), "policy": "mlp"}))
+        (out / "last.pt").write_bytes(b"\x00garbage" * 100)
+        r = cli("--resume", "--out", str(out))
+        expect = "corrupted"
+    assert r.returncode == 2, r.stderr
+    assert "error:" in r.stderr and expect in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_cli_trains_and_prints_a_summary(data_dir, tmp_path):
+    out = tmp_path / "cli"
+    r = cli("--data", str(data_dir), "--policy", "mlp", "--epochs", "1", "--window", "2", "--batch-size", "32",
+            "--segment", "8", "--threads", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "mlp: val_loss" in r.stdout and "samples/s" in r.stdout
+    assert {"best.pt", "last.pt", "metrics.json", "args.json"} <= {p.name for p in out.iterdir()}
+    again = cli("--data", str(data_dir), "--policy", "mlp", "--out", str(out))  # never clobber a run silently
+    assert again.returncode == 2 and "--resume" in again.stderr
