@@ -231,6 +231,7 @@ def record_episode(
         "noise": noise.sigma,
         "noise_hold": noise.hold,
         "perturbed_fraction": float(perturbed.mean()),
+        "mean_abs_noise": None if discrete else np.abs(a.astype(np.float64) - lab).mean(0).round(5).tolist(),
         "mean_speed": float(arrays["speed"].mean()),
         "stats": action_stats(expert.action_space, a, lab),
         "wall_s": time.perf_counter() - t0,
@@ -455,11 +456,12 @@ class CollectResult:
 
     def summary(self) -> str:
         what = "interrupted: " if self.interrupted else ""
+        dropped = "; the unfinished episode was dropped" if self.interrupted else ""
         seeds = f", track seeds {self.first_seed}..{self.last_seed}" if self.episodes_added else ""
         ret = f", mean return {self.mean_return_added:.1f}, laps {self.laps_added}/{self.episodes_added}" if self.episodes_added else ""
         return (
             f"{what}saved {self.episodes_added} new episode(s) ({self.steps_added} steps{seeds}{ret}) at "
-            f"{self.steps_per_s:.0f} steps/s; {self.out} now holds {self.episodes_total} episodes, {self.steps_total} steps"
+            f"{self.steps_per_s:.0f} steps/s; {self.out} now holds {self.episodes_total} episodes, {self.steps_total} steps{dropped}"
         )
 
 
@@ -488,7 +490,7 @@ def collect(
             hint = f" (pass --action-space {other} or an expert for {cfg.action_space})"
         raise CollectError(f"{e}{hint}") from None
     exp = expert_summary(expert)
-    existing = inspect_out(out)
+    inspect_out(out)  # refuse a folder that is not a dataset before putting a lock file into it
     with folder_lock(out):
         for tmp in demos.temp_files(out):  # leftovers of a SIGKILLed write; never data
             tmp.unlink(missing_ok=True)
@@ -574,7 +576,8 @@ def collect(
                     meta = {**meta, "episode_id": episode_id, "length": len(arrays["action"])}
                     metas.append(meta)
                     added.append(meta)
-                    run.update(episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)))
+                    run.update(episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)),
+                               steps_per_s=round(steps / max(time.perf_counter() - t_start, 1e-9), 1))
                     demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, list(FEATURE_NAMES)))
                     postfix()
                     bar.update(1)
@@ -586,9 +589,10 @@ def collect(
             bar.close()
             env.close()
         if interrupted:
-            run["interrupted"] = True
-            # The card may lag by the episode whose write was interrupted; rebuild it from the files.
+            # The card (and `added`) may lag by the episode whose write was interrupted: trust the files.
             metas = inspect_out(out).metas
+            added = [m for m in metas if m["episode_id"] >= first_id]
+            run.update(interrupted=True, episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)))
             if metas:
                 demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, list(FEATURE_NAMES)))
         elapsed = time.perf_counter() - t_start
