@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as e:
         print(f"\n{e}", file=sys.stderr)
         return 130
+    except KeyboardInterrupt:  # before any episode finished (e.g. while loading)
+        print("\ninterrupted", file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

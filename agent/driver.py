@@ -18,8 +18,9 @@ policies (``--checkpoint a.pt b.pt``, ``--with-expert``) get ``OUT/<name>/`` eac
 
 Seeds: the default first seed is 1000 (seeds 1000, 1001, ...): the expert's card reports seeds
 1000..1019, its training draws seeds >= 100000, its checkpoint selection 90000..90019, and demos are
-collected on seeds >= 500000 -- so evaluation tracks are unseen by the expert's training and by the
-student's data, and the expert baseline row is directly comparable with the expert's card.
+collected on seeds >= 3000000 (collect.py refuses seeds < 100000) -- so evaluation tracks are unseen
+by the expert's training and by the student's data, and the expert baseline row is directly
+comparable with the expert's card.
 
 Policies whose head predicts only some of [steer, gas, brake] (e.g. a steering-only head) drive with
 the expert's values for the missing components; ``metrics.json`` records this as ``"filled_from_expert"``.
@@ -331,20 +332,19 @@ def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expe
 
 
 # ----------------------------------------------------------------------------- the whole evaluation
-def _set_threads(n: int) -> None:
-    torch.set_num_threads(n)
-    try:
-        torch.set_num_interop_threads(n)
-    except RuntimeError:  # only settable before any inter-op work has started
-        pass
-
-
 def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[str, Any]]:
     """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}."""
-    from agent.expert import Expert
-
     args.validate()
-    _set_threads(args.threads)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(args.threads)  # intra-op threads; single-frame inference is fastest with 1
+    try:
+        return _evaluate(args, command)
+    finally:
+        torch.set_num_threads(previous)  # a library call should not leave the process single-threaded
+
+
+def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
+    from agent.expert import Expert
 
     # 1. what to drive (load everything first, so a bad checkpoint fails before any driving)
     targets: list[tuple[str, Any, dict[str, Any]]] = []  # (name, controller, meta)

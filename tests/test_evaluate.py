@@ -91,6 +91,7 @@ def test_driver_executes_the_policy_action(tmp_path, ckpts):
     from envs.carracing import make_carracing
 
     out = tmp_path / "const"
+    threads = torch.get_num_threads()
     m = evaluate(_args(out, checkpoint=[str(ckpts["const"])], max_steps=30, video=False))["const"]
     env = make_carracing("continuous", render=True, max_episode_steps=30)
     env.reset(seed=1234)
@@ -103,6 +104,7 @@ def test_driver_executes_the_policy_action(tmp_path, ckpts):
     assert e["steer_smoothness"] == pytest.approx(0.0, abs=1e-6)
     assert e["steer_mae"] > 0  # the expert does not hold a constant 0.3 steer from the start line
     assert not (out / "videos").exists()
+    assert torch.get_num_threads() == threads  # evaluate() restores the caller's thread count
 
 
 def test_tiny_nac_policy_video_has_attention_panel_and_saliency(tmp_path, ckpts):
