@@ -270,6 +270,13 @@ def _mean_std(x: list[float]) -> dict[str, float | None]:
     return {"mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()), "max": float(a.max())}
 
 
+def _weighted_noise(metas: list[dict]) -> list[float] | None:
+    rows = [(m["mean_abs_noise"], m["length"]) for m in metas if m.get("mean_abs_noise") is not None]
+    if not rows:
+        return None
+    return (np.average([r for r, _ in rows], axis=0, weights=[n for _, n in rows])).round(5).tolist()
+
+
 def build_card(
     config: dict, expert: dict, runs: list[dict], metas: list[dict], feature_names: list[str] | None = None
 ) -> dict[str, Any]:
@@ -327,7 +334,11 @@ def build_card(
             "laps_finished": int(sum(m.get("lap_complete", False) for m in metas)),
             "terminated": int(sum(m["terminated"] for m in metas)),
             "truncated": int(sum(m["truncated"] for m in metas)),
-            "perturbed_steps": int(sum(round(m.get("perturbed_fraction", 0) * m["length"]) for m in metas)),
+            # discrete: steps whose executed action is not the label; continuous: mean |executed - label| per
+            # action dimension (every continuous step is perturbed a little, so a count would say nothing)
+            "perturbed_steps": int(sum(round(m.get("perturbed_fraction", 0) * m["length"]) for m in metas))
+            if space == "discrete" else None,
+            "mean_abs_noise": None if space == "discrete" else _weighted_noise(metas),
         },
         "returns": _mean_std(returns),
         "action_histogram": hist,

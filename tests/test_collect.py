@@ -98,6 +98,8 @@ def test_card_is_consistent_with_the_files(continuous_ds):
     hist = card["action_histogram"]
     assert sum(hist["label"]["steer_counts"]) == sum(hist["executed"]["steer_counts"]) == 2 * STEPS
     assert card["counts"]["laps_finished"] == 0  # 30 steps never finish a lap
+    steer_noise = np.mean([np.abs(e["action"][:, 0] - e["expert_action"][:, 0]).mean() for e in map(ds.load, range(2))])
+    np.testing.assert_allclose(card["counts"]["mean_abs_noise"][0], steer_noise, rtol=1e-3)
     assert len(card["runs"]) == 1 and card["runs"][0]["episodes_added"] == 2
 
 
