@@ -1,7 +1,7 @@
 """Export a collect.py dataset (agent.demos format) as a Minari dataset.
 
     python -m agent.minari_export data/carracing_continuous carracing/expert-continuous-v0
-    python collect.py --out data/carracing_continuous --episodes 0 --export-minari carracing/expert-continuous-v0
+    python collect.py --episodes 25 --export-minari carracing/expert-continuous-v0   # collect, then export
 
 Mapping (Minari's episode convention: ``T + 1`` observations, ``T`` actions):
 
