@@ -339,7 +339,8 @@ def select_blocks(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_p
     for c in chunks:
         rows = (kept[:, :, c] + first).flatten()
         gathered = torch.index_select(flat_blocks, 0, rows, out=buffer[: rows.numel()]).view(-1, m * b, d)
-        scores = torch.bmm(gathered, q[:, :, c].reshape(-1, d, 1)).view(B, H, -1, m * b)
+        # multiply-and-sum, not bmm: bmm over thousands of tiny (m*b x d) @ (d x 1) products is ~10x slower
+        scores = (gathered * q[:, :, c].reshape(-1, 1, d)).sum(-1).view(B, H, -1, m * b)
         hidden = (torch.arange(b, device=q.device) >= in_block[:, :, c, :, None]).flatten(-2)
         parts.append(_finish(scores.masked_fill_(hidden, -math.inf), None, min(topk, m * b)))
     slot = torch.cat([p.index for p in parts], 2).clamp(min=0)
