@@ -18,7 +18,7 @@ before (MB = 2^20 bytes). This counts every page the pass touches (tensors, allo
 buffers), not only tensors, and misses no short-lived peak (the kernel tracks it, nothing polls).
 
 A measurement whose estimated time exceeds ``--budget`` seconds is skipped with a note (estimated from a
-pass on a 64-step prefix, scaled by T for RNNs and NAC, T^2 for MHA and NAC-PW); slow models get fewer
+pass on a max(64, T/8)-step prefix, scaled by T for RNNs and NAC, T^2 for MHA and NAC-PW); slow models get fewer
 repeats so one measurement stays within the budget (a pass over half the budget is reported alone);
 the "runs" column says how many passes the median is over.
 
@@ -47,7 +47,7 @@ NAC_MODELS = ("nac-exact", "nac-euler", "nac-steady", "nac-pw")
 BASELINES = ("mha", "lstm", "gru", "cfc", "ltc")
 ALL_MODELS = NAC_MODELS + BASELINES
 SWEEP_MODELS = ("nac", "mha")  # "nac" = exact mode, auto selection
-PROBE_STEPS = 64  # prefix length used to estimate a pass before running it
+PROBE_STEPS = 64  # shortest prefix used to estimate a pass before running it (T/8 when longer)
 
 
 @dataclass
@@ -202,7 +202,7 @@ def _seconds(fn: Callable[[], None], clock: str = "wall") -> float:
 def timed(name: str, T: int, args: Args, backward: bool) -> dict:
     """Median ms over up to ``args.repeats`` passes, or a skip note when over budget."""
     model, call = build(name, T, args)
-    probe_T = min(T, PROBE_STEPS)
+    probe_T = min(T, max(PROBE_STEPS, T // 8))  # long enough that fixed per-call costs do not dominate
     probe = _seconds(lambda: _step(call, _input(probe_T, args), model, backward))
     estimate = probe * (T / probe_T) ** (2 if name in QUADRATIC else 1)
     if estimate > args.budget:
