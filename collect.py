@@ -66,6 +66,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
     p.add_argument("--out", type=Path, default=None, help="dataset folder (default data/carracing_<action-space>); an existing one is appended to")
     p.add_argument("--export-minari", metavar="ID", default=None, help="afterwards, export the whole dataset as Minari dataset ID (e.g. carracing/expert-v0)")
     p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH for --export-minari (default OUT/minari)")
+    p.add_argument("--no-early-stop", dest="early_stop", action="store_false",
+                   help="record full episodes even after the car is stuck (stopped 1 s) or off road for 5 s")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
     return Args(**vars(p.parse_args(argv)))
 

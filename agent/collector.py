@@ -59,6 +59,9 @@ DEFAULT_NOISE = {"continuous": 0.1, "discrete": 0.05}
 DEFAULT_NOISE_HOLD = {"continuous": 5, "discrete": 3}
 DEFAULT_EPISODES = 25
 DT = 0.02  # seconds per CarRacing step (50 FPS)
+STUCK_SPEED, STUCK_STEPS = 1.0, 50  # units/s, steps (1 s): a stopped car
+OFF_ROAD_STEPS = 250  # 5 s with no wheel on the road (short excursions and their recoveries are kept)
+WHEELS_ON_ROAD = 9  # index of "wheels_on_road" in envs.carracing.FEATURE_NAMES (checked in collect())
 STEER_BINS = np.linspace(-0.4, 0.4, 17)  # |steer| > 0.4 only saturates the wheel joint
 DISCRETE_NAMES = ("noop", "right", "left", "gas", "brake")
 NOISE_STREAM = 0xDA27  # mixed into the track seed for the DART generator
@@ -86,6 +89,7 @@ class CollectConfig:
     noise_hold: int | None = None
     expert: Path | None = None
     out: Path | None = None
+    early_stop: bool = True
     progress: bool = True
 
     def validate(self) -> None:
@@ -166,6 +170,30 @@ def action_stats(action_space: str, executed: np.ndarray, label: np.ndarray) -> 
     return out
 
 
+class EarlyStop:
+    """Ends an episode the expert cannot recover: the car stopped (speed < STUCK_SPEED for STUCK_STEPS) or
+    fully off the road for OFF_ROAD_STEPS. Why: after a noise-induced spin the BC-trained expert can sit on
+    the grass braking for the rest of the 1000 steps (seen on track 3000016) — hundreds of near-identical
+    frames labelled "brake while stopped" that would teach the student to stop. The stuck stretch itself
+    is cut off; the spin and the failed recovery before it stay, and the episode is flagged in its meta."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.slow = self.off = 0
+
+    def __call__(self, info: dict) -> tuple[str | None, int]:
+        """(reason or None, how many of the latest states belong to the stuck stretch)."""
+        if not self.enabled:
+            return None, 0
+        self.slow = self.slow + 1 if info["speed"] < STUCK_SPEED else 0
+        self.off = self.off + 1 if float(info["privileged"][WHEELS_ON_ROAD]) == 0.0 else 0
+        if self.slow >= STUCK_STEPS:
+            return "stuck", self.slow
+        if self.off >= OFF_ROAD_STEPS:
+            return "off_road", self.off
+        return None, 0
+
+
 def record_episode(
     env: Any,
     expert: Any,
@@ -173,15 +201,17 @@ def record_episode(
     noise: DartNoise,
     *,
     on_step: Callable[[], None] | None = None,
+    early_stop: bool = True,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Drive one episode on track `track_seed`; returns the agent.demos arrays and meta."""
     discrete = expert.action_space == "discrete"
     frames, actions, labels, probs, rewards, speeds, priv = [], [], [], [], [], [], []
     obs, info = env.reset(seed=int(track_seed))
     terminated = truncated = False
+    stop, stopped = EarlyStop(early_stop), None
     t0 = time.perf_counter()
     t = 0
-    while not (terminated or truncated):
+    while not (terminated or truncated or stopped):
         label = expert.act(info["privileged"])
         executed = noise(t, label)
         frames.append(obs)
@@ -196,6 +226,17 @@ def record_episode(
         t += 1
         if on_step is not None:
             on_step()
+        stopped, run = stop(info)
+    if stopped:
+        # States t+1-run .. t are the stuck stretch; keep the steps before it and end at its first state,
+        # whose frame/features/label were recorded as step `cut` (so final_* stay exact).
+        cut = max(1, t + 1 - run)
+        if cut < t:
+            obs, info = frames[cut], {**info, "privileged": priv[cut], "speed": speeds[cut]}
+            for buf in (frames, actions, labels, probs, rewards, speeds, priv):
+                del buf[cut:]
+            t = cut
+        truncated = True
     adtype = np.int64 if discrete else np.float32
     arrays: dict[str, np.ndarray] = {
         "frames": np.stack(frames).astype(np.uint8),
@@ -234,6 +275,7 @@ def record_episode(
         "mean_abs_noise": None if discrete else np.abs(a.astype(np.float64) - lab).mean(0).round(5).tolist(),
         "mean_speed": float(arrays["speed"].mean()),
         "stats": action_stats(expert.action_space, a, lab),
+        "stopped_early": stopped,  # None | "stuck" | "off_road" (see EarlyStop); such episodes end truncated
         "wall_s": time.perf_counter() - t0,
     }
     return arrays, meta
@@ -334,6 +376,7 @@ def build_card(
             "laps_finished": int(sum(m.get("lap_complete", False) for m in metas)),
             "terminated": int(sum(m["terminated"] for m in metas)),
             "truncated": int(sum(m["truncated"] for m in metas)),
+            "stopped_early": int(sum(bool(m.get("stopped_early")) for m in metas)),
             # discrete: steps whose executed action is not the label; continuous: mean |executed - label| per
             # action dimension (every continuous step is perturbed a little, so a count would say nothing)
             "perturbed_steps": int(sum(round(m.get("perturbed_fraction", 0) * m["length"]) for m in metas))
@@ -345,7 +388,7 @@ def build_card(
         "feature_names": feature_names,
         "episodes": [
             {k: m.get(k) for k in ("episode_id", "track_seed", "return", "length", "lap_complete", "tiles_visited",
-                                   "num_tiles", "terminated", "truncated", "noise", "perturbed_fraction")}
+                                   "num_tiles", "terminated", "truncated", "stopped_early", "noise", "perturbed_fraction")}
             for m in metas
         ],
         "runs": runs,
@@ -492,6 +535,8 @@ def collect(
     from envs.carracing import FEATURE_NAMES, make_carracing
 
     out = cfg.out_dir
+    if FEATURE_NAMES[WHEELS_ON_ROAD] != "wheels_on_road":
+        raise RuntimeError(f"envs.carracing.FEATURE_NAMES changed: index {WHEELS_ON_ROAD} is {FEATURE_NAMES[WHEELS_ON_ROAD]!r}")
     try:
         expert = Expert.load(cfg.expert, cfg.action_space)
     except (FileNotFoundError, ValueError) as e:
@@ -539,6 +584,10 @@ def collect(
                 else "discrete: with probability noise a uniformly random other action, decided every noise_hold frames"
             ),
             "render": True,
+            "early_stop": (
+                f"stuck (speed < {STUCK_SPEED} for {STUCK_STEPS} steps) or off road for {OFF_ROAD_STEPS} steps; stuck stretch cut"
+                if cfg.early_stop else None
+            ),
         }
         runs = list(existing.card.get("runs", []))
         run = {
@@ -549,6 +598,7 @@ def collect(
             "noise": noise,
             "noise_hold": hold,
             "max_steps": cfg.max_steps,
+            "early_stop": cfg.early_stop,
             "episodes_added": 0,
             "steps_added": 0,
             "interrupted": False,
@@ -580,7 +630,8 @@ def collect(
             with sigterm_as_interrupt():
                 for k, track_seed in enumerate(seeds):
                     episode_id = first_id + k
-                    arrays, meta = record_episode(env, expert, track_seed, DartNoise(cfg.action_space, noise, hold, track_seed), on_step=on_step)
+                    arrays, meta = record_episode(env, expert, track_seed, DartNoise(cfg.action_space, noise, hold, track_seed),
+                                                  on_step=on_step, early_stop=cfg.early_stop)
                     meta.update(max_steps=cfg.max_steps, expert_sha256=exp["sha256"],
                                 collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
                     demos.write_episode(out, episode_id, arrays, meta)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from agent import demos
-from agent.collector import DEFAULT_SEED, CollectConfig, CollectError, DartNoise, collect
+from agent.collector import DEFAULT_SEED, CollectConfig, CollectError, DartNoise, collect, record_episode
 from agent.expert import DEFAULT_EXPERT_PATHS, REPO_ROOT, Expert
 from envs.carracing import N_FEATURES, make_carracing
 
@@ -50,6 +50,45 @@ def test_dart_noise_continuous_and_discrete():
     acts = np.array([noise(t, 3) for t in range(3000)])
     assert 0.25 < np.mean(acts != 3) < 0.35
     assert set(acts[acts != 3]) == {0, 1, 2, 4}, "a random OTHER action, each of them"
+
+
+class _FakeEnv:
+    """State i has frame value i; the car drives for `moving` steps, then stands still (speed 0)."""
+
+    def __init__(self, moving):
+        self.moving, self.i = moving, 0
+
+    def _info(self):
+        priv = np.zeros(N_FEATURES, np.float32)
+        priv[9] = 1.0  # wheels_on_road
+        return {"privileged": priv, "speed": 10.0 if 0 < self.i <= self.moving else 0.0,
+                "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300}
+
+    def reset(self, seed=None):
+        self.i = 0
+        return np.full((96, 96, 3), 0, np.uint8), self._info()
+
+    def step(self, action):
+        self.i += 1
+        return np.full((96, 96, 3), self.i % 256, np.uint8), -0.1, False, self.i >= 1000, self._info()
+
+
+class _FakeExpert:
+    action_space = "continuous"
+
+    def act(self, priv):
+        return np.array([0.0, 1.0, 0.0], np.float32)
+
+
+def test_stuck_car_ends_the_episode_and_the_stuck_stretch_is_cut():
+    arrays, meta = record_episode(_FakeEnv(moving=20), _FakeExpert(), 0, DartNoise("continuous", 0.0, 1, 0))
+    # States 1..20 move, state 21 is the first of the stopped stretch: keep steps 0..20, end at state 21.
+    assert meta["stopped_early"] == "stuck" and meta["truncated"] and len(arrays["frames"]) == 21
+    np.testing.assert_array_equal(arrays["frames"][:, 0, 0, 0], np.arange(21))
+    assert arrays["final_frames"][0, 0, 0] == 21 and arrays["final_speed"] == 0.0
+    np.testing.assert_allclose(meta["return"], -0.1 * 21, rtol=1e-5)
+    arrays, meta = record_episode(_FakeEnv(moving=20), _FakeExpert(), 0, DartNoise("continuous", 0.0, 1, 0), early_stop=False)
+    assert meta["stopped_early"] is None and len(arrays["frames"]) == 1000
 
 
 # ----------------------------------------------------------------------------------------------- recording
