@@ -206,12 +206,12 @@ def test_exception_mid_run_keeps_finished_episodes(tmp_path, monkeypatch):
     real = collector.record_episode
     calls = {"n": 0}
 
-    def flaky(env, expert, seed, noise, on_step=None):
+    def flaky(env, expert, seed, noise, **kw):
         calls["n"] += 1
         if calls["n"] == 2:
             env.reset(seed=seed)
             raise KeyboardInterrupt
-        return real(env, expert, seed, noise, on_step=on_step)
+        return real(env, expert, seed, noise, **kw)
 
     monkeypatch.setattr(collector, "record_episode", flaky)
     res = _collect(tmp_path / "d", episodes=3, max_steps=10)
