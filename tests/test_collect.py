@@ -311,3 +311,12 @@ def test_minari_cli_errors(tmp_path, capsys):
 
     assert main([str(tmp_path / "missing"), "carracing/y-v0"]) == 2
     assert capsys.readouterr().err.startswith("error: dataset folder")
+
+
+def test_second_collector_into_the_same_folder_is_refused(tmp_path):
+    from agent.collector import folder_lock
+
+    with folder_lock(tmp_path / "d"):
+        with pytest.raises(CollectError, match="another collect.py is writing"):
+            _collect(tmp_path / "d", episodes=1, max_steps=5)
+    assert _collect(tmp_path / "d", episodes=1, max_steps=5).episodes_added == 1, "the lock dies with its holder"
