@@ -62,7 +62,7 @@ class TrainArgs:
     out: str | None = None  # run folder; default runs/train/<policy>
     window: int = 8  # frames per window
     frame_stride: int = 3  # steps between window frames: 8 frames x stride 3 span 0.42 s at 50 Hz
-    epochs: int = 10
+    epochs: int = 15
     batch_size: int = 256  # windows per optimizer step
     segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
     lr: float = 2e-3  # peak AdamW learning rate
