@@ -130,9 +130,6 @@ def export_minari(
     import minari
     from minari.dataset.minari_dataset import parse_dataset_id
 
-    if importlib.util.find_spec("h5py") is None:
-        raise ImportError("Minari export needs h5py (Minari's HDF5 storage): pip install 'minari[hdf5]'")
-
     try:
         parse_dataset_id(dataset_id)
     except ValueError:
@@ -140,6 +137,8 @@ def export_minari(
             f"Minari dataset id must look like '[namespace/]name-v<version>', e.g. 'carracing/expert-v0'; got {dataset_id!r}"
         ) from None
     data = demos.open_dataset(data_dir)
+    if importlib.util.find_spec("h5py") is None:  # after the user's own mistakes, which matter more
+        raise ImportError("Minari export needs h5py (Minari's HDF5 storage): pip install 'minari[hdf5]'")
     root = Path(datasets_path) if datasets_path is not None else Path(data_dir) / "minari"
     if root.exists() and not root.is_dir():
         raise ValueError(f"--minari-path {str(root)!r} is a file; expected a folder for Minari datasets")
