@@ -51,7 +51,7 @@ def episode_path(root: str | Path, episode_id: int) -> Path:
     return Path(root) / EPISODE_DIR / f"episode_{episode_id:05d}.npz"
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     """Write through a temp file in the same folder, then rename: readers never see a half file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -69,7 +69,7 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    _atomic_write(Path(path), lambda f: f.write(json.dumps(obj, indent=2).encode()))
+    atomic_write(Path(path), lambda f: f.write(json.dumps(obj, indent=2).encode()))
 
 
 def write_episode(root: str | Path, episode_id: int, arrays: dict[str, np.ndarray], meta: dict) -> Path:
@@ -89,7 +89,7 @@ def write_episode(root: str | Path, episode_id: int, arrays: dict[str, np.ndarra
                 raise ValueError(f"write_episode: {k} must be one step of {base!r} (shape {want}), got shape {np.shape(v)}")
     path = episode_path(root, episode_id)
     meta = {**meta, "episode_id": int(episode_id), "length": int(lengths["frames"])}
-    _atomic_write(path, lambda f: np.savez_compressed(f, meta=np.array(json.dumps(meta)), **arrays))
+    atomic_write(path, lambda f: np.savez_compressed(f, meta=np.array(json.dumps(meta)), **arrays))
     return path
 
 
@@ -116,7 +116,7 @@ class DemoDataset:
 
 
 def temp_files(root: str | Path) -> list[Path]:
-    """Leftovers of writes that were killed mid-way (SIGKILL skips the cleanup in ``_atomic_write``).
+    """Leftovers of writes that were killed mid-way (SIGKILL skips the cleanup in ``atomic_write``).
     They are never read as data (their names do not match ``episode_*.npz``); collect.py removes them."""
     root = Path(root)
     return sorted([*root.glob(".*.tmp"), *(root / EPISODE_DIR).glob(".*.tmp")])

@@ -35,7 +35,7 @@ import shlex
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -44,7 +44,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from agent.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of, write_json, write_run
+from agent.metrics import (EpisodeRecorder, aggregate, atomic_write_text, comparison_markdown, steer_of, write_json,
+                           write_run)
 from agent import video as vid
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -403,11 +404,9 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
         if not single and results:
             rows = list(results.items())
             (root).mkdir(parents=True, exist_ok=True)
-            from agent.metrics import _atomic_write_text
-
             title = (f"# Closed-loop evaluation: {args.env} ({action_space}), seeds {args.seeds[0]}..{args.seeds[-1]}, "
                      f"max {args.max_steps} steps\n\n")
-            _atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
+            atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
             write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"}
                                                   for n, s in rows})
     return results

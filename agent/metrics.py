@@ -18,12 +18,12 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from agent.demos import atomic_write
 
 # The per-episode keys, in CSV column order. Every value is a plain int/float/bool/str.
 EPISODE_KEYS: tuple[str, ...] = (
@@ -156,18 +156,10 @@ def _isnan(x: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------- writers (atomic)
-def _atomic_write_text(path: Path, text: str) -> Path:
+def atomic_write_text(path: Path, text: str) -> Path:
+    """UTF-8 text through ``agent.demos.atomic_write`` (temp file + rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
     return path
 
 
@@ -187,7 +179,7 @@ def _jsonable(x: Any) -> Any:
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
-    return _atomic_write_text(Path(path), json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
+    return atomic_write_text(Path(path), json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
 def write_episodes_csv(path: str | Path, episodes: Sequence[dict[str, Any]]) -> Path:
@@ -196,7 +188,7 @@ def write_episodes_csv(path: str | Path, episodes: Sequence[dict[str, Any]]) -> 
     writer.writeheader()
     for e in episodes:
         writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in e.items()})
-    return _atomic_write_text(Path(path), buf.getvalue())
+    return atomic_write_text(Path(path), buf.getvalue())
 
 
 def write_tensorboard(logdir: str | Path, summary: dict[str, Any]) -> Path:

@@ -281,6 +281,7 @@ def save_checkpoint(path: str | Path, policy: DrivingPolicy, **extra: Any) -> Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a checkpoint is meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(buffer.getbuffer())
             f.flush()
