@@ -4,6 +4,7 @@
     python collect.py --action-space discrete --episodes 30 --noise 0.05
     python collect.py --out data/carracing_continuous --episodes 10     # appends 10 more episodes
     python collect.py --episodes 2 --max-steps 200 --out /tmp/tiny --export-minari carracing/tiny-v0
+    python collect.py --driver runs/train/nac/best.pt --beta 0.5 --episodes 15   # a DAgger round: the student drives
 
 The loop lives in agent/collector.py (DART noise, seeds, resume rules); the format in agent/demos.py;
 the Minari exporter in agent/minari_export.py (also `python -m agent.minari_export DATA_DIR ID`).
@@ -68,6 +69,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
     p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH for --export-minari (default OUT/minari)")
     p.add_argument("--no-early-stop", dest="early_stop", action="store_false",
                    help="record full episodes even after the car is stuck (stopped 1 s) or off road for 5 s")
+    p.add_argument("--driver", type=Path, default=None, metavar="CKPT",
+                   help="DAgger: this trained policy (train.py checkpoint) drives and the expert labels every frame it "
+                        "sees; append the episodes to the dataset and retrain on all of it")
+    p.add_argument("--beta", type=float, default=0.0,
+                   help="DAgger mixture: probability per step that the expert's action is executed instead of the "
+                        "--driver's (default 0)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
     return Args(**vars(p.parse_args(argv)))
 

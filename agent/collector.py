@@ -15,6 +15,13 @@ What makes this good BC data (and why each piece is here):
   0.06 rad/frame, so independent per-frame noise mostly averages out and never moves the car off line.
   The noise generator is seeded from the track seed, so an episode is reproducible. Defaults (measured,
   see DEFAULT_NOISE): continuous 0.07 held 5 frames, discrete 0.05 held 3 frames.
+* **DAgger** (``driver``, ``beta``): a trained student policy drives and the expert labels every frame it
+  sees (Ross et al. 2011). BC alone trains on the expert's states; in closed loop the student drifts into
+  states it never saw (late for a corner, off the line) and its errors compound. DAgger rounds -- collect
+  with the current student, append to the dataset, retrain on everything -- put exactly those states and
+  the expert's answers to them in the data. With probability ``beta`` per step the expert's action is
+  executed instead of the student's (the mixture policy of the paper), which keeps the car on the track
+  longer in early rounds. DART noise still applies to whatever is executed.
 * **Track seeds**: episode ``k`` uses track ``seed + k``. The default ``seed`` 3,000,000 keeps collection
   tracks disjoint from the expert's training draws [100,000, 2,000,000), its validation tracks
   90,000–90,019, its card evaluation tracks 1000–1019 and evaluate.py's default tracks 1000.. . Every
@@ -68,6 +75,7 @@ WHEELS_ON_ROAD = 9  # index of "wheels_on_road" in envs.carracing.FEATURE_NAMES 
 STEER_BINS = np.linspace(-0.4, 0.4, 17)  # |steer| > 0.4 only saturates the wheel joint
 DISCRETE_NAMES = ("noop", "right", "left", "gas", "brake")
 NOISE_STREAM = 0xDA27  # mixed into the track seed for the DART generator
+MIX_STREAM = 0xDA66  # mixed into the track seed for the DAgger expert/student coin
 FORMAT_VERSION = 1
 
 
@@ -94,6 +102,8 @@ class CollectConfig:
     out: Path | None = None
     early_stop: bool = True
     progress: bool = True
+    driver: Path | None = None  # DAgger: a policy checkpoint that drives while the expert labels
+    beta: float = 0.0  # DAgger: probability per step that the expert's action is executed instead
 
     def validate(self) -> None:
         """Check the arguments before anything heavy is imported or any file is touched."""
@@ -114,6 +124,12 @@ class CollectConfig:
                 raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {self.noise}")
         if self.noise_hold is not None and self.noise_hold < 1:
             raise CollectError(f"--noise-hold must be >= 1 frame, got {self.noise_hold}")
+        if not (math.isfinite(self.beta) and 0.0 <= self.beta <= 1.0):
+            raise CollectError(f"--beta is a probability, must be in [0, 1], got {self.beta}")
+        if self.beta > 0 and self.driver is None:
+            raise CollectError("--beta mixes the expert into a --driver's driving; give --driver CKPT too")
+        if self.driver is not None and not Path(self.driver).is_file():
+            raise CollectError(f"--driver file not found: {str(self.driver)!r} (expected a policy checkpoint from train.py)")
         out = self.out_dir
         if out.exists() and not out.is_dir():
             raise CollectError(f"--out {str(out)!r} is a file; expected a dataset folder (new or from collect.py)")
@@ -205,8 +221,14 @@ def record_episode(
     *,
     on_step: Callable[[], None] | None = None,
     early_stop: bool = True,
+    driver: Any = None,
+    beta: float = 0.0,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Drive one episode on track `track_seed`; returns the agent.demos arrays and meta."""
+    """Drive one episode on track `track_seed`; returns the agent.demos arrays and meta.
+
+    Without `driver` the expert drives. With one (an ``agent.driver.PolicyController``) the student
+    drives, except on steps where a coin with probability `beta` picks the expert; the label is always
+    the expert's action for the recorded state."""
     discrete = expert.action_space == "discrete"
     frames, actions, labels, probs, rewards, speeds, priv = [], [], [], [], [], [], []
     obs, info = env.reset(seed=int(track_seed))
@@ -214,9 +236,19 @@ def record_episode(
     stop, stopped = EarlyStop(early_stop), None
     t0 = time.perf_counter()
     t = 0
+    coin = np.random.default_rng([track_seed, MIX_STREAM])
+    by_expert: list[bool] = []
+    if driver is not None:
+        driver.reset()
     while not (terminated or truncated or stopped):
         label = expert.act(info["privileged"])
-        executed = noise(t, label)
+        chosen, expert_turn = label, True
+        if driver is not None:
+            student, _ = driver.act(obs, t * DT, info, label)  # steps the stream on every frame
+            expert_turn = bool(coin.random() < beta)
+            chosen = label if expert_turn else student
+        executed = noise(t, chosen)
+        by_expert.append(expert_turn)
         frames.append(obs)
         priv.append(info["privileged"])
         speeds.append(info["speed"])
@@ -236,7 +268,7 @@ def record_episode(
         cut = max(1, t + 1 - run)
         if cut < t:
             obs, info = frames[cut], {**info, "privileged": priv[cut], "speed": speeds[cut]}
-            for buf in (frames, actions, labels, probs, rewards, speeds, priv):
+            for buf in (frames, actions, labels, probs, rewards, speeds, priv, by_expert):
                 del buf[cut:]
             t = cut
         truncated = True
@@ -274,6 +306,8 @@ def record_episode(
         "num_tiles": int(info["num_tiles"]),
         "noise": noise.sigma,
         "noise_hold": noise.hold,
+        "beta": beta if driver is not None else None,
+        "expert_driven_fraction": float(np.mean(by_expert)),
         "perturbed_fraction": float(perturbed.mean()),
         "mean_abs_noise": None if discrete else np.abs(a.astype(np.float64) - lab).mean(0).round(5).tolist(),
         "mean_speed": float(arrays["speed"].mean()),
@@ -549,6 +583,16 @@ def collect(
             hint = f" (pass --action-space {other} or an expert for {cfg.action_space})"
         raise CollectError(f"{e}{hint}") from None
     exp = expert_summary(expert)
+    driver, driver_info = None, {"driver": None}
+    if cfg.driver is not None:
+        from agent.driver import PolicyController, load_policy
+
+        try:
+            policy = load_policy(cfg.driver, cfg.env, cfg.action_space, "cpu")
+        except (FileNotFoundError, ValueError) as e:
+            raise CollectError(f"--driver: {e}") from None
+        driver = PolicyController(policy.eval(), name=Path(cfg.driver).stem)
+        driver_info = {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver)), "beta": cfg.beta}
     inspect_out(out)  # refuse a folder that is not a dataset before putting a lock file into it
     with folder_lock(out):
         for tmp in demos.temp_files(out):  # leftovers of a SIGKILLed write; never data
@@ -602,6 +646,8 @@ def collect(
             "noise_hold": hold,
             "max_steps": cfg.max_steps,
             "early_stop": cfg.early_stop,
+            "driver": str(cfg.driver) if cfg.driver is not None else None,
+            "beta": cfg.beta if cfg.driver is not None else None,
             "episodes_added": 0,
             "steps_added": 0,
             "interrupted": False,
@@ -629,14 +675,21 @@ def collect(
                 bar.refresh()
 
         interrupted = False
+        threads = None
+        if driver is not None:  # one frame per step: 1 thread is fastest and leaves the other core to the env
+            import torch
+
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
         try:
             with sigterm_as_interrupt():
                 for k, track_seed in enumerate(seeds):
                     episode_id = first_id + k
                     arrays, meta = record_episode(env, expert, track_seed, DartNoise(cfg.action_space, noise, hold, track_seed),
-                                                  on_step=on_step, early_stop=cfg.early_stop)
+                                                  on_step=on_step, early_stop=cfg.early_stop, driver=driver, beta=cfg.beta)
                     meta.update(max_steps=cfg.max_steps, expert_sha256=exp["sha256"],
                                 collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                    meta.update(driver_info)
                     demos.write_episode(out, episode_id, arrays, meta)
                     meta = {**meta, "episode_id": episode_id, "length": len(arrays["action"])}
                     metas.append(meta)
@@ -653,6 +706,8 @@ def collect(
         finally:
             bar.close()
             env.close()
+            if threads is not None:
+                torch.set_num_threads(threads)
         if interrupted:
             # The card (and `added`) may lag by the episode whose write was interrupted: trust the files.
             metas = inspect_out(out).metas

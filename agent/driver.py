@@ -409,6 +409,10 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
             atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
             write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"}
                                                   for n, s in rows})
+    videos = sorted(root.glob("videos/*.mp4" if single else "*/videos/*.mp4"))
+    tqdm.write(f"outputs in {root}/: " + ("metrics.json, episodes.csv" if single else "comparison.md, <policy>/metrics.json")
+               + (f", {len(videos)} video(s) ({videos[0].relative_to(root)}, ...)" if videos else "")
+               + (f"; TensorBoard: tensorboard --logdir {root}" if args.tensorboard else ""))
     return results
 
 

@@ -320,3 +320,62 @@ def test_second_collector_into_the_same_folder_is_refused(tmp_path):
         with pytest.raises(CollectError, match="another collect.py is writing"):
             _collect(tmp_path / "d", episodes=1, max_steps=5)
     assert _collect(tmp_path / "d", episodes=1, max_steps=5).episodes_added == 1, "the lock dies with its holder"
+
+
+# ----------------------------------------------------------------------------------------------- DAgger
+def _constant_driver(path, steer=0.3, gas=0.2, action_space="continuous"):
+    """A policy checkpoint whose every output is the same action (zero head weights, bias = the action)."""
+    import torch
+
+    from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+
+    torch.manual_seed(0)
+    head = "discrete" if action_space == "discrete" else "continuous"
+    policy = DrivingPolicy(PolicyConfig.for_actions(head, core="lstm", core_options={"hidden": 8}, window=3,
+                                                    frame_stride=1, feature_dim=8, action_space=action_space))
+    with torch.no_grad():
+        policy.head.weight.zero_()
+        if head == "continuous":
+            policy.head.bias.copy_(torch.tensor([steer, gas, 0.0]))
+    return save_checkpoint(path, policy)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_path, beta):
+    driver = _constant_driver(tmp_path / "const.pt")
+    out = tmp_path / "d"
+    _collect(out, episodes=1, noise=0.0, driver=driver, beta=beta, max_steps=60, early_stop=False)
+    ds = demos.open_dataset(out)
+    ep, meta = ds.load(0), ds.episodes[0]
+    student = np.array([0.3, 0.2, 0.0], np.float32)
+    by_student = np.all(np.isclose(ep["action"], student, atol=1e-6), axis=1)
+    by_expert = np.all(ep["action"] == ep["expert_action"], axis=1)
+    assert np.all(by_student | by_expert), "every executed action is the driver's or the expert's"
+    expert = Expert.load(None, "continuous")
+    relabel = np.array([expert.act(p) for p in ep["privileged"]])
+    np.testing.assert_allclose(ep["expert_action"], relabel, atol=1e-6)  # labels: the expert on the visited state
+    assert meta["driver"] == str(driver) and len(meta["driver_sha256"]) == 64 and meta["beta"] == beta
+    frac = meta["expert_driven_fraction"]
+    if beta == 0.0:
+        assert by_student.all() and frac == 0.0
+    elif beta == 1.0:
+        assert by_expert.all() and frac == 1.0
+    else:
+        assert 0.2 < frac < 0.8 and by_student.any() and by_expert.any()
+    card = json.loads((out / demos.CARD_NAME).read_text())
+    assert card["runs"][-1]["driver"] == str(driver) and card["runs"][-1]["beta"] == beta
+
+
+def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
+    disc = _constant_driver(tmp_path / "disc.pt", action_space="discrete")
+    cases = [
+        (["--beta", "0.5"], "give --driver CKPT too"),
+        (["--driver", str(tmp_path / "nope.pt")], "--driver file not found"),
+        (["--driver", str(disc), "--beta", "1.5"], "--beta is a probability"),
+        (["--driver", str(disc)], "'discrete' action space"),
+    ]
+    for argv, message in cases:
+        assert collect_cli.main([*argv, "--out", str(tmp_path / "d"), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], (argv, err)
+        assert not (tmp_path / "d").exists(), "a refused run creates nothing"
