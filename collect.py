@@ -60,9 +60,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
     p.add_argument("--max-steps", type=int, default=d.max_steps, help="steps per episode before truncation (default 1000)")
     p.add_argument("--seed", type=int, default=None, help=f"first track seed (default {DEFAULT_SEED}, or the existing dataset's)")
     p.add_argument("--noise", type=float, default=None,
-                   help=f"DART noise on the executed action (default {DEFAULT_NOISE}, or the existing dataset's): continuous = std of Gaussian noise "
-                        "on steer and throttle; discrete = probability of a random other action")
-    p.add_argument("--noise-hold", type=int, default=None, help=f"frames each noise sample is held (default {DEFAULT_NOISE_HOLD}, or the existing dataset's)")
+                   help="DART noise on the executed action (default: the existing dataset's, else "
+                        + ", ".join(f"{v} {k}" for k, v in DEFAULT_NOISE.items())
+                        + "): continuous = std of Gaussian noise on steer and throttle; discrete = probability of a "
+                        "random other action")
+    p.add_argument("--noise-hold", type=int, default=None, help="frames each noise sample is held (default: the existing dataset's, else "
+                        + ", ".join(f"{v} {k}" for k, v in DEFAULT_NOISE_HOLD.items()) + ")")
     p.add_argument("--expert", type=Path, default=None, help="SB3 PPO .zip (default: the shipped checkpoints/expert_carracing_<space>.zip)")
     p.add_argument("--out", type=Path, default=None, help="dataset folder (default data/carracing_<action-space>); an existing one is appended to")
     p.add_argument("--export-minari", metavar="ID", default=None, help="afterwards, export the whole dataset as Minari dataset ID (e.g. carracing/expert-v0)")
