@@ -419,13 +419,18 @@ def build_card(
             "perturbed_steps": int(sum(round(m.get("perturbed_fraction", 0) * m["length"]) for m in metas))
             if space == "discrete" else None,
             "mean_abs_noise": None if space == "discrete" else _weighted_noise(metas),
+            # DAgger: episodes a student drove (collect.py --driver); their returns are the student's
+            "driven_by": {"expert": sum(m.get("driver") is None for m in metas),
+                          "student": sum(m.get("driver") is not None for m in metas)},
         },
         "returns": _mean_std(returns),
+        "expert_driven_returns": _mean_std([m["return"] for m in metas if m.get("driver") is None]),
         "action_histogram": hist,
         "feature_names": feature_names,
         "episodes": [
             {k: m.get(k) for k in ("episode_id", "track_seed", "return", "length", "lap_complete", "tiles_visited",
-                                   "num_tiles", "terminated", "truncated", "stopped_early", "noise", "perturbed_fraction")}
+                                   "num_tiles", "terminated", "truncated", "stopped_early", "noise", "perturbed_fraction",
+                                   "driver", "beta")}
             for m in metas
         ],
         "runs": runs,

@@ -364,6 +364,7 @@ def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_pa
         assert 0.2 < frac < 0.8 and by_student.any() and by_expert.any()
     card = json.loads((out / demos.CARD_NAME).read_text())
     assert card["runs"][-1]["driver"] == str(driver) and card["runs"][-1]["beta"] == beta
+    assert card["counts"]["driven_by"] == {"expert": 0, "student": 1} and card["episodes"][0]["driver"] == str(driver)
 
 
 def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
