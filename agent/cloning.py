@@ -631,6 +631,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
         a = TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
         specs = check_args(a)
     elif args_path.exists() and not a.overwrite:
+        open_dataset(a.data)  # a mistyped --data is the likelier mistake: say that first
         raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
                          f"start again, or another --out")
     torch.set_num_threads(a.threads or auto_threads())

@@ -190,3 +190,5 @@ def test_cli_trains_and_prints_a_summary(data_dir, tmp_path):
     assert {"best.pt", "last.pt", "metrics.json", "args.json"} <= {p.name for p in out.iterdir()}
     again = cli("--data", str(data_dir), "--policy", "mlp", "--out", str(out))  # never clobber a run silently
     assert again.returncode == 2 and "--resume" in again.stderr
+    typo = cli("--data", str(tmp_path / "nope"), "--policy", "mlp", "--out", str(out))  # the data error wins
+    assert typo.returncode == 2 and "does not exist" in typo.stderr and "--resume" not in typo.stderr
