@@ -597,7 +597,7 @@ def collect(
         except (FileNotFoundError, ValueError) as e:
             raise CollectError(f"--driver: {e}") from None
         driver = PolicyController(policy.eval(), name=Path(cfg.driver).stem)
-        driver_info = {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver)), "beta": cfg.beta}
+        driver_info = {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver))}
     inspect_out(out)  # refuse a folder that is not a dataset before putting a lock file into it
     with folder_lock(out):
         for tmp in demos.temp_files(out):  # leftovers of a SIGKILLed write; never data
