@@ -17,6 +17,7 @@ from agent.expert import DEFAULT_EXPERT_PATHS, REPO_ROOT, Expert
 from envs.carracing import N_FEATURES, make_carracing
 
 import collect as collect_cli
+from tests.helpers import constant_policy_checkpoint
 
 STEPS = 30
 
@@ -323,26 +324,9 @@ def test_second_collector_into_the_same_folder_is_refused(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- DAgger
-def _constant_driver(path, steer=0.3, gas=0.2, action_space="continuous"):
-    """A policy checkpoint whose every output is the same action (zero head weights, bias = the action)."""
-    import torch
-
-    from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
-
-    torch.manual_seed(0)
-    head = "discrete" if action_space == "discrete" else "continuous"
-    policy = DrivingPolicy(PolicyConfig.for_actions(head, core="lstm", core_options={"hidden": 8}, window=3,
-                                                    frame_stride=1, feature_dim=8, action_space=action_space))
-    with torch.no_grad():
-        policy.head.weight.zero_()
-        if head == "continuous":
-            policy.head.bias.copy_(torch.tensor([steer, gas, 0.0]))
-    return save_checkpoint(path, policy)
-
-
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
 def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_path, beta):
-    driver = _constant_driver(tmp_path / "const.pt")
+    driver = constant_policy_checkpoint(tmp_path / "const.pt")
     out = tmp_path / "d"
     _collect(out, episodes=1, noise=0.0, driver=driver, beta=beta, max_steps=60, early_stop=False)
     ds = demos.open_dataset(out)
@@ -368,7 +352,7 @@ def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_pa
 
 
 def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
-    disc = _constant_driver(tmp_path / "disc.pt", action_space="discrete")
+    disc = constant_policy_checkpoint(tmp_path / "disc.pt", action_space="discrete")
     cases = [
         (["--beta", "0.5"], "give --driver CKPT too"),
         (["--driver", str(tmp_path / "nope.pt")], "--driver file not found"),

@@ -17,6 +17,7 @@ from agent import driver
 from agent.driver import EvalArgs, Interrupted, evaluate, run_names
 from agent.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
 from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+from tests.helpers import constant_policy_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(core_options=dict(d_model=16, heads=4, topk=4), window=4, frame_stride=2, feature_dim=16)
@@ -35,14 +36,7 @@ def _tiny(path: Path, head: str = "continuous", **overrides) -> Path:
 def ckpts(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("ckpt")
     nac = _tiny(d / "nac.pt")
-    # A constant driver: zero head weights, bias = [steer 0.3, gas 0.2, brake 0] -> every step the same action.
-    torch.manual_seed(0)
-    policy = DrivingPolicy(PolicyConfig.for_actions("continuous", core="lstm", core_options={"hidden": 8},
-                                                    window=3, frame_stride=1, feature_dim=8))
-    with torch.no_grad():
-        policy.head.weight.zero_()
-        policy.head.bias.copy_(torch.tensor([0.3, 0.2, 0.0]))
-    const = save_checkpoint(d / "const.pt", policy)
+    const = constant_policy_checkpoint(d / "const.pt", action=(0.3, 0.2, 0.0))  # every step [steer 0.3, gas 0.2, brake 0]
     return {
         "nac": nac,
         "const": const,

@@ -1,0 +1,21 @@
+"""Small builders shared by several test modules."""
+from pathlib import Path
+
+import torch
+
+from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+
+
+def constant_policy_checkpoint(path: Path, action=(0.3, 0.2, 0.0), action_space: str = "continuous") -> Path:
+    """A checkpoint whose policy outputs the same action on every frame (zero head weights, bias = the action).
+
+    Discrete: zero weights and bias, i.e. uniform logits. Lets a test know exactly what the policy executes."""
+    torch.manual_seed(0)
+    head = "discrete" if action_space == "discrete" else "continuous"
+    policy = DrivingPolicy(PolicyConfig.for_actions(head, core="lstm", core_options={"hidden": 8}, window=3,
+                                                    frame_stride=1, feature_dim=8, action_space=action_space))
+    with torch.no_grad():
+        policy.head.weight.zero_()
+        if head == "continuous":
+            policy.head.bias.copy_(torch.tensor(action, dtype=torch.float32))
+    return save_checkpoint(path, policy)
