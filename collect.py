@@ -1,6 +1,7 @@
-"""Record a PPO expert driving CarRacing as a behaviour-cloning dataset (frames + expert labels).
+"""Record a PPO expert driving CarRacing or the udacity simulator as a behaviour-cloning dataset.
 
     python collect.py                                   # 25 continuous episodes -> data/carracing_continuous
+    python collect.py --env udacity --episodes 20       # 3 cameras, lake and jungle tracks -> data/udacity
     python collect.py --action-space discrete --episodes 30 --noise 0.05
     python collect.py --out data/carracing_continuous --episodes 10     # appends 10 more episodes
     python collect.py --episodes 2 --max-steps 200 --out /tmp/tiny --export-minari carracing/tiny-v0
@@ -20,14 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from agent.collector import (
-    DEFAULT_EPISODES,
-    DEFAULT_NOISE,
-    DEFAULT_NOISE_HOLD,
-    DEFAULT_SEED,
-    CollectConfig,
-    CollectError,
-)
+from agent.collector import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError
+from envs.registry import ENV_NAMES, get_spec
 
 
 @dataclass
@@ -46,28 +41,32 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv: Sequence[str] | None = None) -> Args:
     p = _Parser(
         prog="python collect.py",
-        description="Drive the rendered CarRacing env with a privileged PPO expert and record frames, executed "
-        "actions, the expert's labels (and discrete probabilities), reward, speed, privileged state and time, "
-        "one compressed file per episode plus a dataset card (dataset.json).",
+        description="Drive a rendered env with its privileged PPO expert and record camera frames, executed "
+        "actions, the expert's labels (and discrete probabilities), reward, speed, privileged state, telemetry and "
+        "time, one compressed file per episode plus a dataset card (dataset.json).",
         epilog="Episode k uses track seed SEED+k. The default seed 3000000 is disjoint from the expert's training "
         "[100000, 2000000), validation (90000..) and evaluation (1000..) tracks. Re-running with the same --out "
         "appends episodes (same env, action space and expert required). Ctrl-C stops cleanly.",
     )
     d = Args()
-    p.add_argument("--env", default=d.env, help="environment (only carracing)")
-    p.add_argument("--action-space", default=d.action_space, help="continuous (default) | discrete")
+    p.add_argument("--env", default=d.env, help=f"environment: {' | '.join(ENV_NAMES)} (default {d.env})")
+    p.add_argument("--action-space", default=None, help="carracing: continuous (default) | discrete; udacity: continuous")
     p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes to ADD in this run (default {DEFAULT_EPISODES})")
-    p.add_argument("--max-steps", type=int, default=d.max_steps, help="steps per episode before truncation (default 1000)")
+    p.add_argument("--max-steps", type=int, default=None, help="steps per episode before truncation (default: the env's, "
+                   "carracing 1000)")
     p.add_argument("--seed", type=int, default=None, help=f"first track seed (default {DEFAULT_SEED}, or the existing dataset's)")
     p.add_argument("--noise", type=float, default=None,
                    help="DART noise on the executed action (default: the existing dataset's, else "
-                        + ", ".join(f"{v} {k}" for k, v in DEFAULT_NOISE.items())
+                        + "; ".join(f"{e}: " + ", ".join(f"{v} {k}" for k, v in get_spec(e).default_noise.items())
+                                    for e in ENV_NAMES)
                         + "): continuous = std of Gaussian noise on steer and throttle; discrete = probability of a "
                         "random other action")
     p.add_argument("--noise-hold", type=int, default=None, help="frames each noise sample is held (default: the existing dataset's, else "
-                        + ", ".join(f"{v} {k}" for k, v in DEFAULT_NOISE_HOLD.items()) + ")")
-    p.add_argument("--expert", type=Path, default=None, help="SB3 PPO .zip (default: the shipped checkpoints/expert_carracing_<space>.zip)")
-    p.add_argument("--out", type=Path, default=None, help="dataset folder (default data/carracing_<action-space>); an existing one is appended to")
+                        + "; ".join(f"{e}: " + ", ".join(f"{v} {k}" for k, v in get_spec(e).default_noise_hold.items())
+                                    for e in ENV_NAMES) + ")")
+    p.add_argument("--expert", type=Path, default=None, help="SB3 PPO .zip (default: the env's shipped expert in checkpoints/)")
+    p.add_argument("--out", type=Path, default=None, help="dataset folder (default data/carracing_<action-space> or data/udacity); "
+                   "an existing one is appended to")
     p.add_argument("--export-minari", metavar="ID", default=None, help="afterwards, export the whole dataset as Minari dataset ID (e.g. carracing/expert-v0)")
     p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH for --export-minari (default OUT/minari)")
     p.add_argument("--no-early-stop", dest="early_stop", action="store_false",

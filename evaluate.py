@@ -1,6 +1,7 @@
-"""Closed-loop evaluation CLI: drive CarRacing-v3 with trained policies (or the expert), write metrics and videos.
+"""Closed-loop evaluation CLI: drive CarRacing-v3 or the udacity simulator with trained policies (or the expert).
 
     python evaluate.py                                              # the shipped checkpoints/carracing_nac.pt
+    python evaluate.py --env udacity --policy expert --episodes 4   # the udacity expert on 4 unseen tracks
     python evaluate.py --checkpoint runs/train/nac/best.pt --episodes 10 --out eval/nac
     python evaluate.py --policy expert --episodes 20                # the privileged expert (baseline)
     python evaluate.py --checkpoint nac.pt lstm.pt --with-expert --out eval/compare   # comparison.md
@@ -20,17 +21,19 @@ from typing import get_type_hints
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame for the rendered env
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
-from agent.driver import ACTION_SPACES, ENV_IDS, EvalArgs, Interrupted, evaluate  # noqa: E402
+from agent.driver import EvalArgs, Interrupted, evaluate  # noqa: E402
+from envs.registry import ENV_NAMES  # noqa: E402
 
 HELP = {
-    "env": f"environment: {', '.join(ENV_IDS)}",
+    "env": f"environment: {', '.join(ENV_NAMES)}",
     "checkpoint": "policy checkpoint(s) (.pt); several -> one sub-folder each + comparison.md; "
-                  "default: checkpoints/carracing_nac.pt",
+                  "default: checkpoints/<env>_nac.pt",
     "policy": "'expert': drive the shipped expert itself (baseline)",
-    "action_space": f"{' | '.join(ACTION_SPACES)}; must match the checkpoint (default: the checkpoint's; expert: continuous)",
+    "action_space": "continuous | discrete (carracing); must match the checkpoint (default: the checkpoint's; "
+                    "expert: continuous)",
     "episodes": "episodes (= consecutive track seeds) per policy",
     "seed": "first track seed: episodes run on seeds SEED..SEED+EPISODES-1",
-    "max_steps": "env steps per episode",
+    "max_steps": "env steps per episode (default: the env's limit)",
     "video": "record mp4 videos (OUT/videos/seed_K.mp4)",
     "video_episodes": "record the first N episodes of each policy",
     "saliency": "overlay a CNN saliency map on the videos",
@@ -59,11 +62,11 @@ def parse_args(argv: list[str] | None = None) -> EvalArgs:
         elif f.name == "checkpoint":
             parser.add_argument(flag, nargs="+", default=[], metavar="CKPT", **kw)
         elif f.name in ("env", "action_space", "policy", "saliency_method"):
-            choices = {"env": list(ENV_IDS), "action_space": list(ACTION_SPACES), "policy": ["expert"],
+            choices = {"env": list(ENV_NAMES), "action_space": ["continuous", "discrete"], "policy": ["expert"],
                        "saliency_method": ["gradcam", "visualbackprop"]}[f.name]
             parser.add_argument(flag, choices=choices, default=default, **kw)
         else:
-            parser.add_argument(flag, type=int if kind is int else str, default=default, **kw)
+            parser.add_argument(flag, type=int if kind in (int, int | None) else str, default=default, **kw)
     return EvalArgs(**vars(parser.parse_args(argv)))
 
 

@@ -32,7 +32,7 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from agent.demos import (WindowDataset, kfold_episodes, open_dataset, split_episodes, window_indices,
                          write_json_atomic)
+from envs.registry import EnvSpec, get_spec
 from policies.cores import CORES
 from policies.nac import MODES as NAC_MODES
 from policies.policy import (DrivingPolicy, PolicyConfig, frames_to_float, policy_from_checkpoint, read_checkpoint,
@@ -61,7 +62,7 @@ class TrainArgs:
     policy: str = "nac"  # core(s), comma separated: nac, nac-exact, nac-euler, nac-steady, lstm, gru, cfc, ltc, mha, mlp
     out: str | None = None  # run folder; default runs/train/<policy>
     window: int = 8  # frames per window
-    frame_stride: int = 3  # steps between window frames: 8 frames x stride 3 span 0.42 s at 50 Hz
+    frame_stride: int = 0  # steps between window frames; 0 = the env's default (carracing 3: 8 frames span 0.42 s at 50 Hz)
     epochs: int = 15
     batch_size: int = 64  # windows per optimizer step (256 gave ~4x fewer steps and a worse policy)
     segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
@@ -78,7 +79,7 @@ class TrainArgs:
     loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
     class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
     augment: bool = True
-    encoder: str = "carracing"  # carracing (paper CNN) | pilotnet
+    encoder: str = "auto"  # auto (the env's default) | carracing (paper CNN) | pilotnet
     image_size: str | None = None  # encoder input "HxW"; default: the dataset's frame size
     feature_dim: int = 64
     d_model: int = 64  # nac / mha width
@@ -113,7 +114,7 @@ def check_args(a: TrainArgs) -> list[str]:
         parse_policy_spec(s)
     for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "feature_dim", "d_model",
                  "heads", "topk", "hidden", "threads", "log_every"):
-        if getattr(a, name) < (0 if name == "threads" else 1):
+        if getattr(a, name) < (0 if name in ("threads", "frame_stride") else 1):
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if a.folds == 1 or a.folds < 0:
         raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
@@ -163,6 +164,8 @@ class Data:
     """All episodes in memory once (a WindowDataset over every episode), plus what the split needs."""
 
     windows: WindowDataset
+    env: EnvSpec
+    action_names: list[str]  # continuous: the names of the target's columns
     action_space: str
     frame_period: float
     image_size: list[int]
@@ -182,7 +185,31 @@ def load_data(a: TrainArgs) -> Data:
     diffs = np.concatenate([np.diff(t) for t in windows.times if len(t) > 1] or [np.array([0.02])])
     frame_period = float(np.median(diffs)) if np.median(diffs) > 0 else 0.02
     image_size = list(windows.frames[0].shape[1:3])
-    return Data(windows, action_space, frame_period, image_size, len(dataset))
+    env = dataset_env(dataset.card, dataset.episodes)
+    names = list(dataset.card.get("action_names") or env.action_names.get(action_space, ()))
+    if action_space == "continuous" and first_target.shape[-1] != len(names):
+        raise ValueError(f"dataset {a.data!r}: labels have {first_target.shape[-1]} columns but the env's action has "
+                         f"{len(names)} ({names})")
+    return Data(windows, env, names, action_space, frame_period, image_size, len(dataset))
+
+
+def dataset_env(card: dict, episodes: list[dict]) -> EnvSpec:
+    """The env a dataset was recorded in (card or episode meta; datasets older than the udacity env are CarRacing)."""
+    names = {card.get("env")} | {m.get("env") for m in episodes}
+    names.discard(None)
+    if len(names) > 1:
+        raise ValueError(f"the dataset mixes environments {sorted(names)}")
+    return get_spec(names.pop() if names else "carracing")
+
+
+def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
+    """Fill the arguments whose default depends on the dataset's env (encoder, frame stride)."""
+    if a.encoder != "auto" and a.frame_stride:
+        return a
+    dataset = open_dataset(a.data)
+    env = dataset_env(dataset.card, dataset.episodes)
+    return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
+                   frame_stride=a.frame_stride or env.default_frame_stride)
 
 
 def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:
@@ -194,9 +221,10 @@ def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice
         return "discrete", None, None
     if data.action_space == "discrete":
         raise ValueError(f"--head {head} needs continuous actions; {a.data!r} holds discrete actions")
+    names = data.action_names
     if head == "steer":
-        return "continuous", ["steer"], slice(0, 1)
-    return "continuous", ["steer", "gas", "brake"], slice(0, 3)
+        return "continuous", names[:1], slice(0, 1)
+    return "continuous", names, slice(0, len(names))
 
 
 def episode_targets(data: Data, e: int, cols: slice | None) -> np.ndarray:
@@ -439,7 +467,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
             head, names, encoder=a.encoder, feature_dim=a.feature_dim, core=core, core_options=options,
             window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period,
             image_size=parse_image_size(a.image_size) if a.image_size else data.image_size,
-            action_space=data.action_space, **extra)
+            action_space=data.action_space, env=data.env.gym_id, **extra)
         policy = DrivingPolicy(config)
     policy.to(device)
     if head == "discrete" and a.class_weights:
@@ -635,6 +663,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
         raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
                          f"start again, or another --out")
     torch.set_num_threads(a.threads or auto_threads())
+    a = resolve_env_defaults(a)
     data = load_data(a)
     resolve_head(a, data)  # fail early on a head the data cannot feed
     if a.folds:

@@ -1,4 +1,7 @@
-"""Record a privileged PPO expert driving the rendered CarRacing env as a behaviour-cloning dataset.
+"""Record a privileged PPO expert driving a rendered env (CarRacing, udacity) as a behaviour-cloning dataset.
+
+Everything env-specific (how to make it, action names, step time, what to record besides the frame, DART
+defaults, seed ranges) comes from the env's `envs.registry.EnvSpec`; this module holds no env names.
 
 What makes this good BC data (and why each piece is here):
 
@@ -7,14 +10,15 @@ What makes this good BC data (and why each piece is here):
   learns what to do in the states it will reach, not only on the expert's ideal line.
 * **DART noise** (``noise``): the *executed* action is perturbed, the label is not, so the data shows the
   car drifting off the line and the expert's corrections — the recoveries a pure-expert dataset lacks.
-  - continuous: Gaussian noise N(0, noise^2) on steer (env units, [-1, 1]; the wheel saturates at ±0.4)
-    and on the throttle axis gas − brake, then clipped; gas = max(throttle, 0), brake = max(−throttle, 0)
-    so gas and brake are never pressed together (the expert never does that either).
+  - continuous: Gaussian noise N(0, noise^2) on steer (env units, [-1, 1]; CarRacing's wheel saturates at
+    ±0.4) and, for [steer, gas, brake] actions, on the throttle axis gas − brake, then clipped; gas =
+    max(throttle, 0), brake = max(−throttle, 0) so gas and brake are never pressed together (the expert never
+    does that either). Steering-only actions (udacity) get the steering noise alone.
   - discrete: with probability ``noise`` a uniformly random *other* action is executed.
   One noise sample is held for ``noise_hold`` frames: at 50 Hz the steering joint slews at most
   0.06 rad/frame, so independent per-frame noise mostly averages out and never moves the car off line.
-  The noise generator is seeded from the track seed, so an episode is reproducible. Defaults (measured,
-  see DEFAULT_NOISE): continuous 0.07 held 5 frames, discrete 0.05 held 3 frames.
+  The noise generator is seeded from the track seed, so an episode is reproducible. Defaults per env and
+  action space are the spec's `default_noise` / `default_noise_hold` (CarRacing measured below).
 * **DAgger** (``driver``, ``beta``): a trained student policy drives and the expert labels every frame it
   sees (Ross et al. 2011). BC alone trains on the expert's states; in closed loop the student drifts into
   states it never saw (late for a corner, off the line) and its errors compound. DAgger rounds -- collect
@@ -22,12 +26,16 @@ What makes this good BC data (and why each piece is here):
   the expert's answers to them in the data. With probability ``beta`` per step the expert's action is
   executed instead of the student's (the mixture policy of the paper), which keeps the car on the track
   longer in early rounds. DART noise still applies to whatever is executed.
-* **Track seeds**: episode ``k`` uses track ``seed + k``. The default ``seed`` 3,000,000 keeps collection
-  tracks disjoint from the expert's training draws [100,000, 2,000,000), its validation tracks
-  90,000–90,019, its card evaluation tracks 1000–1019 and evaluate.py's default tracks 1000.. . Every
-  seed below 100,000 is reserved for evaluation; collecting there prints a warning.
-* Each episode records whether it **finished the lap** (the lap-finished termination), tiles visited and
-  the fraction of perturbed steps, so a dataset can be filtered by quality.
+* **Track seeds**: episode ``k`` uses track ``seed + k``. The default ``seed`` (the spec's
+  ``seeds.collect``, 3,000,000) keeps collection tracks disjoint from the expert's training draws
+  [100,000, 2,000,000), its validation tracks 90,000–90,019, its card evaluation tracks 1000–1019 and
+  evaluate.py's default tracks 1000.. . Every seed below 100,000 is reserved for evaluation; collecting
+  there prints a warning.
+* Each episode records what the spec's ``episode_meta`` reads from the last step (lap finished, tiles or
+  laps, ...) and the fraction of perturbed steps, so a dataset can be filtered by quality. The spec's
+  ``recorded_info`` adds per-step arrays (udacity: the left/right camera frames, throttle, cross-track
+  error, heading error), and its ``jpeg_quality`` stores camera frames as JPEG (the three 160x320 cameras
+  would take ~460 KB a step raw).
 
 Robustness: each episode file and the card are written atomically (agent.demos); Ctrl-C or SIGTERM stops
 after discarding the unfinished episode; a SIGKILL can leave only a hidden ``.tmp`` that is never read and
@@ -52,12 +60,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from agent import demos
+from envs.registry import EnvSpec, SeedRanges, get_spec
 
-ENVS = ("carracing",)
-ACTION_SPACES = ("continuous", "discrete")
-DEFAULT_SEED = 3_000_000
-RESERVED_BELOW = 100_000  # evaluation/validation tracks of the project live below this seed
-# Defaults measured with the shipped experts (physics-only, 8 tracks 3000000..3000007), mean return / laps:
+DEFAULT_SEED = SeedRanges().collect  # 3,000,000
+# CarRacing's DART defaults (envs.carracing.SPEC) were measured with the shipped experts (physics-only, 8 tracks 3000000..3000007), mean return / laps:
 #   continuous (PPO fine-tuned, f7069f6)  noise 0: 933/8   0.05 hold 5: 932/8   0.07 hold 5: 927/7
 #                                         0.1 hold 2: 930/8   0.1 hold 3: 917/5   0.1 hold 5: 873/3
 #   discrete   (5ebefee)                  noise 0: 919/8   0.05 hold 3: 902/7
@@ -65,15 +71,9 @@ RESERVED_BELOW = 100_000  # evaluation/validation tracks of the project live bel
 # i.e. as much perturbation as keeps most laps finished: enough to leave the ideal line and recover, not so
 # much that the episodes stop being good driving. Short holds barely move the car (the steering joint
 # low-passes the noise). Discrete needs less: any non-gas action cuts the gas, which ramps back at 0.1/frame.
-DEFAULT_NOISE = {"continuous": 0.07, "discrete": 0.05}
-DEFAULT_NOISE_HOLD = {"continuous": 5, "discrete": 3}
 DEFAULT_EPISODES = 25
-DT = 0.02  # seconds per CarRacing step (50 FPS)
-STUCK_SPEED, STUCK_STEPS = 1.0, 50  # units/s, steps (1 s): a stopped car
-OFF_ROAD_STEPS = 250  # 5 s with no wheel on the road (short excursions and their recoveries are kept)
-WHEELS_ON_ROAD = 9  # index of "wheels_on_road" in envs.carracing.FEATURE_NAMES (checked in collect())
-STEER_BINS = np.linspace(-0.4, 0.4, 17)  # |steer| > 0.4 only saturates the wheel joint
-DISCRETE_NAMES = ("noop", "right", "left", "gas", "brake")
+STUCK_SPEED, STUCK_SECONDS = 1.0, 1.0  # env speed units, seconds: a stopped car
+OFF_ROAD_SECONDS = 5.0  # with the car off the road (short excursions and their recoveries are kept)
 NOISE_STREAM = 0xDA27  # mixed into the track seed for the DART generator
 MIX_STREAM = 0xDA66  # mixed into the track seed for the DAgger expert/student coin
 FORMAT_VERSION = 1
@@ -83,18 +83,14 @@ class CollectError(ValueError):
     """A request collect.py refuses (bad argument, incompatible existing dataset); exit code 2."""
 
 
-def default_out(action_space: str) -> Path:
-    return Path(f"data/carracing_{action_space}")
-
-
 @dataclass
 class CollectConfig:
     """Everything that decides what gets recorded. None means: the existing dataset's value, else the default."""
 
     env: str = "carracing"
-    action_space: str = "continuous"
+    action_space: str | None = None  # default: the env's first
     episodes: int = DEFAULT_EPISODES
-    max_steps: int = 1000
+    max_steps: int | None = None  # default: the env's
     seed: int | None = None
     noise: float | None = None
     noise_hold: int | None = None
@@ -107,10 +103,17 @@ class CollectConfig:
 
     def validate(self) -> None:
         """Check the arguments before anything heavy is imported or any file is touched."""
-        if self.env not in ENVS:
-            raise CollectError(f"--env must be one of {list(ENVS)}, got {self.env!r}")
-        if self.action_space not in ACTION_SPACES:
-            raise CollectError(f"--action-space must be one of {list(ACTION_SPACES)}, got {self.action_space!r}")
+        try:
+            spec = get_spec(self.env)
+        except ValueError as e:
+            raise CollectError(str(e)) from None
+        if self.action_space is None:
+            self.action_space = spec.action_spaces[0]
+        if self.action_space not in spec.action_spaces:
+            raise CollectError(f"--action-space must be one of {list(spec.action_spaces)} for {self.env}, "
+                               f"got {self.action_space!r}")
+        if self.max_steps is None:
+            self.max_steps = spec.default_max_steps
         if self.episodes < 1:
             raise CollectError(f"--episodes must be >= 1 (episodes to add), got {self.episodes}")
         if self.max_steps < 1:
@@ -141,16 +144,21 @@ class CollectConfig:
                 raise CollectError(f"--expert file not found: {str(p)!r} (expected an SB3 PPO .zip from agent.expert)")
 
     @property
+    def spec(self) -> EnvSpec:
+        return get_spec(self.env)
+
+    @property
     def out_dir(self) -> Path:
-        return Path(self.out) if self.out is not None else default_out(self.action_space)
+        return Path(self.out) if self.out is not None else self.spec.default_out(self.action_space or
+                                                                                 self.spec.action_spaces[0])
 
 
 # ----------------------------------------------------------------------------------------------- noise
 class DartNoise:
     """Perturbs the executed action around the expert's label (see the module docstring)."""
 
-    def __init__(self, action_space: str, sigma: float, hold: int, seed: int) -> None:
-        self.action_space, self.sigma, self.hold = action_space, float(sigma), int(hold)
+    def __init__(self, action_space: str, sigma: float, hold: int, seed: int, n_actions: int = 5) -> None:
+        self.action_space, self.sigma, self.hold, self.n_actions = action_space, float(sigma), int(hold), n_actions
         self.rng = np.random.default_rng([seed, NOISE_STREAM])
         self._eps = np.zeros(2)
         self._other: int | None = None
@@ -161,43 +169,57 @@ class DartNoise:
         new_block = t % self.hold == 0
         if self.action_space == "discrete":
             if new_block:
-                # The offset 1..4 added mod 5 picks a uniformly random action other than the label.
-                self._other = int(self.rng.integers(1, 5)) if self.rng.random() < self.sigma else None
-            return int(label) if self._other is None else (int(label) + self._other) % 5
+                # An offset 1..n-1 added mod n picks a uniformly random action other than the label.
+                n = self.n_actions
+                self._other = int(self.rng.integers(1, n)) if self.rng.random() < self.sigma else None
+            return int(label) if self._other is None else (int(label) + self._other) % self.n_actions
         if new_block:
             self._eps = self.rng.normal(0.0, self.sigma, 2)
         steer = float(np.clip(label[0] + self._eps[0], -1.0, 1.0))
+        if len(label) == 1:  # steering-only action
+            return np.array([steer], dtype=np.float32)
         throttle = float(np.clip(label[1] - label[2] + self._eps[1], -1.0, 1.0))
         return np.array([steer, max(throttle, 0.0), max(-throttle, 0.0)], dtype=np.float32)
 
 
 # ----------------------------------------------------------------------------------------------- episodes
-def action_stats(action_space: str, executed: np.ndarray, label: np.ndarray) -> dict[str, Any]:
+def steer_bins(steer_limit: float) -> np.ndarray:
+    """Edges of the card's steering histogram: 16 bins over the env's useful steering range."""
+    return np.linspace(-steer_limit, steer_limit, 17)
+
+
+def action_stats(action_space: str, executed: np.ndarray, label: np.ndarray, action_names: tuple[str, ...],
+                 steer_limit: float) -> dict[str, Any]:
     """Small per-episode histograms (kept in the episode meta, summed into the card)."""
     if action_space == "discrete":
+        n = len(action_names)
         return {
-            "executed_counts": np.bincount(executed, minlength=5).tolist(),
-            "label_counts": np.bincount(label, minlength=5).tolist(),
+            "executed_counts": np.bincount(executed, minlength=n).tolist(),
+            "label_counts": np.bincount(label, minlength=n).tolist(),
         }
     out: dict[str, Any] = {}
     for name, a in (("executed", executed), ("label", label)):
-        out[f"{name}_steer_counts"] = np.histogram(np.clip(a[:, 0].astype(np.float64), -0.4, 0.4), STEER_BINS)[0].tolist()
-        out[f"{name}_gas_steps"] = int((a[:, 1] > 0).sum())
-        out[f"{name}_brake_steps"] = int((a[:, 2] > 0).sum())
-        out[f"{name}_gas_sum"] = float(a[:, 1].sum())
-        out[f"{name}_brake_sum"] = float(a[:, 2].sum())
+        steer = np.clip(a[:, 0].astype(np.float64), -steer_limit, steer_limit)
+        out[f"{name}_steer_counts"] = np.histogram(steer, steer_bins(steer_limit))[0].tolist()
+        for col, pedal in enumerate(action_names):
+            if pedal in ("gas", "brake"):
+                out[f"{name}_{pedal}_steps"] = int((a[:, col] > 0).sum())
+                out[f"{name}_{pedal}_sum"] = float(a[:, col].sum())
     return out
 
 
 class EarlyStop:
-    """Ends an episode the expert cannot recover: the car stopped (speed < STUCK_SPEED for STUCK_STEPS) or
-    fully off the road for OFF_ROAD_STEPS. Why: after a noise-induced spin the BC-trained expert can sit on
-    the grass braking for the rest of the 1000 steps (seen on track 3000016) — hundreds of near-identical
-    frames labelled "brake while stopped" that would teach the student to stop. The stuck stretch itself
-    is cut off; the spin and the failed recovery before it stay, and the episode is flagged in its meta."""
+    """Ends an episode the expert cannot recover: the car stopped (speed < STUCK_SPEED for STUCK_SECONDS) or
+    off the road (the spec's on_road) for OFF_ROAD_SECONDS. Why: after a noise-induced spin the BC-trained
+    CarRacing expert can sit on the grass braking for the rest of the 1000 steps (seen on track 3000016) —
+    hundreds of near-identical frames labelled "brake while stopped" that would teach the student to stop.
+    The stuck stretch itself is cut off; the spin and the failed recovery before it stay, and the episode is
+    flagged in its meta."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self, spec: EnvSpec, enabled: bool = True) -> None:
+        self.spec, self.enabled = spec, enabled
+        self.stuck_steps = round(STUCK_SECONDS / spec.dt)
+        self.off_road_steps = round(OFF_ROAD_SECONDS / spec.dt)
         self.slow = self.off = 0
 
     def __call__(self, info: dict) -> tuple[str | None, int]:
@@ -205,10 +227,10 @@ class EarlyStop:
         if not self.enabled:
             return None, 0
         self.slow = self.slow + 1 if info["speed"] < STUCK_SPEED else 0
-        self.off = self.off + 1 if float(info["privileged"][WHEELS_ON_ROAD]) == 0.0 else 0
-        if self.slow >= STUCK_STEPS:
+        self.off = self.off + 1 if not self.spec.on_road(info) else 0
+        if self.slow >= self.stuck_steps:
             return "stuck", self.slow
-        if self.off >= OFF_ROAD_STEPS:
+        if self.off >= self.off_road_steps:
             return "off_road", self.off
         return None, 0
 
@@ -228,12 +250,16 @@ def record_episode(
 
     Without `driver` the expert drives. With one (an ``agent.driver.PolicyController``) the student
     drives, except on steps where a coin with probability `beta` picks the expert; the label is always
-    the expert's action for the recorded state."""
+    the expert's action for the recorded state. Besides the frame, the arrays hold every
+    ``spec.recorded_info`` entry of ``info`` per step (side cameras, telemetry)."""
+    spec: EnvSpec = expert.spec
     discrete = expert.action_space == "discrete"
+    dt = spec.dt
     frames, actions, labels, probs, rewards, speeds, priv = [], [], [], [], [], [], []
+    extras: dict[str, list] = {name: [] for name in spec.recorded_info}
     obs, info = env.reset(seed=int(track_seed))
     terminated = truncated = False
-    stop, stopped = EarlyStop(early_stop), None
+    stop, stopped = EarlyStop(spec, early_stop), None
     t0 = time.perf_counter()
     t = 0
     coin = np.random.default_rng([track_seed, MIX_STREAM])
@@ -244,7 +270,7 @@ def record_episode(
         label = expert.act(info["privileged"])
         chosen, expert_turn = label, True
         if driver is not None:
-            student, _ = driver.act(obs, t * DT, info, label)  # steps the stream on every frame
+            student, _ = driver.act(obs, t * dt, info, label)  # steps the stream on every frame
             expert_turn = bool(coin.random() < beta)
             chosen = label if expert_turn else student
         executed = noise(t, chosen)
@@ -252,6 +278,8 @@ def record_episode(
         frames.append(obs)
         priv.append(info["privileged"])
         speeds.append(info["speed"])
+        for name, key in spec.recorded_info.items():
+            extras[name].append(info[key])
         labels.append(label)
         actions.append(executed)
         if discrete:
@@ -268,7 +296,7 @@ def record_episode(
         cut = max(1, t + 1 - run)
         if cut < t:
             obs, info = frames[cut], {**info, "privileged": priv[cut], "speed": speeds[cut]}
-            for buf in (frames, actions, labels, probs, rewards, speeds, priv, by_expert):
+            for buf in (frames, actions, labels, probs, rewards, speeds, priv, by_expert, *extras.values()):
                 del buf[cut:]
             t = cut
         truncated = True
@@ -280,30 +308,32 @@ def record_episode(
         "reward": np.asarray(rewards, dtype=np.float32),
         "speed": np.asarray(speeds, dtype=np.float32),
         "privileged": np.stack(priv).astype(np.float32),
-        "time": np.arange(t, dtype=np.float64) * DT,
+        "time": np.arange(t, dtype=np.float64) * dt,
         # The state after the last step: exporters that want T+1 observations (Minari) need it.
         "final_frames": np.asarray(obs, dtype=np.uint8),
         "final_privileged": np.asarray(info["privileged"], dtype=np.float32),
         "final_speed": np.float32(info["speed"]),
-        "final_time": np.float64(t * DT),
+        "final_time": np.float64(t * dt),
         "final_expert_action": np.asarray(expert.act(info["privileged"]), dtype=adtype),
     }
+    for name, values in extras.items():
+        arrays[name] = np.stack(values) if name.startswith("frames") else np.asarray(values, dtype=np.float32)
     if discrete:
         arrays["expert_probs"] = np.stack(probs).astype(np.float32)
         arrays["final_expert_probs"] = np.asarray(expert.action_probs(info["privileged"]), dtype=np.float32)
+    env_meta = spec.episode_meta(info)
     a, lab = arrays["action"], arrays["expert_action"]
     perturbed = (a != lab) if discrete else np.any(np.abs(a - lab) > 1e-6, axis=1)
     meta = {
         "track_seed": int(track_seed),
-        "env": "carracing",
-        "gym_id": "CarRacing-v3",
+        "env": spec.name,
+        "gym_id": spec.gym_id,
         "action_space": expert.action_space,
         "return": float(np.sum(arrays["reward"], dtype=np.float64)),
         "terminated": bool(terminated),
         "truncated": bool(truncated),
-        "lap_complete": bool(info["lap_complete"]),
-        "tiles_visited": int(info["tiles_visited"]),
-        "num_tiles": int(info["num_tiles"]),
+        **env_meta,
+        "env_meta_keys": list(env_meta),  # which keys above the env added (the card lists them per episode)
         "noise": noise.sigma,
         "noise_hold": noise.hold,
         "beta": beta if driver is not None else None,
@@ -311,7 +341,8 @@ def record_episode(
         "perturbed_fraction": float(perturbed.mean()),
         "mean_abs_noise": None if discrete else np.abs(a.astype(np.float64) - lab).mean(0).round(5).tolist(),
         "mean_speed": float(arrays["speed"].mean()),
-        "stats": action_stats(expert.action_space, a, lab),
+        "stats": action_stats(expert.action_space, a, lab, spec.action_names[expert.action_space],
+                              spec.steer_limit[expert.action_space]),
         "stopped_early": stopped,  # None | "stuck" | "off_road" (see EarlyStop); such episodes end truncated
         "wall_s": time.perf_counter() - t0,
     }
@@ -356,12 +387,22 @@ def _weighted_noise(metas: list[dict]) -> list[float] | None:
     return (np.average([r for r, _ in rows], axis=0, weights=[n for _, n in rows])).round(5).tolist()
 
 
-def build_card(
-    config: dict, expert: dict, runs: list[dict], metas: list[dict], feature_names: list[str] | None = None
-) -> dict[str, Any]:
+def _episode_meta_keys(metas: list[dict]) -> list[str]:
+    """The env's own per-episode keys (spec.episode_meta), in first-seen order."""
+    known = {"episode_id", "track_seed", "return", "length", "terminated", "truncated", "stopped_early", "noise",
+             "perturbed_fraction", "driver", "beta"}
+    keys: dict[str, None] = {}
+    for m in metas:
+        keys.update({k: None for k in m.get("env_meta_keys", ()) if k not in known})
+    return list(keys)
+
+
+def build_card(config: dict, expert: dict, runs: list[dict], metas: list[dict], spec: EnvSpec) -> dict[str, Any]:
     """The dataset card, derived from the episode metas (so it is right even after a crash between an
     episode file and its card update)."""
     space = config["action_space"]
+    names = spec.action_names[space]
+    dt = spec.dt
     returns = [m["return"] for m in metas]
     stats = [m.get("stats", {}) for m in metas]
 
@@ -373,30 +414,30 @@ def build_card(
 
     if space == "discrete":
         hist = {
-            "names": list(DISCRETE_NAMES),
+            "names": list(names),
             "executed": total("executed_counts"),
             "label": total("label_counts"),
         }
     else:
         steps = max(1, sum(m["length"] for m in metas))
-        hist = {"steer_bin_edges": STEER_BINS.round(3).tolist()}
+        hist = {"steer_bin_edges": steer_bins(spec.steer_limit[space]).round(3).tolist()}
         for name in ("executed", "label"):
-            hist[name] = {
-                "steer_counts": total(f"{name}_steer_counts"),
-                "gas_fraction": (total(f"{name}_gas_steps") or 0) / steps,
-                "brake_fraction": (total(f"{name}_brake_steps") or 0) / steps,
-                "mean_gas": (total(f"{name}_gas_sum") or 0.0) / steps,
-                "mean_brake": (total(f"{name}_brake_sum") or 0.0) / steps,
-            }
+            hist[name] = {"steer_counts": total(f"{name}_steer_counts")}
+            for pedal in ("gas", "brake"):
+                if pedal in names:
+                    hist[name][f"{pedal}_fraction"] = (total(f"{name}_{pedal}_steps") or 0) / steps
+                    hist[name][f"mean_{pedal}"] = (total(f"{name}_{pedal}_sum") or 0.0) / steps
     seeds = [m["track_seed"] for m in metas]
     steps_total = int(sum(m["length"] for m in metas))
     return {
         "format": f"agent.demos v{FORMAT_VERSION} (see the agent/demos.py docstring)",
         "env": config["env"],
-        "gym_id": "CarRacing-v3",
+        "gym_id": spec.gym_id,
         "action_space": space,
-        "frame_shape": [96, 96, 3],
-        "dt": DT,
+        "frame_shape": list(spec.frame_shape),
+        "cameras": ["frames", *[k for k in spec.recorded_info if k.startswith("frames")]],
+        "action_names": list(names),
+        "dt": dt,
         "config": config,
         "seeds": {
             "rule": "episode k uses track seed config.seed + k",
@@ -409,7 +450,7 @@ def build_card(
         "counts": {
             "episodes": len(metas),
             "steps": steps_total,
-            "hours_of_driving": steps_total * DT / 3600,
+            "hours_of_driving": steps_total * dt / 3600,
             "laps_finished": int(sum(m.get("lap_complete", False) for m in metas)),
             "terminated": int(sum(m["terminated"] for m in metas)),
             "truncated": int(sum(m["truncated"] for m in metas)),
@@ -426,10 +467,10 @@ def build_card(
         "returns": _mean_std(returns),
         "expert_driven_returns": _mean_std([m["return"] for m in metas if m.get("driver") is None]),
         "action_histogram": hist,
-        "feature_names": feature_names,
+        "feature_names": list(spec.feature_names),
         "episodes": [
-            {k: m.get(k) for k in ("episode_id", "track_seed", "return", "length", "lap_complete", "tiles_visited",
-                                   "num_tiles", "terminated", "truncated", "stopped_early", "noise", "perturbed_fraction",
+            {k: m.get(k) for k in ("episode_id", "track_seed", "return", "length", *_episode_meta_keys(metas),
+                                   "terminated", "truncated", "stopped_early", "noise", "perturbed_fraction",
                                    "driver", "beta")}
             for m in metas
         ],
@@ -497,8 +538,8 @@ def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, ex
         )
     return {
         "seed": base,
-        "noise": old_cfg.get("noise", first.get("noise", DEFAULT_NOISE[cfg.action_space])),
-        "noise_hold": old_cfg.get("noise_hold", first.get("noise_hold", DEFAULT_NOISE_HOLD[cfg.action_space])),
+        "noise": old_cfg.get("noise", first.get("noise", cfg.spec.default_noise[cfg.action_space])),
+        "noise_hold": old_cfg.get("noise_hold", first.get("noise_hold", cfg.spec.default_noise_hold[cfg.action_space])),
     }
 
 
@@ -573,14 +614,12 @@ def collect(
     cfg.validate()
     from tqdm import tqdm
 
-    from agent.expert import CARD_EVAL_SEEDS, VALIDATION_SEEDS, Expert
-    from envs.carracing import FEATURE_NAMES, make_carracing
+    from agent.expert import Expert
 
+    spec = cfg.spec
     out = cfg.out_dir
-    if FEATURE_NAMES[WHEELS_ON_ROAD] != "wheels_on_road":
-        raise RuntimeError(f"envs.carracing.FEATURE_NAMES changed: index {WHEELS_ON_ROAD} is {FEATURE_NAMES[WHEELS_ON_ROAD]!r}")
     try:
-        expert = Expert.load(cfg.expert, cfg.action_space)
+        expert = Expert.load(cfg.expert, cfg.action_space, cfg.env)
     except (FileNotFoundError, ValueError) as e:
         hint = ""
         if "expert, but action_space" in str(e):
@@ -610,18 +649,19 @@ def collect(
             hold = cfg.noise_hold if cfg.noise_hold is not None else inherited["noise_hold"]
             config = existing.card.get("config") or {}
         else:
-            seed = cfg.seed if cfg.seed is not None else DEFAULT_SEED
-            noise = cfg.noise if cfg.noise is not None else DEFAULT_NOISE[cfg.action_space]
-            hold = cfg.noise_hold if cfg.noise_hold is not None else DEFAULT_NOISE_HOLD[cfg.action_space]
+            seed = cfg.seed if cfg.seed is not None else spec.seeds.collect
+            noise = cfg.noise if cfg.noise is not None else spec.default_noise[cfg.action_space]
+            hold = cfg.noise_hold if cfg.noise_hold is not None else spec.default_noise_hold[cfg.action_space]
             config = {}
         if cfg.action_space == "discrete" and noise > 1:
             raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {noise}")
         first_id = existing.next_id
         seeds = range(seed + first_id, seed + first_id + cfg.episodes)
-        reserved = set(seeds) & (set(range(RESERVED_BELOW)) | set(CARD_EVAL_SEEDS) | set(VALIDATION_SEEDS))
+        low = spec.seeds.reserved_below
+        reserved = set(seeds) & (set(range(low)) | set(spec.seeds.card) | set(spec.seeds.validation))
         if reserved:
             log(f"warning: track seeds {min(reserved)}..{max(reserved)} are evaluation/validation seeds "
-                f"(< {RESERVED_BELOW}); a student trained on them would be tested on tracks it has seen")
+                f"(< {low}); a student trained on them would be tested on tracks it has seen")
         config = {
             **config,
             "env": cfg.env,
@@ -631,13 +671,14 @@ def collect(
             "noise_hold": config.get("noise_hold", hold),
             "max_steps": config.get("max_steps", cfg.max_steps),
             "noise_model": (
-                "continuous: N(0, noise^2) added to steer and to throttle=gas-brake, clipped, held noise_hold frames"
+                "continuous: N(0, noise^2) added to steer (and to throttle=gas-brake where the action has them), "
+                "clipped, held noise_hold frames"
                 if cfg.action_space == "continuous"
                 else "discrete: with probability noise a uniformly random other action, decided every noise_hold frames"
             ),
             "render": True,
             "early_stop": (
-                f"stuck (speed < {STUCK_SPEED} for {STUCK_STEPS} steps) or off road for {OFF_ROAD_STEPS} steps; stuck stretch cut"
+                f"stuck (speed < {STUCK_SPEED} for {STUCK_SECONDS} s) or off road for {OFF_ROAD_SECONDS} s; stuck stretch cut"
                 if cfg.early_stop else None
             ),
         }
@@ -660,7 +701,8 @@ def collect(
         runs.append(run)
         metas = list(existing.metas)
 
-        env = make_carracing(cfg.action_space, render=True, max_episode_steps=cfg.max_steps)
+        side_cameras = any(name.startswith("frames_") for name in spec.recorded_info)
+        env = spec.make(cfg.action_space, render=True, max_episode_steps=cfg.max_steps, side_cameras=side_cameras)
         added: list[dict] = []
         steps = 0
         t_start = time.perf_counter()
@@ -690,18 +732,20 @@ def collect(
             with sigterm_as_interrupt():
                 for k, track_seed in enumerate(seeds):
                     episode_id = first_id + k
-                    arrays, meta = record_episode(env, expert, track_seed, DartNoise(cfg.action_space, noise, hold, track_seed),
+                    arrays, meta = record_episode(env, expert, track_seed, DartNoise(cfg.action_space, noise, hold, track_seed,
+                                                                                     len(spec.action_names[cfg.action_space])),
                                                   on_step=on_step, early_stop=cfg.early_stop, driver=driver, beta=cfg.beta)
                     meta.update(max_steps=cfg.max_steps, expert_sha256=exp["sha256"],
                                 collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
                     meta.update(driver_info)
-                    demos.write_episode(out, episode_id, arrays, meta)
+                    demos.write_episode(out, episode_id, arrays, meta,
+                                        **({"jpeg_quality": spec.jpeg_quality} if spec.jpeg_quality else {}))
                     meta = {**meta, "episode_id": episode_id, "length": len(arrays["action"])}
                     metas.append(meta)
                     added.append(meta)
                     run.update(episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)),
                                steps_per_s=round(steps / max(time.perf_counter() - t_start, 1e-9), 1))
-                    demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, list(FEATURE_NAMES)))
+                    demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, spec))
                     postfix()
                     bar.update(1)
                     if after_episode is not None:
@@ -719,7 +763,7 @@ def collect(
             added = [m for m in metas if m["episode_id"] >= first_id]
             run.update(interrupted=True, episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)))
             if metas:
-                demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, list(FEATURE_NAMES)))
+                demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, spec))
         elapsed = time.perf_counter() - t_start
         steps_added = int(sum(m["length"] for m in added))
         return CollectResult(

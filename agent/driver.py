@@ -1,10 +1,10 @@
-"""Closed-loop evaluation: drive the rendered CarRacing-v3 with a policy, shadowed by the expert.
+"""Closed-loop evaluation: drive a rendered env (CarRacing-v3, udacity) with a policy, shadowed by the expert.
 
 ``evaluate(EvalArgs(...))`` is what ``evaluate.py`` calls. For each policy (checkpoints and/or the
 shipped expert) and each track seed ``seed, seed+1, ...``:
 
 * the policy drives through its streaming interface -- ``stream.reset()`` at the episode start,
-  ``stream.step(frame, t)`` on every frame (t = step x 0.02 s), ``policy.to_env_action(output)`` --
+  ``stream.step(frame, t)`` on every frame (t = step x the env's dt), ``policy.to_env_action(output)`` --
   and only ``stream.step`` is timed (the policy's inference latency);
 * the expert *shadows* it: on every visited state it computes ``Expert.act(info["privileged"])``
   without executing it, which gives the steering error on the policy's own state distribution;
@@ -22,8 +22,10 @@ collected on seeds >= 3000000 (collect.py refuses seeds < 100000) -- so evaluati
 by the expert's training and by the student's data, and the expert baseline row is directly
 comparable with the expert's card.
 
-Policies whose head predicts only some of [steer, gas, brake] (e.g. a steering-only head) drive with
-the expert's values for the missing components; ``metrics.json`` records this as ``"filled_from_expert"``.
+Policies whose head predicts only some of the env's action components (e.g. a steering-only head on
+CarRacing's [steer, gas, brake]) drive with the expert's values for the missing components;
+``metrics.json`` records this as ``"filled_from_expert"``. Everything env-specific (how to make the env,
+step time, progress, on-road, HUD scale) comes from the env's ``envs.registry.EnvSpec``.
 
 Ctrl-C stops after the current step: the finished episodes are written (``"interrupted": true``) and
 ``Interrupted`` is raised so the CLI can exit with 130.
@@ -47,14 +49,15 @@ from tqdm import tqdm
 from agent.metrics import (EpisodeRecorder, aggregate, atomic_write_text, comparison_markdown, steer_of, write_json,
                            write_run)
 from agent import video as vid
+from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec, spec_for_gym_id
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-ENV_IDS: dict[str, str] = {"carracing": "CarRacing-v3"}  # --env name -> PolicyConfig.env
-ACTION_SPACES = ("continuous", "discrete")
-SHIPPED_CHECKPOINT = Path("checkpoints/carracing_nac.pt")
-DEFAULT_SEED = 1000
-ENV_ACTION_NAMES = ("steer", "gas", "brake")  # the continuous env action, in order
-STEER_LIMIT = {"continuous": 0.4, "discrete": 1.0}  # HUD bar full scale (0.4 rad = the wheel joint limit)
+DEFAULT_SEED = SeedRanges().evaluate  # 1000
+
+
+def shipped_checkpoint(env: str) -> Path:
+    """The NAC student this project ships for ``env`` (evaluate.py's default policy)."""
+    return Path(f"checkpoints/{env}_nac.pt")
 
 
 class Interrupted(Exception):
@@ -65,13 +68,13 @@ class Interrupted(Exception):
 class EvalArgs:
     """Closed-loop evaluation arguments (one flag per field in evaluate.py)."""
 
-    env: str = "carracing"  # environment name (carracing)
+    env: str = "carracing"  # environment name (carracing | udacity)
     checkpoint: list[str] = field(default_factory=list)  # policy checkpoints; none -> the shipped one
     policy: str | None = None  # "expert": drive the shipped expert itself (the baseline)
     action_space: str | None = None  # continuous | discrete; default: the checkpoint's (expert: continuous)
     episodes: int = 5  # episodes (= track seeds) per policy
     seed: int = DEFAULT_SEED  # first track seed; episodes use seed, seed+1, ...
-    max_steps: int = 1000  # env steps per episode (CarRacing's own limit is 1000)
+    max_steps: int | None = None  # env steps per episode; default: the env's own limit (CarRacing 1000)
     video: bool = True  # record videos
     video_episodes: int = 1  # record the first N episodes of each policy (0 = none)
     saliency: bool = False  # overlay a CNN saliency map in the videos
@@ -85,10 +88,11 @@ class EvalArgs:
     progress: bool = True
 
     def validate(self) -> "EvalArgs":
-        if self.env not in ENV_IDS:
-            raise ValueError(f"--env must be one of {sorted(ENV_IDS)}, got {self.env!r}")
-        if self.action_space is not None and self.action_space not in ACTION_SPACES:
-            raise ValueError(f"--action-space must be one of {ACTION_SPACES}, got {self.action_space!r}")
+        spec = get_spec(self.env)  # ValueError naming the valid envs
+        if self.max_steps is None:
+            self.max_steps = spec.default_max_steps
+        if self.action_space is not None and self.action_space not in spec.action_spaces:
+            raise ValueError(f"--action-space must be one of {spec.action_spaces} for {self.env}, got {self.action_space!r}")
         if self.policy is not None and self.policy != "expert":
             raise ValueError(f"--policy only accepts 'expert' (policies are given with --checkpoint), got {self.policy!r}")
         if self.policy == "expert" and self.checkpoint:
@@ -148,8 +152,9 @@ class PolicyController:
         self.span = (self.config.window - 1) * self.config.frame_stride + 1
         self.frames: deque[np.ndarray] = deque(maxlen=self.span)
         names = list(self.config.action_names)
-        self.filled = [] if self.config.head == "discrete" else [n for n in ENV_ACTION_NAMES if n not in names]
-        self._cols = [ENV_ACTION_NAMES.index(n) for n in names] if self.config.head != "discrete" else []
+        env_names = spec_for_gym_id(self.config.env).action_names.get("continuous", ())  # the env action, in order
+        self.filled = [] if self.config.head == "discrete" else [n for n in env_names if n not in names]
+        self._cols = [env_names.index(n) for n in names] if self.config.head != "discrete" else []
         # NAC cores expose attention internals; others draw no panel.
         self.has_panel = callable(getattr(policy.core, "internals", None)) and \
             type(policy.core).__name__.lower().startswith("nac")
@@ -219,21 +224,25 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
     """Load a checkpoint and check it was made for ``env`` (and ``action_space`` when given)."""
     from policies.policy import load_checkpoint
 
+    spec = get_spec(env)
     p = _resolve(path)
     if not p.is_file():
         hint = (" (the shipped student; train one with train.py, or pass --checkpoint CKPT or --policy expert)"
-                if Path(path) == SHIPPED_CHECKPOINT else "")
+                if Path(path) == shipped_checkpoint(env) else "")
         raise FileNotFoundError(f"--checkpoint {str(path)!r} does not exist{hint}")
     policy = load_checkpoint(p, map_location=device)
     cfg = policy.config
-    if cfg.env != ENV_IDS[env]:
+    if cfg.env != spec.gym_id:
+        others = [e for e in ENV_NAMES if get_spec(e).gym_id == cfg.env]
+        hint = f" (use --env {others[0]})" if others else ""
         raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}, but --env {env} is "
-                         f"{ENV_IDS[env]!r}")
+                         f"{spec.gym_id!r}{hint}")
     if action_space is not None and cfg.action_space != action_space:
         raise ValueError(f"checkpoint {str(path)!r} is for the {cfg.action_space!r} action space, but "
                          f"--action-space {action_space} was given")
-    if cfg.action_space not in ACTION_SPACES:
-        raise ValueError(f"checkpoint {str(path)!r} has action_space {cfg.action_space!r}; expected one of {ACTION_SPACES}")
+    if cfg.action_space not in spec.action_spaces:
+        raise ValueError(f"checkpoint {str(path)!r} has action_space {cfg.action_space!r}; expected one of "
+                         f"{spec.action_spaces}")
     return policy
 
 
@@ -253,28 +262,27 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
                 video_path: Path | None = None, saliency: str | None = None,
                 bar: tqdm | None = None) -> tuple[dict[str, Any], list[float]]:
     """Drive one episode on track ``seed``; returns its metrics row and per-step latencies (ms)."""
-    from envs.carracing import DT
-
+    spec: EnvSpec = expert.spec
     started = time.perf_counter()
     frame, info = env.reset(seed=int(seed))
     controller.reset()
-    rec = EpisodeRecorder(seed, action_space)
+    rec = EpisodeRecorder(seed, action_space, spec)
     writer = vid.VideoWriter(video_path) if video_path is not None else None
     terminated = truncated = False
-    limit = STEER_LIMIT[action_space]
+    limit = spec.steer_limit[action_space]
     try:
         step = 0
         while not (terminated or truncated):
             frame = np.array(frame, dtype=np.uint8, copy=True)
             shadow = None if controller.is_expert else expert.act(info["privileged"])
-            action, latency = controller.act(frame, step * DT, info, shadow)
+            action, latency = controller.act(frame, step * spec.dt, info, shadow)
             if controller.is_expert:
                 shadow = action
             if writer is not None:
                 panel, sal = controller.visuals(frame, saliency)
                 hud = vid.draw_hud(vid.SCALE * frame.shape[1], step=step, speed=float(info["speed"]),
                                    ret=rec.episode_return,
-                                   completion=info["tiles_visited"] / max(info["num_tiles"], 1),
+                                   completion=spec.progress(info),
                                    policy_steer=steer_of(action, action_space),
                                    expert_steer=None if controller.is_expert else steer_of(shadow, action_space),
                                    steer_limit=limit, title=f"{controller.name}  seed {seed}")
@@ -300,9 +308,7 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
 def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expert: Any, out_dir: Path,
                         meta: dict[str, Any]) -> dict[str, Any]:
     """All episodes of one policy; writes out_dir/{metrics.json, episodes.csv, tb/, videos/}."""
-    from envs.carracing import make_carracing
-
-    env = make_carracing(action_space, render=True, max_episode_steps=args.max_steps)
+    env = expert.spec.make(action_space, render=True, max_episode_steps=args.max_steps)
     rows: list[dict[str, Any]] = []
     latencies: list[float] = []
     interrupted = False
@@ -318,7 +324,7 @@ def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expe
                                        else None, bar=bar)
             rows.append(row)
             latencies.extend(lat)
-            episodes.set_postfix(ret=f"{row['return']:.0f}", tiles=f"{row['completion']:.2f}")
+            episodes.set_postfix(ret=f"{row['return']:.0f}", completion=f"{row['completion']:.2f}")
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -350,9 +356,9 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     # 1. what to drive (load everything first, so a bad checkpoint fails before any driving)
     targets: list[tuple[str, Any, dict[str, Any]]] = []  # (name, controller, meta)
     if args.policy == "expert":
-        action_space = args.action_space or "continuous"
+        action_space = args.action_space or get_spec(args.env).action_spaces[0]
     else:
-        paths = list(args.checkpoint) or [str(SHIPPED_CHECKPOINT)]
+        paths = list(args.checkpoint) or [str(shipped_checkpoint(args.env))]
         policies = [load_policy(p, args.env, args.action_space, args.device) for p in paths]
         spaces = {p.config.action_space for p in policies}
         if len(spaces) > 1:
@@ -366,7 +372,7 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
                 "num_parameters": int(sum(p.numel() for p in policy.parameters())),
                 "filled_from_expert": controller.filled,
             }))
-    expert = Expert.load(args.expert, action_space)
+    expert = Expert.load(args.expert, action_space, args.env)
     card = expert.card.get("evaluation") or {}
     expert_meta = {"source": str(expert.path), "expert_card_evaluation": {
         k: card[k] for k in ("mean_return", "std_return", "laps_finished", "episodes") if k in card}}
@@ -381,10 +387,11 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     root = Path(args.out) if args.out else Path("eval") / default_name
     single = len(targets) == 1
     common = {
-        "env": args.env, "env_id": ENV_IDS[args.env], "action_space": action_space,
+        "env": args.env, "env_id": get_spec(args.env).gym_id, "action_space": action_space,
         "max_steps": args.max_steps, "device": args.device, "torch_threads": torch.get_num_threads(),
         "expert": expert_meta["source"],
-        "steer_units": ("env steer command (action[0]); expert within ±0.4" if action_space == "continuous"
+        "steer_units": (f"env steer command (action[0]); full scale ±{expert.spec.steer_limit[action_space]}"
+                        if action_space == "continuous"
                         else "discrete: RIGHT=+1, LEFT=-1, other actions 0"),
         "latency": "time.perf_counter() around policy stream.step (expert: around Expert.act), per step, ms",
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),

@@ -1,8 +1,10 @@
 """Closed-loop driving metrics: per-step recording, per-episode summaries, aggregation and writers.
 
 One ``EpisodeRecorder`` per episode collects what happened at every step (reward, the policy's and the
-shadowing expert's steering, speed, on-track flag, inference latency); ``finish()`` turns it into a flat
-dict of numbers (one row of ``episodes.csv``). ``aggregate()`` summarises the rows (``metrics.json``),
+shadowing expert's steering, speed, on-road flag, inference latency); ``finish()`` turns it into a flat
+dict of numbers (one row of ``episodes.csv``). What "on the road", "completion" and "lap" mean comes from
+the env's spec (``envs.registry.EnvSpec``), whose ``episode_meta`` also adds the env's own columns
+(CarRacing: tiles visited; udacity: laps, distance). ``aggregate()`` summarises the rows (``metrics.json``),
 ``write_tensorboard()`` logs them as ``eval/...`` scalars, ``comparison_markdown()`` puts several runs
 side by side.
 
@@ -27,8 +29,7 @@ from agent.demos import atomic_write
 
 # The per-episode keys, in CSV column order. Every value is a plain int/float/bool/str.
 EPISODE_KEYS: tuple[str, ...] = (
-    "seed", "return", "length", "completion", "tiles_visited", "num_tiles", "lap_completed",
-    "terminated", "truncated", "off_track_steps", "off_track_fraction", "steer_mae",
+    "seed", "return", "length", "completion", "lap_completed", "terminated", "truncated", "off_track_steps", "off_track_fraction", "steer_mae",
     "steer_smoothness", "expert_steer_smoothness", "mean_speed", "latency_median_ms", "latency_p95_ms",
     "wall_seconds", "video",
 )
@@ -55,18 +56,19 @@ def _percentile(values: Sequence[float], q: float) -> float:
 class EpisodeRecorder:
     """Accumulates one episode's per-step signals; ``finish()`` returns its metrics row."""
 
-    def __init__(self, seed: int, action_space: str) -> None:
+    def __init__(self, seed: int, action_space: str, spec: Any) -> None:
         self.seed = int(seed)
         self.action_space = action_space
+        self.spec = spec
         self.rewards: list[float] = []
         self.policy_steer: list[float] = []
         self.expert_steer: list[float] = []
         self.speed: list[float] = []
         self.on_track: list[bool] = []
         self.latency_s: list[float] = []
-        self.tiles_visited = 0
-        self.num_tiles = 0
+        self.completion = 0.0
         self.lap_completed = False
+        self.env_meta: dict[str, Any] = {}
         self.terminated = False
         self.truncated = False
 
@@ -86,10 +88,10 @@ class EpisodeRecorder:
         self.expert_steer.append(steer_of(expert_action, self.action_space))
         self.latency_s.append(float(latency_s))
         self.speed.append(float(info["speed"]))
-        self.on_track.append(bool(info["on_track"]))
-        self.tiles_visited = int(info["tiles_visited"])
-        self.num_tiles = int(info["num_tiles"])
-        self.lap_completed = bool(info["lap_complete"])
+        self.on_track.append(self.spec.on_road(info))
+        self.completion = float(self.spec.progress(info))
+        self.lap_completed = self.spec.lap_complete(info)
+        self.env_meta = self.spec.episode_meta(info)
 
     def finish(self, *, terminated: bool, truncated: bool, wall_seconds: float = float("nan"),
                video: str = "") -> dict[str, Any]:
@@ -103,9 +105,7 @@ class EpisodeRecorder:
             "seed": self.seed,
             "return": self.episode_return,
             "length": n,
-            "completion": self.tiles_visited / self.num_tiles if self.num_tiles else 0.0,
-            "tiles_visited": self.tiles_visited,
-            "num_tiles": self.num_tiles,
+            "completion": self.completion,
             "lap_completed": self.lap_completed,
             "terminated": self.terminated,
             "truncated": self.truncated,
@@ -119,6 +119,7 @@ class EpisodeRecorder:
             "latency_p95_ms": _percentile(lat_ms, 95),
             "wall_seconds": float(wall_seconds),
             "video": video,
+            **{k: v for k, v in self.env_meta.items() if k != "lap_complete"},
         }
 
 
@@ -184,7 +185,8 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 def write_episodes_csv(path: str | Path, episodes: Sequence[dict[str, Any]]) -> Path:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(EPISODE_KEYS), extrasaction="ignore", lineterminator="\n")
+    extra = list(dict.fromkeys(k for e in episodes for k in e if k not in EPISODE_KEYS))  # the env's own columns
+    writer = csv.DictWriter(buf, fieldnames=[*EPISODE_KEYS, *extra], extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for e in episodes:
         writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in e.items()})

@@ -18,6 +18,8 @@ same sense as a positive continuous steer command (and discrete action 1 "RIGHT"
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -232,3 +234,202 @@ def make_carracing(
     )
     env = TimeLimit(env, max_episode_steps=max_episode_steps)
     return CarRacingInfo(env)
+
+
+# --------------------------------------------------------------------------------------------- the expert's actions
+STEER_SCALE = _STEER_LIMIT  # the expert's PPO steer in [-1, 1] -> env steer in [-0.4, 0.4] (the wheel joint limit)
+
+
+def ppo_to_env_action(action: np.ndarray) -> np.ndarray:
+    """Map the continuous PPO action [steer, throttle] to the env action [steer, gas, brake]."""
+    a = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
+    throttle = float(a[1])
+    return np.array([STEER_SCALE * a[0], max(throttle, 0.0), max(-throttle, 0.0)], dtype=np.float32)
+
+
+class SteerThrottleAction(gym.ActionWrapper):
+    """Exposes a Box(-1, 1, (2,)) [steer, throttle] action space on top of continuous CarRacing."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+
+    def action(self, action: np.ndarray) -> np.ndarray:
+        return ppo_to_env_action(action)
+
+
+# --------------------------------------------------------------------------------------------- the expert's training env
+@dataclass
+class Shaping:
+    """Training-only reward shaping for the PPO expert (evaluation always uses the true env reward).
+
+    Why: a single skipped tile means the lap never finishes and the return is capped near 880, so every tile
+    the car passes without touching costs `skip_penalty`; wheels on the grass cost a little; the lap-finished
+    termination earns a bonus; a long time fully on the grass ends the episode."""
+
+    skip_penalty: float = 5.0  # per tile left behind untouched
+    skip_margin: int = 4  # a tile counts as skipped once the car is this many track points past it
+    offroad_penalty: float = 0.05  # per frame, times the fraction of wheels on grass
+    lap_bonus: float = 50.0  # on the lap-finished termination
+    grass_patience: int = 50  # end the episode after this many frames with all wheels on grass ...
+    grass_penalty: float = 100.0  # ... with this penalty (like leaving the playfield; else the policy
+    # learns to park on the grass after a crash: driving on past untouched tiles costs skip penalties)
+
+
+class ShapedReward(gym.Wrapper):
+    """Adds the Shaping terms to the env reward (expects CarRacingInfo's info keys)."""
+
+    def __init__(self, env: gym.Env, shaping: Shaping) -> None:
+        super().__init__(env)
+        self.shaping = shaping
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        self._n = info["num_tiles"]
+        self._progress = info["track_index"]  # unwrapped nearest-point index
+        self._checked = 0  # tiles [0, _checked) have been judged visited/skipped
+        self._grass = 0
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        s, n = self.shaping, self._n
+        delta = (info["track_index"] - self._progress) % n
+        if delta > n // 2:
+            delta -= n
+        self._progress += delta
+        shaped = float(reward)
+        road = self.env.unwrapped.road
+        while self._checked < min(self._progress - s.skip_margin, n):
+            if not road[self._checked].road_visited:
+                shaped -= s.skip_penalty
+            self._checked += 1
+        on_road = float(info["privileged"][FEATURE_NAMES.index("wheels_on_road")])
+        shaped -= s.offroad_penalty * (1.0 - on_road)
+        if info["lap_complete"] and terminated:
+            shaped += s.lap_bonus
+        self._grass = self._grass + 1 if on_road == 0.0 else 0
+        if self._grass >= s.grass_patience and not terminated:
+            terminated = True
+            shaped -= s.grass_penalty
+        return obs, shaped, terminated, truncated, info
+
+def make_expert_env(action_space: str, *, render: bool = False, max_episode_steps: int = 1000) -> gym.Env:
+    """The env the expert acts in: privileged obs, PPO action space ([steer, throttle] or Discrete(5))."""
+    env = PrivilegedObservation(make_carracing(action_space, render=render, max_episode_steps=max_episode_steps))
+    if action_space == "continuous":
+        env = SteerThrottleAction(env)
+    return env
+
+
+def make_train_env(action_space: str, shaping: Shaping | None = None) -> gym.Env:
+    """The expert's PPO training env: physics-only, shaped reward (track seeds come from the caller)."""
+    return ShapedReward(make_expert_env(action_space, render=False), shaping or Shaping())
+
+
+def expert_to_env_action(action: Any, action_space: str) -> np.ndarray | int:
+    """PPO's action -> the env's: [steer, throttle] -> [steer, gas, brake], or the discrete index."""
+    return int(action) if action_space == "discrete" else ppo_to_env_action(action)
+
+
+# --------------------------------------------------------------------------------------------- scripted teacher
+_F = {name: i for i, name in enumerate(FEATURE_NAMES)}
+_AHEAD_DIST = np.asarray(LOOKAHEAD_STEPS, dtype=np.float64) * TRACK_DETAIL_STEP
+_AHEAD_X = [_F[f"ahead{k}_x"] for k in LOOKAHEAD_STEPS]
+_AHEAD_Y = [_F[f"ahead{k}_y"] for k in LOOKAHEAD_STEPS]
+_AHEAD_CURV = [_F[f"ahead{k}_curv"] for k in LOOKAHEAD_STEPS]
+
+
+@dataclass(frozen=True)
+class ScriptedDriver:
+    """Pure pursuit + curvature speed profile on the privileged features (the BC warm-start teacher).
+
+    Steering aims at the centerline point `lookahead * speed` units ahead (6..40) with yaw-rate damping;
+    the target speed is the lowest over the look-ahead points of sqrt(v_corner^2 + 2 a_brake d), with
+    v_corner = sqrt(a_lat / |curvature|); gas is cut while the driven rear wheels spin (traction control).
+    Discrete: steer when the steering command exceeds `steer_threshold`, else brake / gas / noop.
+    """
+
+    lookahead: float = 0.4  # s: look-ahead distance per unit speed
+    kp: float = 2.0  # steer per rad of pursuit angle
+    kd: float = 0.15  # steer per rad/s of yaw rate
+    a_lat: float = 200.0  # units/s^2 allowed in corners
+    a_brake: float = 60.0  # units/s^2 braking envelope
+    slip_max: float = 0.1  # rear_slip feature above which gas is cut
+    steer_threshold: float = 0.15  # discrete only
+
+    def continuous(self, p: np.ndarray) -> np.ndarray:
+        """Env action [steer, gas, brake]."""
+        v = float(p[_F["v_forward"]]) * 50.0
+        xs, ys = p[_AHEAD_X] * 30.0, p[_AHEAD_Y] * 30.0
+        dist = float(np.clip(self.lookahead * v, 6.0, 40.0))
+        alpha = math.atan2(float(np.interp(dist, _AHEAD_DIST, xs)), float(np.interp(dist, _AHEAD_DIST, ys)))
+        steer = float(np.clip(self.kp * alpha - self.kd * float(p[_F["yaw_rate"]]) * 3.0, -1.0, 1.0))
+        curv = np.maximum(np.abs(p[_AHEAD_CURV].astype(np.float64)) / 10.0, 1e-3)
+        v_target = float(np.min(np.sqrt(self.a_lat / curv + 2 * self.a_brake * np.maximum(_AHEAD_DIST - 4.0, 0.0))))
+        gas = brake = 0.0
+        if v < v_target:
+            gas = 1.0 if p[_F["rear_slip"]] < self.slip_max else 0.0
+        elif v > v_target + 5.0:
+            brake = 0.8 * min(1.0, 0.1 * (v - v_target))
+        return np.array([STEER_SCALE * steer, gas, brake], dtype=np.float32)
+
+    def discrete(self, p: np.ndarray) -> int:
+        steer, gas, brake = self.continuous(p)
+        if abs(steer) > STEER_SCALE * self.steer_threshold:
+            return 1 if steer > 0 else 2
+        return 4 if brake > 0 else 3 if gas > 0 else 0
+
+    def ppo_action(self, p: np.ndarray, action_space: str) -> np.ndarray | int:
+        """The label in PPO's action space ([steer, throttle] or the discrete index)."""
+        if action_space == "discrete":
+            return self.discrete(p)
+        steer, gas, brake = self.continuous(p)
+        return np.array([steer / STEER_SCALE, gas - brake], dtype=np.float32)
+
+
+# --------------------------------------------------------------------------------------------- the env's spec
+def _make(action_space: str = "continuous", *, render: bool = True, max_episode_steps: int = 1000,
+          render_mode: str | None = None, side_cameras: bool = False) -> gym.Env:
+    if side_cameras:
+        raise ValueError("CarRacing has one camera; side_cameras=True is for the udacity env")
+    return make_carracing(action_space, render=render, max_episode_steps=max_episode_steps, render_mode=render_mode)
+
+
+def _make_spec():
+    from envs.registry import EnvSpec
+
+    return EnvSpec(
+        name="carracing",
+        gym_id="CarRacing-v3",
+        description="gymnasium's CarRacing-v3: 96x96 top-down frames, 50 Hz, continuous [steer, gas, brake] or 5 "
+                    "discrete actions",
+        action_spaces=ACTION_SPACES,
+        dt=DT,
+        frame_shape=(STATE_H, STATE_W, 3),
+        feature_names=FEATURE_NAMES,
+        make=_make,
+        make_expert_env=make_expert_env,
+        make_train_env=make_train_env,
+        expert_to_env_action=expert_to_env_action,
+        teacher=ScriptedDriver,
+        action_names={"continuous": ("steer", "gas", "brake"), "discrete": DISCRETE_ACTION_NAMES},
+        steer_limit={"continuous": _STEER_LIMIT, "discrete": 1.0},  # 0.4 rad = the wheel joint limit
+        default_expert={"continuous": Path("checkpoints/expert_carracing_continuous.zip"),
+                        "discrete": Path("checkpoints/expert_carracing_discrete.zip")},
+        # DART defaults measured with the shipped experts (see agent.collector): as much perturbation as keeps
+        # most laps finished
+        default_noise={"continuous": 0.07, "discrete": 0.05},
+        default_noise_hold={"continuous": 5, "discrete": 3},
+        default_max_steps=1000,
+        default_encoder="carracing",
+        default_frame_stride=3,
+        progress=lambda info: info["tiles_visited"] / max(info["num_tiles"], 1),
+        lap_complete=lambda info: bool(info["lap_complete"]),
+        on_road=lambda info: bool(info["on_track"]),
+        episode_meta=lambda info: {"lap_complete": bool(info["lap_complete"]),
+                                   "tiles_visited": int(info["tiles_visited"]), "num_tiles": int(info["num_tiles"])},
+    )
+
+
+SPEC = _make_spec()

@@ -13,11 +13,14 @@ import pytest
 
 from agent import demos
 from agent.collector import DEFAULT_SEED, CollectConfig, CollectError, DartNoise, collect, record_episode
-from agent.expert import DEFAULT_EXPERT_PATHS, REPO_ROOT, Expert
+from agent.expert import REPO_ROOT, Expert
+from envs.carracing import SPEC as CARRACING
 from envs.carracing import N_FEATURES, make_carracing
 
 import collect as collect_cli
 from tests.helpers import constant_policy_checkpoint
+
+DEFAULT_EXPERT_PATHS = CARRACING.default_expert
 
 STEPS = 30
 
@@ -63,7 +66,7 @@ class _FakeEnv:
         priv = np.zeros(N_FEATURES, np.float32)
         priv[9] = 1.0  # wheels_on_road
         return {"privileged": priv, "speed": 10.0 if 0 < self.i <= self.moving else 0.0,
-                "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300}
+                "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300, "on_track": True}
 
     def reset(self, seed=None):
         self.i = 0
@@ -76,6 +79,7 @@ class _FakeEnv:
 
 class _FakeExpert:
     action_space = "continuous"
+    spec = CARRACING
 
     def act(self, priv):
         return np.array([0.0, 1.0, 0.0], np.float32)

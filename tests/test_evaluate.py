@@ -15,6 +15,7 @@ import torch
 
 from agent import driver
 from agent.driver import EvalArgs, Interrupted, evaluate, run_names
+from envs.registry import get_spec
 from agent.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
 from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
 from tests.helpers import constant_policy_checkpoint
@@ -157,7 +158,7 @@ def test_steer_of_and_recorder():
     assert steer_of(np.array([-0.25, 1.0, 0.0]), "continuous") == -0.25
     with pytest.raises(ValueError, match="action_space"):
         steer_of(0, "hybrid")
-    rec = EpisodeRecorder(7, "continuous")
+    rec = EpisodeRecorder(7, "continuous", get_spec("carracing"))
     policy = [0.1, 0.3, -0.1, -0.1]
     expert = [0.0, 0.4, 0.0, 0.1]
     for i, (p, e) in enumerate(zip(policy, expert)):
@@ -184,7 +185,7 @@ def test_run_names_are_unique():
     (dict(policy="expert", checkpoint=["x.pt"]), "not both"),
     (dict(episodes=0, policy="expert"), "--episodes"),
     (dict(policy="expert", saliency=True), "saliency"),
-    (dict(env="udacity", policy="expert"), "--env"),
+    (dict(env="mars", policy="expert"), "--env"),
 ])
 def test_bad_arguments_raise_clear_errors(tmp_path, bad, match):
     with pytest.raises(ValueError, match=match):
@@ -232,7 +233,7 @@ def test_cli_default_is_the_shipped_checkpoint(tmp_path):
     """No --checkpoint: the shipped student drives, or a clear error says it is missing."""
     r = _cli("--episodes", "1", "--max-steps", "5", "--no-video", "--out", str(tmp_path / "o"), "--no-progress",
              cwd=tmp_path)
-    if (REPO / driver.SHIPPED_CHECKPOINT).is_file():
+    if (REPO / driver.shipped_checkpoint("carracing")).is_file():
         assert r.returncode == 0, r.stderr
         assert json.loads((tmp_path / "o" / "metrics.json").read_text())["num_episodes"] == 1
     else:

@@ -6,19 +6,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.expert import (
-    DEFAULT_EXPERT_PATHS,
-    Expert,
+from agent.expert import Expert, TrainArgs, main, train
+from envs.carracing import (
+    N_FEATURES,
+    SPEC,
     ScriptedDriver,
     ShapedReward,
     Shaping,
-    TrainArgs,
-    main,
+    make_carracing,
+    make_expert_env,
     ppo_to_env_action,
-    train,
 )
-from agent.expert import make_expert_env
-from envs.carracing import N_FEATURES, make_carracing
+
+DEFAULT_EXPERT_PATHS = SPEC.default_expert
 
 
 def _drive(expert: Expert, seed: int, steps: int) -> tuple[float, dict]:
@@ -76,7 +76,7 @@ def test_tiny_training_run_writes_loadable_zip_and_card(tmp_path):
     out = tmp_path / "tiny.zip"
     args = TrainArgs(
         action_space="discrete", timesteps=256, out=out, n_envs=2, n_steps=64, batch_size=64,
-        eval_every=128, eval_episodes=1, card_episodes=1, logdir=tmp_path / "runs", shaping=Shaping(),
+        eval_every=128, eval_episodes=1, card_episodes=1, logdir=tmp_path / "runs",
     )
     train(args, command="test", log=lambda *_: None)
     expert = Expert.load(out, "discrete")

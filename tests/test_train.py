@@ -12,6 +12,7 @@ import torch
 import agent.cloning as cloning
 from agent.cloning import Interrupted, TrainArgs, run
 from agent.demos import write_episode
+from envs.carracing import SPEC as CARRACING
 from policies.cores import CORES
 from policies.policy import load_checkpoint, read_checkpoint
 
@@ -40,7 +41,7 @@ def write_synthetic(root, episodes=5, length=40, action_space="continuous", seed
         arrays = dict(frames=frames, action=act, expert_action=act, reward=np.zeros(length, np.float32),
                       speed=np.zeros(length, np.float32), privileged=np.zeros((length, 4), np.float32),
                       time=np.arange(length) * 0.02, **extra)
-        write_episode(root, e, arrays, {"env": "synthetic", "action_space": action_space, "track_seed": e})
+        write_episode(root, e, arrays, {"env": "carracing", "action_space": action_space, "track_seed": e})
     return Path(root)
 
 
@@ -148,8 +149,10 @@ def test_comparison_and_folds(data_dir, tmp_path):
 
 def test_defaults_are_the_shipped_recipe():
     a = TrainArgs()
-    assert a.data == "data/carracing_continuous" and a.policy == "nac" and a.encoder == "carracing"
-    assert (a.d_model, a.heads) == (64, 16) and a.window >= 4 and 2 <= a.frame_stride <= 4
+    assert a.data == "data/carracing_continuous" and a.policy == "nac" and a.encoder == "auto"
+    assert (a.d_model, a.heads) == (64, 16) and a.window >= 4 and a.frame_stride == 0
+    # "auto" resolves from the dataset's env: the shipped CarRacing recipe
+    assert (CARRACING.default_encoder, CARRACING.default_frame_stride) == ("carracing", 3)
     assert cloning.default_out(a) == str(Path("runs/train/nac"))
 
 

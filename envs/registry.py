@@ -1,0 +1,102 @@
+"""One small description per environment, so `agent/` and the CLIs never branch on an env's name.
+
+Each env module defines an `EnvSpec` (`envs.carracing.SPEC`, `envs.udacity.spec.SPEC`); `get_spec(name)`
+finds it. Everything the collector, the evaluator, the expert trainer and the video need to know about an
+env is a field or a method here: how to make it (rendered or physics-only, for the expert or for
+recording), its action spaces and their names, the step time, the camera frame, the seed ranges that keep
+training and evaluation tracks apart, what to record per step, and how to read progress, laps and
+"on the road" from `info`. Adding a third env means writing its module and one line in `_MODULES`.
+(LeRobot's `EnvConfig` registry is the model.)
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import gymnasium as gym
+
+# env name -> module that defines SPEC (imported on first use: each pulls its own dependencies)
+_MODULES: dict[str, str] = {"carracing": "envs.carracing", "udacity": "envs.udacity.spec"}
+ENV_NAMES: tuple[str, ...] = tuple(_MODULES)
+
+
+@dataclass(frozen=True)
+class SeedRanges:
+    """Track seeds, kept disjoint so no student or expert is ever evaluated on a track it saw.
+
+    Everything below `reserved_below` is for evaluation and checkpoint selection; the expert trains on
+    `[train_low, train_high)`; collect.py records from `collect` upwards."""
+
+    evaluate: int = 1000  # evaluate.py's first seed (and the expert card's evaluation tracks)
+    card: tuple[int, ...] = tuple(range(1000, 1020))  # the expert card's evaluation tracks
+    validation: tuple[int, ...] = tuple(range(90_000, 90_020))  # the expert's checkpoint selection
+    train_low: int = 100_000
+    train_high: int = 2_000_000
+    collect: int = 3_000_000
+    reserved_below: int = 100_000
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the rest of the project knows about one environment (see the module docstring)."""
+
+    name: str  # the --env name
+    gym_id: str  # the gymnasium id (PolicyConfig.env of a checkpoint trained on it)
+    description: str
+    action_spaces: tuple[str, ...]  # the first is the default
+    dt: float  # seconds per env step
+    frame_shape: tuple[int, int, int]  # the student's camera frame (H, W, 3)
+    feature_names: tuple[str, ...]  # the expert's privileged observation, info["privileged"]
+    # make(action_space, render=..., max_episode_steps=..., render_mode=None, side_cameras=False) -> env whose
+    # obs is the frame and whose info holds "privileged", "speed" and the keys read below
+    make: Callable[..., gym.Env]
+    # make_expert_env(action_space, render=..., max_episode_steps=...) -> privileged obs, PPO's action space
+    make_expert_env: Callable[..., gym.Env]
+    # make_train_env(action_space, seed) -> the expert's training env (shaped reward, random training tracks)
+    make_train_env: Callable[[str, int], gym.Env]
+    expert_to_env_action: Callable[[Any, str], Any]  # PPO action -> env action
+    teacher: Callable[[], Any]  # a scripted privileged driver with .ppo_action(obs, action_space) (BC warm start)
+    action_names: dict[str, tuple[str, ...]]  # per action space: names of the env action's components
+    steer_limit: dict[str, float]  # per action space: HUD full scale of the steering bar
+    default_expert: dict[str, Path]  # per action space: the shipped expert
+    default_noise: dict[str, float]  # per action space: DART noise (see agent.collector)
+    default_noise_hold: dict[str, int]
+    default_max_steps: int
+    default_encoder: str  # policies.encoders name for a student of this env
+    default_frame_stride: int  # steps between the frames of a student's window
+    progress: Callable[[dict], float]  # fraction of the episode's course covered so far (0..1, may pass 1)
+    lap_complete: Callable[[dict], bool]
+    on_road: Callable[[dict], bool]
+    episode_meta: Callable[[dict], dict]  # what the last info says about an episode (lap, tiles, laps, ...)
+    recorded_info: dict[str, str] = field(default_factory=dict)  # dataset array name -> info key, per step
+    jpeg_quality: int | None = None  # store recorded frames as JPEG of this quality (None: lossless)
+    seeds: SeedRanges = field(default_factory=SeedRanges)
+
+    def check_action_space(self, action_space: str) -> str:
+        if action_space not in self.action_spaces:
+            raise ValueError(f"action_space must be one of {list(self.action_spaces)} for {self.name}, got {action_space!r}")
+        return action_space
+
+    def default_out(self, action_space: str) -> Path:
+        """collect.py's default dataset folder."""
+        if len(self.action_spaces) == 1:
+            return Path(f"data/{self.name}")
+        return Path(f"data/{self.name}_{action_space}")
+
+
+def get_spec(name: str) -> EnvSpec:
+    """The spec of env `name` (a --env value); ValueError listing the valid names otherwise."""
+    if name not in _MODULES:
+        raise ValueError(f"--env must be one of {list(ENV_NAMES)}, got {name!r}")
+    return importlib.import_module(_MODULES[name]).SPEC
+
+
+def spec_for_gym_id(gym_id: str) -> EnvSpec:
+    """The spec whose gymnasium id is `gym_id` (a checkpoint's PolicyConfig.env)."""
+    for name in ENV_NAMES:
+        spec = get_spec(name)
+        if spec.gym_id == gym_id:
+            return spec
+    raise ValueError(f"no environment of this project has the gymnasium id {gym_id!r}")
