@@ -15,10 +15,19 @@ embeddings. With window 8 and stride 3 a 16-step segment encodes 37 frames for 1
 last step of exactly one window per epoch (random segment offsets, shuffled segments). Validation
 encodes each episode once and scores *every* window -- the same numbers as a per-window forward.
 
+Frames: each episode's frames are prepared once at load time (``policies.policy.prepare_frames``: the
+rows ``--crop`` keeps, then an area resize to the encoder input), so memory holds encoder-sized frames;
+the colour space (``--color``, YUV for PilotNet) is applied on the float batch, after augmentation.
+
 Augmentation (training only; one draw per segment, the same for all its frames, like a camera that
-is a little off for a while): brightness +-0.1, contrast x[0.8, 1.2], translation up to 4% of the
-image side (edge pixels replicated). No horizontal flips: a mirrored frame would need a mirrored
-steering label and CarRacing's HUD is not symmetric, so flips would teach wrong pairs.
+is a little off for a while):
+* top-down envs (CarRacing): brightness +-0.1, contrast x[0.8, 1.2], translation up to 4% of the
+  image side (edge pixels replicated). No horizontal flips: a mirrored frame would need a mirrored
+  steering label and CarRacing's HUD is not symmetric, so flips would teach wrong pairs.
+* first-person envs (udacity; ``augment_first_person``), the PilotNet/Udacity recipe, each switchable:
+  left/right cameras with a steering correction (``--side-correction``), mirrors with negated steering
+  (``--flip``), sideways shifts with a steering shift per pixel (``--shift-steer``), brightness, and
+  random shadows (``--shadows``). Validation always scores the center camera, unaugmented.
 
 Split: by episode (``demos.split_episodes`` / ``demos.kfold_episodes``), never by frame.
 Targets: ``expert_action``. Continuous heads regress targets normalised with the training split's
@@ -41,13 +50,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from agent.demos import (WindowDataset, kfold_episodes, open_dataset, split_episodes, window_indices,
-                         write_json_atomic)
+from agent.demos import kfold_episodes, open_dataset, split_episodes, window_indices, write_json_atomic
 from envs.registry import EnvSpec, get_spec
 from policies.cores import CORES
 from policies.nac import MODES as NAC_MODES
-from policies.policy import (DrivingPolicy, PolicyConfig, frames_to_float, policy_from_checkpoint, read_checkpoint,
-                             save_checkpoint)
+from policies.policy import (DrivingPolicy, PolicyConfig, frames_to_float, policy_from_checkpoint, prepare_frames,
+                             read_checkpoint, save_checkpoint, to_color_space)
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LOSSES = ("huber", "mse")
@@ -78,9 +86,15 @@ class TrainArgs:
     head: str = "auto"  # auto (from the dataset) | continuous | discrete | steer (steering only)
     loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
     class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
-    augment: bool = True
+    augment: bool = True  # camera augmentations (see the module docstring; first-person envs add the Udacity recipe)
+    side_correction: float = 0.2  # first-person: train on left/right cameras too, steering + / - this (0 = center only)
+    flip: bool = True  # first-person: mirror half of the segments and negate their steering
+    shift_steer: float = 0.002  # first-person: shift up to 50 camera px sideways, steering += this per px (0 = off)
+    shadows: bool = True  # first-person: darken a random slanted region of the frame (tree and building shadows)
+    crop: str = "auto"  # rows of the camera frame kept, "top:bottom" | none | auto (the env's: udacity 60:135)
+    color: str = "auto"  # rgb | yuv | auto (the env's: udacity yuv, carracing rgb)
     encoder: str = "auto"  # auto (the env's default) | carracing (paper CNN) | pilotnet
-    image_size: str | None = None  # encoder input "HxW"; default: the dataset's frame size
+    image_size: str | None = None  # encoder input "HxW"; default: the env's (udacity 66x200), else the (cropped) frame
     feature_dim: int = 64
     d_model: int = 64  # nac / mha width
     heads: int = 16  # nac heads (mha uses 4)
@@ -134,6 +148,12 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError("--device cuda was asked for but CUDA is not available")
     if a.image_size is not None:
         parse_image_size(a.image_size)
+    if a.crop != "auto":
+        parse_crop(a.crop)
+    if a.color not in ("auto", "rgb", "yuv"):
+        raise ValueError(f"--color must be auto, rgb or yuv, got {a.color!r}")
+    if not (0 <= a.side_correction <= 1 and 0 <= a.shift_steer <= 0.02):
+        raise ValueError("--side-correction must be in [0, 1] and --shift-steer in [0, 0.02] (steering per pixel)")
     return specs
 
 
@@ -161,36 +181,78 @@ def core_options(a: TrainArgs, spec: str) -> tuple[str, dict[str, Any]]:
 # ----------------------------------------------------------------------------- data
 @dataclass
 class Data:
-    """All episodes in memory once (a WindowDataset over every episode), plus what the split needs."""
+    """Every episode in memory once, its frames already cropped and resized to the encoder's input (so a
+    batch is an index gather, and three 160x320 cameras fit in memory), plus what the split needs."""
 
-    windows: WindowDataset
+    frames: list[np.ndarray]  # per episode: uint8 [T, h, w, 3], the main (center) camera
+    side_frames: dict[str, list[np.ndarray]]  # "left"/"right" -> per episode, when the dataset has side cameras
+    times: list[np.ndarray]  # per episode: float64 [T] seconds
+    targets: list[np.ndarray]  # per episode: the expert's labels
     env: EnvSpec
     action_names: list[str]  # continuous: the names of the target's columns
     action_space: str
     frame_period: float
-    image_size: list[int]
+    image_size: list[int]  # of the frames held here (= the encoder input)
+    crop: list[int] | None  # rows of the camera frame kept before the resize
+    camera_width: int  # of the recorded frames (the shift augmentation is defined in camera pixels)
     num_episodes: int
 
 
 def load_data(a: TrainArgs) -> Data:
     dataset = open_dataset(a.data)
-    windows = WindowDataset(dataset, None, window=a.window, frame_stride=a.frame_stride, target="expert_action")
+    env = dataset_env(dataset.card, dataset.episodes)
     spaces = {m.get("action_space") for m in dataset.episodes} | ({dataset.card["action_space"]}
                                                                    if "action_space" in dataset.card else set())
     spaces.discard(None)
     if len(spaces) > 1:
         raise ValueError(f"dataset {a.data!r} mixes action spaces {sorted(spaces)}")
-    first_target = windows.targets[0]
+    crop = parse_crop(a.crop) if a.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
+    size = parse_image_size(a.image_size) if a.image_size else None
+    sides = [s for s in ("left", "right") if a.side_correction > 0 and env.first_person]
+    frames, times, targets = [], [], []
+    camera_width = 0
+    side_frames: dict[str, list[np.ndarray]] = {s: [] for s in sides}
+    for i in tqdm(range(len(dataset)), desc="loading episodes", unit="ep", leave=False, disable=len(dataset) < 4):
+        arrays = dataset.load(i)
+        if "expert_action" not in arrays:
+            raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(arrays)}")
+        camera_width = arrays["frames"].shape[2]
+        if size is None:
+            h, w = arrays["frames"].shape[1:3]
+            size = list(env.default_image_size) if env.default_image_size else [
+                (crop[1] if crop else h) - (crop[0] if crop else 0), w]
+        frames.append(prepare_frames(arrays["frames"], crop, size))
+        for s in list(side_frames):
+            if f"frames_{s}" not in arrays:  # a dataset without side cameras: train on the center one
+                side_frames.pop(s)
+                continue
+            side_frames[s].append(prepare_frames(arrays[f"frames_{s}"], crop, size))
+        times.append(arrays["time"].astype(np.float64))
+        targets.append(arrays["expert_action"])
+    if len(side_frames) == 1:  # one side camera alone would bias the steering: use both or none
+        side_frames = {}
+    first_target = targets[0]
     action_space = spaces.pop() if spaces else ("discrete" if first_target.ndim == 1 else "continuous")
-    diffs = np.concatenate([np.diff(t) for t in windows.times if len(t) > 1] or [np.array([0.02])])
-    frame_period = float(np.median(diffs)) if np.median(diffs) > 0 else 0.02
-    image_size = list(windows.frames[0].shape[1:3])
-    env = dataset_env(dataset.card, dataset.episodes)
+    diffs = np.concatenate([np.diff(t) for t in times if len(t) > 1] or [np.array([env.dt])])
+    frame_period = float(np.median(diffs)) if np.median(diffs) > 0 else env.dt
     names = list(dataset.card.get("action_names") or env.action_names.get(action_space, ()))
     if action_space == "continuous" and first_target.shape[-1] != len(names):
         raise ValueError(f"dataset {a.data!r}: labels have {first_target.shape[-1]} columns but the env's action has "
                          f"{len(names)} ({names})")
-    return Data(windows, env, names, action_space, frame_period, image_size, len(dataset))
+    return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
+                camera_width, len(dataset))
+
+
+def parse_crop(text: str | None) -> list[int] | None:
+    """``--crop 60:135`` -> [60, 135] (rows kept); ``none`` -> None."""
+    if text is None or text.lower() == "none":
+        return None
+    try:
+        top, bottom = (int(v) for v in text.split(":"))
+        assert 0 <= top < bottom
+    except (ValueError, AssertionError):
+        raise ValueError(f"--crop must look like 60:135 (first and one-past-last row kept), none or auto; got {text!r}") from None
+    return [top, bottom]
 
 
 def dataset_env(card: dict, episodes: list[dict]) -> EnvSpec:
@@ -228,7 +290,7 @@ def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice
 
 
 def episode_targets(data: Data, e: int, cols: slice | None) -> np.ndarray:
-    t = data.windows.targets[e]
+    t = data.targets[e]
     return t if cols is None else t[:, cols].astype(np.float32)
 
 
@@ -254,17 +316,20 @@ def batch_plan(lengths: dict[int, int], a: TrainArgs, epoch: int) -> list[list[t
 
 
 def gather_segments(data: Data, segments: list[tuple[int, int, int]], window: int, stride: int,
-                    cols: slice | None) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
+                    cols: slice | None, cameras: list[str] | None = None
+                    ) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
     """Frames of the segments (concatenated), each segment's frame slice, per-window frame index ``[N, W]``
-    into the concatenation, window times ``[N, W]`` (seconds, last 0) and targets ``[N, ...]``."""
+    into the concatenation, window times ``[N, W]`` (seconds, last 0) and targets ``[N, ...]``.
+    ``cameras`` picks each segment's camera (center, left, right); default: the center one."""
     frames, slices, index, times, targets = [], [], [], [], []
     offset = 0
     span = (window - 1) * stride
-    for e, a, b in segments:
+    for k, (e, a, b) in enumerate(segments):
         lo = max(a - span, 0)
-        frames.append(data.windows.frames[e][lo:b])
+        cam = "center" if cameras is None else cameras[k]
+        frames.append((data.frames if cam == "center" else data.side_frames[cam])[e][lo:b])
         slices.append((offset, offset + b - lo))
-        ts = data.windows.times[e]
+        ts = data.times[e]
         for t in range(a, b):
             idx = window_indices(t, window, stride)
             index.append(idx - lo + offset)
@@ -293,7 +358,7 @@ def shift_(out: torch.Tensor, frames: torch.Tensor, dy: int, dx: int) -> torch.T
 
 
 def augment(frames: torch.Tensor, slices: list[tuple[int, int]], image_size: list[int],
-            device: torch.device) -> torch.Tensor:
+            device: torch.device, color: str = "rgb") -> torch.Tensor:
     """uint8 frames ``[N, H, W, 3]`` -> augmented float network input ``[N, 3, h, w]``.
 
     One draw per segment: a translation of up to 4% of the side (edge pixels replicated; done on
@@ -310,7 +375,63 @@ def augment(frames: torch.Tensor, slices: list[tuple[int, int]], image_size: lis
     contrast = (0.8 + 0.4 * r[:, 0]).repeat_interleave(lengths).view(N, 1, 1, 1).to(device)
     brightness = ((r[:, 1] - 0.5) * 0.2).repeat_interleave(lengths).view(N, 1, 1, 1).to(device)
     x = frames_to_float(shifted, image_size, device)
-    return x.mul_(contrast).add_(0.5 - 0.5 * contrast + brightness)
+    return to_color_space(x.mul_(contrast).add_(0.5 - 0.5 * contrast + brightness), color)
+
+
+def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: TrainArgs, cols: slice | None,
+                         color: str, device: torch.device
+                         ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+    """The Udacity/PilotNet recipe, one draw per segment (every window of a segment sees the same camera):
+    a random camera of the three (left: steering + side_correction, right: - side_correction), a mirror
+    with probability 0.5 (steering negated), a sideways shift of up to 50 camera pixels (steering +=
+    shift_steer per pixel; a road shifted right means the car sits left of its line) and up to 5 rows,
+    brightness x[0.8, 1.2] and a random slanted shadow darkening one side of the frame to 50-80 %.
+    Returns the network input, the window index and times (as gather_segments) and the adjusted targets."""
+    cams = ["center", *data.side_frames]
+    n_seg = len(segments)
+    r = torch.rand(n_seg, 8)
+    cameras = [cams[min(int(u * len(cams)), len(cams) - 1)] for u in r[:, 0].tolist()]
+    frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, cols, cameras)
+    target = target.copy()
+    frames = torch.from_numpy(frames)
+    h, w = frames.shape[1:3]
+    px = w / max(data.camera_width, 1)  # encoder pixels per camera pixel
+    windows = torch.tensor([b - s for _, s, b in segments])
+    steer = target[:, 0]  # the steering column (first of the env's continuous action)
+    out = torch.empty_like(frames)
+    shadow_side = torch.zeros(n_seg, dtype=torch.bool)
+    for k, ((s, e), cam, rr) in enumerate(zip(slices, cameras, r.tolist())):
+        delta = 0.0
+        if cam != "center":
+            delta += a.side_correction if cam == "left" else -a.side_correction
+        dx = round((2 * rr[2] - 1) * 50 * px) if a.shift_steer > 0 else 0
+        dy = round((2 * rr[3] - 1) * 5 * px) if a.shift_steer > 0 else 0
+        delta += a.shift_steer * dx / px
+        shift_(out[s:e], frames[s:e], dy, dx)
+        flip = a.flip and rr[1] < 0.5
+        if flip:
+            out[s:e] = out[s:e].flip(2)
+        lo = int(windows[:k].sum())
+        hi = lo + int(windows[k])
+        steer[lo:hi] = np.clip(steer[lo:hi] + delta, -1.0, 1.0) * (-1.0 if flip else 1.0)
+        shadow_side[k] = rr[7] < 0.5
+    lengths = torch.tensor([e - s for s, e in slices])
+    x = frames_to_float(out, data.image_size, device)
+    gain = (0.8 + 0.4 * r[:, 4]).repeat_interleave(lengths).view(-1, 1, 1, 1).to(device)
+    x.mul_(gain)
+    if a.shadows:
+        # a line from (x0, top) to (x1, bottom); one side of it is darkened, in half of the segments
+        cols_ = torch.arange(w, device=device).view(1, 1, w).float()
+        rows_ = torch.linspace(0, 1, h, device=device).view(1, h, 1)
+        x0 = (r[:, 5] * w).repeat_interleave(lengths).view(-1, 1, 1).to(device)
+        x1 = (r[:, 6] * w).repeat_interleave(lengths).view(-1, 1, 1).to(device)
+        left = shadow_side.repeat_interleave(lengths).view(-1, 1, 1).to(device)
+        edge = x0 + (x1 - x0) * rows_
+        region = torch.where(left, cols_ < edge, cols_ >= edge)
+        on = (r[:, 7] < 0.5).repeat_interleave(lengths).view(-1, 1, 1).to(device) & region
+        dark = (0.5 + 0.3 * r[:, 3]).repeat_interleave(lengths).view(-1, 1, 1).to(device)
+        x.mul_(torch.where(on, dark, torch.ones_like(dark)).unsqueeze(1))
+    return to_color_space(x.clamp_(0.0, 1.0), color), index, times, target
 
 
 # ----------------------------------------------------------------------------- losses and metrics
@@ -330,7 +451,7 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArg
     W, S = policy.config.window, policy.config.frame_stride
     losses, outputs, targets = [], [], []
     for e in episodes:
-        n = len(data.windows.frames[e])
+        n = len(data.frames[e])
         for start in range(0, n, chunk):
             frames, _, index, times, target = gather_segments(data, [(e, start, min(start + chunk, n))], W, S, cols)
             emb = policy.encode(torch.from_numpy(frames)[None])[0]
@@ -361,7 +482,7 @@ def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, s
         return
     policy.eval()
     W, S = policy.config.window, policy.config.frame_stride
-    n = len(data.windows.frames[episode])
+    n = len(data.frames[episode])
     with torch.no_grad():
         frames, _, index, times, _ = gather_segments(data, [(episode, 0, min(n, 128))], W, S, cols)
         emb = policy.encode(torch.from_numpy(frames)[None])[0]
@@ -466,7 +587,8 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
         config = PolicyConfig.for_actions(
             head, names, encoder=a.encoder, feature_dim=a.feature_dim, core=core, core_options=options,
             window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period,
-            image_size=parse_image_size(a.image_size) if a.image_size else data.image_size,
+            image_size=data.image_size, crop=data.crop,
+            color=a.color if a.color != "auto" else data.env.default_color,
             action_space=data.action_space, env=data.env.gym_id, **extra)
         policy = DrivingPolicy(config)
     policy.to(device)
@@ -475,7 +597,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
         w = np.where(counts > 0, counts.sum() / np.maximum(counts, 1) / (counts > 0).sum(), 0.0)
         class_weight = torch.tensor(w, dtype=torch.float32, device=device)
 
-    lengths = {e: len(data.windows.frames[e]) for e in train_eps}
+    lengths = {e: len(data.frames[e]) for e in train_eps}
     steps_per_epoch = len(batch_plan(lengths, a, 0))
     optimizer = make_optimizer(policy, a)
     scheduler = make_schedule(optimizer, a.epochs * steps_per_epoch, a.warmup)
@@ -518,10 +640,14 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
             for segments in plan[state["batch"]:]:
                 batch_rng = rng_state()  # an interrupted batch is replayed from here on resume
                 t0 = time.perf_counter()
-                frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, cols)
-                frames = torch.from_numpy(frames)
-                x = (augment(frames, slices, policy.config.image_size, device) if a.augment
-                     else frames_to_float(frames, policy.config.image_size, device))
+                if a.augment and data.env.first_person:  # picks a camera per segment, adjusts the targets
+                    x, index, times, target = augment_first_person(data, segments, a, cols, policy.config.color, device)
+                else:
+                    frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride,
+                                                                           cols)
+                    frames = torch.from_numpy(frames)
+                    x = (augment(frames, slices, policy.config.image_size, device, policy.config.color) if a.augment
+                         else frames_to_float(frames, policy.config.image_size, device, policy.config.color))
                 emb = policy.encode(x[None])[0]
                 raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(device)],
                                                  torch.from_numpy(times).to(device))

@@ -8,7 +8,7 @@ Frame layout (RGB, every side a multiple of 16 so libx264 needs no padding):
     |                         |  last query's weights |
     +-------------------------+-----------------------+
     |  HUD (384 x 96): step,  |  W x W attention map  |
-    |  speed, return, tiles,  |  (all queries, heads  |
+    |  speed, return, progr., |  (all queries, heads  |
     |  policy / expert steer  |  averaged)            |
     +-------------------------+-----------------------+
 
@@ -93,9 +93,9 @@ def _steer_bar(img: np.ndarray, y: int, label: str, value: float, limit: float,
 def draw_hud(width: int, *, step: int, speed: float, ret: float, completion: float,
              policy_steer: float, expert_steer: float | None, steer_limit: float,
              title: str = "") -> np.ndarray:
-    """The HUD strip: step / speed / return / tiles, then the policy's and the expert's steering bars."""
+    """The HUD strip: step / speed / return / progress (the env spec's: tiles, laps), then the policy's and the expert's steering bars."""
     img = np.full((HUD_H, width, 3), DARK, np.uint8)
-    _text(img, f"step {step:4d}   speed {speed:5.1f}   return {ret:7.1f}   tiles {100 * completion:5.1f}%",
+    _text(img, f"step {step:4d}   speed {speed:5.1f}   return {ret:7.1f}   progress {100 * completion:5.1f}%",
           (8, 18))
     if title:
         _text(img, title, (8, 38), scale=0.4, color=GREY)

@@ -70,6 +70,11 @@ class EnvSpec:
     lap_complete: Callable[[dict], bool]
     on_road: Callable[[dict], bool]
     episode_meta: Callable[[dict], dict]  # what the last info says about an episode (lap, tiles, laps, ...)
+    first_person: bool = False  # a car-mounted camera: mirrored frames with negated steering are valid samples,
+    # and a sideways shift of the image is a lateral offset of the car (the Udacity/PilotNet augmentations)
+    default_crop: tuple[int, int] | None = None  # rows of the camera frame a student keeps (sky and bonnet off)
+    default_image_size: tuple[int, int] | None = None  # a student's encoder input (None: the frame, cropped)
+    default_color: str = "rgb"  # rgb | yuv, the colour space a student's encoder sees
     recorded_info: dict[str, str] = field(default_factory=dict)  # dataset array name -> info key, per step
     jpeg_quality: int | None = None  # store recorded frames as JPEG of this quality (None: lossless)
     seeds: SeedRanges = field(default_factory=SeedRanges)

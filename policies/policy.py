@@ -36,6 +36,9 @@ from policies.encoders import ENCODERS, build_encoder
 CHECKPOINT_FORMAT = "nac-drive/driving-policy"
 CHECKPOINT_VERSION = 1
 HEADS = ("discrete", "continuous")
+COLORS = ("rgb", "yuv")
+# RGB -> YUV (BT.601, as OpenCV's COLOR_RGB2YUV) on [0, 1] pixels, U and V centred on 0.5
+_YUV = torch.tensor([[0.299, 0.587, 0.114], [-0.14713, -0.28886, 0.436], [0.615, -0.51499, -0.10001]])
 DISCRETE_ACTIONS = ("noop", "right", "left", "gas", "brake")  # CarRacing's discrete action ids 0..4
 ACTION_RANGES = {"steer": (-1.0, 1.0), "gas": (0.0, 1.0), "brake": (0.0, 1.0)}
 
@@ -47,6 +50,8 @@ class PolicyConfig:
 
     encoder: str = "carracing"  # policies.encoders.ENCODERS
     image_size: list[int] = field(default_factory=lambda: [96, 96])  # encoder input [h, w]; frames resized to it
+    crop: list[int] | None = None  # [top, bottom): rows of the camera frame kept before the resize (None: all)
+    color: str = "rgb"  # rgb | yuv: the colour space the encoder sees (PilotNet's recipe uses YUV)
     feature_dim: int = 64  # per-frame embedding size
     encoder_dropout: float = 0.2
     core: str = "nac"  # policies.cores.CORES
@@ -94,6 +99,10 @@ class PolicyConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if len(self.image_size) != 2 or min(self.image_size) < 1:
             raise ValueError(f"image_size must be [height, width], got {self.image_size!r}")
+        if self.color not in COLORS:
+            raise ValueError(f"color must be one of {COLORS}, got {self.color!r}")
+        if self.crop is not None and (len(self.crop) != 2 or not 0 <= self.crop[0] < self.crop[1]):
+            raise ValueError(f"crop must be [top, bottom) rows with 0 <= top < bottom, got {self.crop!r}")
         if not self.frame_period > 0:
             raise ValueError(f"frame_period must be > 0 seconds, got {self.frame_period!r}")
         if not (len(self.action_low) == len(self.action_high) == self.action_dim >= 1):
@@ -119,12 +128,41 @@ class PolicyConfig:
 
 
 # ----------------------------------------------------------------------------- the policy
+def prepare_frames(frames: np.ndarray, crop: list[int] | None, image_size: list[int] | tuple[int, int]) -> np.ndarray:
+    """Camera frames uint8 ``[..., H, W, 3]`` -> the encoder's size: keep rows ``crop`` (sky and bonnet off),
+    then an area resize to ``image_size`` (OpenCV, as PilotNet's recipe). Identity when nothing changes, so
+    the trainer can store prepared frames (a 160x320 camera frame shrinks 3.9x at 66x200)."""
+    import cv2
+
+    frames = np.asarray(frames)
+    if crop is not None:
+        frames = frames[..., crop[0]:crop[1], :, :]
+    h, w = int(image_size[0]), int(image_size[1])
+    if frames.shape[-3:-1] == (h, w):
+        return np.ascontiguousarray(frames)
+    flat = frames.reshape(-1, *frames.shape[-3:])
+    out = np.empty((len(flat), h, w, 3), dtype=frames.dtype)
+    for i, f in enumerate(flat):
+        out[i] = cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA)
+    return out.reshape(*frames.shape[:-3], h, w, 3)
+
+
+def to_color_space(x: torch.Tensor, color: str) -> torch.Tensor:
+    """Float RGB ``[..., 3, h, w]`` in [0, 1] -> the encoder's colour space (in place of a copy for yuv)."""
+    if color == "rgb":
+        return x
+    m = _YUV.to(x.device, x.dtype)
+    yuv = torch.einsum("ij,...jhw->...ihw", m, x)
+    yuv[..., 1:, :, :] += 0.5
+    return yuv
+
+
 def frames_to_float(frames: torch.Tensor | np.ndarray, image_size: list[int] | tuple[int, int],
-                    device: torch.device | str | None = None) -> torch.Tensor:
+                    device: torch.device | str | None = None, color: str = "rgb") -> torch.Tensor:
     """The one place where frames become network input: ``[..., H, W, 3]`` -> float ``[..., 3, h, w]`` in [0, 1].
 
     uint8 frames are divided by 255; float frames are taken as already in [0, 1]. Frames whose size is
-    not ``image_size`` are resized (bilinear, antialiased).
+    not ``image_size`` are resized (bilinear, antialiased). ``color="yuv"`` converts to YUV last.
     """
     frames = torch.as_tensor(frames, device=device)
     if frames.dim() < 3 or frames.shape[-1] != 3:
@@ -136,7 +174,7 @@ def frames_to_float(frames: torch.Tensor | np.ndarray, image_size: list[int] | t
     x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
     if list(x.shape[-2:]) != list(image_size):
         x = F.interpolate(x, size=tuple(image_size), mode="bilinear", align_corners=False, antialias=True)
-    return x.view(*lead, 3, *image_size)
+    return to_color_space(x, color).view(*lead, 3, *image_size)
 
 
 class DrivingPolicy(nn.Module):
@@ -170,7 +208,10 @@ class DrivingPolicy(nn.Module):
         else:
             if frames.ndim != 5:
                 raise ValueError(f"frames must be [B, T, H, W, 3], got shape {tuple(frames.shape)}")
-            x = frames_to_float(frames, self.config.image_size, self.device)
+            c = self.config
+            if c.crop is not None and tuple(frames.shape[-3:-1]) != tuple(c.image_size):  # raw camera frames
+                frames = prepare_frames(torch.as_tensor(frames).cpu().numpy(), c.crop, c.image_size)
+            x = frames_to_float(frames, c.image_size, self.device, c.color)
         return self.encoder(x)
 
     def core_time(self, time: torch.Tensor | None, batch: int, window: int) -> torch.Tensor:
