@@ -114,3 +114,102 @@ def test_files_are_readable_by_others_and_temp_files_are_found(tmp_path):
     stale.write_bytes(b"killed mid-write")
     assert demos.temp_files(tmp_path) == [stale]
     assert len(demos.open_dataset(tmp_path)) == 1, "a temp file is never read as an episode"
+
+
+# ------------------------------------------------------------------ JPEG frame storage
+def _road(T, seed=0, h=160, w=320):
+    """Smooth road-like frames (sky gradient, road, a lane line): what JPEG is meant for, unlike noise."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    out = np.empty((T, h, w, 3), np.uint8)
+    for t in range(T):
+        cx = w / 2 + 40 * np.sin(0.3 * t + seed)
+        road = (yy > h * 0.4) & (np.abs(xx - cx) < (yy - h * 0.4) * 1.2)
+        img = np.stack([100 + yy * 0.5, 150 + yy * 0.3, 230 - yy * 0.4], -1)
+        img = np.where(road[..., None], 90.0, np.where((yy > h * 0.4)[..., None], [60, 130, 50], img))
+        img[road & (np.abs(xx - cx) < 2)] = (230, 200, 40)
+        out[t] = np.clip(img + rng.normal(0, 1, img.shape), 0, 255)
+    return out
+
+
+def _cam_episode(T=6, seed=0):
+    ep = _episode(T=T, seed=seed)
+    ep["frames"] = _road(T, seed)
+    ep["frames_left"] = _road(T, seed + 1)
+    ep["frames_right"] = _road(T, seed + 2)
+    return ep
+
+
+def test_jpeg_storage_round_trip_is_transparent(tmp_path):
+    ep = _cam_episode()
+    ep["final_frames"] = ep["frames"][-1]
+    demos.write_episode(tmp_path, 0, ep, {"track_seed": 1}, jpeg_quality=95)
+    ds = demos.open_dataset(tmp_path)
+    meta = ds.episodes[0]
+    assert meta["frame_codec"] == {k: "jpeg95" for k in ("frames", "frames_left", "frames_right", "final_frames")}
+    assert meta["frame_shapes"]["frames"] == [160, 320, 3] and meta["length"] == 6
+    back = ds.load(0)
+    assert sorted(back) == sorted(ep)
+    for k in ("frames", "frames_left", "frames_right", "final_frames"):
+        assert back[k].dtype == np.uint8 and back[k].shape == ep[k].shape
+        assert np.abs(back[k].astype(int) - ep[k]).mean() < 2.0, k
+    for k in ("action", "reward", "time", "privileged"):
+        np.testing.assert_array_equal(back[k], ep[k])
+    w = demos.WindowDataset(ds, window=2)
+    assert len(w) == 6 and w[3]["frames"].shape == (2, 160, 320, 3)
+
+
+def test_jpeg_is_smaller_and_not_deflated(tmp_path):
+    import zipfile
+
+    ep = _cam_episode(T=4)
+    raw = demos.write_episode(tmp_path / "raw", 0, ep, {})
+    jpg = demos.write_episode(tmp_path / "jpg", 0, ep, {}, jpeg_quality=90)
+    assert jpg.stat().st_size < raw.stat().st_size / 2
+    with zipfile.ZipFile(jpg) as z:
+        kinds = {i.filename: i.compress_type for i in z.infolist()}
+    assert kinds["frames__jpeg.npy"] == zipfile.ZIP_STORED and kinds["action.npy"] == zipfile.ZIP_DEFLATED
+
+
+def test_pre_encoded_frames_are_stored_byte_for_byte(tmp_path):
+    ep = _cam_episode(T=5)
+    files = [demos._encode_jpeg(f, 80) for f in ep["frames"]]  # as an importer would read them from disk
+    ep["frames"] = demos.JpegFrames.from_bytes(files)
+    assert len(ep["frames"]) == 5 and ep["frames"].shape == (5, 160, 320, 3)
+    demos.write_episode(tmp_path, 0, ep, {})  # no jpeg_quality: the other cameras stay raw
+    ds = demos.open_dataset(tmp_path)
+    assert ds.episodes[0]["frame_codec"] == {"frames": "jpeg"}
+    stored = ds.jpeg_frames(0, "frames")
+    assert [stored[t] for t in range(5)] == files
+    assert ds.jpeg_frames(0, "frames_left") is None, "raw arrays have no JPEG bytes"
+    np.testing.assert_array_equal(ds.load(0, keys=["frames_left"])["frames_left"], ep["frames_left"])
+    decoded = ds.load(0, keys=["frames"])["frames"]
+    np.testing.assert_array_equal(decoded, ep["frames"].decode())
+
+
+def test_load_only_the_asked_keys(tmp_path):
+    demos.write_episode(tmp_path, 0, _cam_episode(T=3), {}, jpeg_quality=90)
+    ds = demos.open_dataset(tmp_path)
+    assert sorted(ds.array_names(0)) == sorted(_cam_episode(T=3))
+    assert sorted(ds.load(0, keys=["frames", "time"])) == ["frames", "time"]
+    assert list(ds.load(0, keys="speed")) == ["speed"]
+    with pytest.raises(ValueError, match=r"has no array \['depth'\]"):
+        ds.load(0, keys=["frames", "depth"])
+
+
+def test_jpeg_write_errors(tmp_path):
+    ep = _cam_episode(T=4)
+    with pytest.raises(ValueError, match="jpeg_quality must be an integer in"):
+        demos.write_episode(tmp_path, 0, ep, {}, jpeg_quality=101)
+    with pytest.raises(ValueError, match="frames_left must be uint8"):
+        demos.write_episode(tmp_path, 0, dict(ep, frames_left=ep["frames_left"].astype(np.float32)), {}, jpeg_quality=90)
+    with pytest.raises(ValueError, match="different lengths"):
+        demos.write_episode(tmp_path, 0, dict(ep, frames_right=demos.JpegFrames.encode(ep["frames_right"][:3])), {})
+    with pytest.raises(ValueError, match="may not contain"):
+        demos.write_episode(tmp_path, 0, dict(ep, frames__jpeg=np.zeros(4)), {})
+    with pytest.raises(ValueError, match="frame 1 is not a JPEG"):
+        demos.JpegFrames.from_bytes([demos._encode_jpeg(ep["frames"][0], 90), b"PNG not a jpeg"])
+    small = demos._encode_jpeg(ep["frames"][0][:80], 90)
+    with pytest.raises(ValueError, match="frame 1 is 80x320x3"):
+        demos.JpegFrames.from_bytes([demos._encode_jpeg(ep["frames"][0], 90), small])
+    assert not (tmp_path / "episodes").exists() or not list((tmp_path / "episodes").iterdir())

@@ -1,0 +1,455 @@
+"""The Udacity self-driving-car simulator's recording format, both ways: export a dataset to it, import one.
+
+    python -m agent.udacity_format export data/udacity out/udacity_log     # dataset -> IMG/ + driving_log.csv
+    python -m agent.udacity_format import ~/recordings/track1 data/track1  # recording -> agent.demos dataset
+
+Why: behaviour-cloning code written for the simulator (PilotNet notebooks and the like) reads this
+format, and the recordings people published with it are free training data for the udacity env.
+
+The format (what "Training Mode" + "Record" writes)::
+
+    IMG/center_2016_12_01_13_30_48_287.jpg   one JPEG per camera per frame, 320x160 RGB,
+    IMG/left_2016_12_01_13_30_48_287.jpg     named camera_YYYY_MM_DD_HH_MM_SS_mmm.jpg (local time)
+    IMG/right_2016_12_01_13_30_48_287.jpg
+    driving_log.csv                          no header; one row per frame:
+        center_path, left_path, right_path, steering, throttle, brake, speed
+
+Paths are absolute on the recording machine (often ``C:\\Users\\...\\IMG\\center_....jpg``, with a
+space after each comma); steering is in [-1, 1] (negative = left, 1 = 25 degrees of wheel), throttle
+and brake in [0, 1], speed in mph. Some published sets start with a header row
+``center,left,right,steering,throttle,brake,speed``; the importer accepts it.
+
+Mapping to the agent.demos arrays (one episode = one recording session)::
+
+    frames, frames_left, frames_right   the three cameras, stored as JPEG (the recording's own bytes)
+    action, expert_action   [T, 1]      the logged steering (the human or expert who drove)
+    throttle, brake         [T]         as logged
+    speed                   [T]         m/s (mph / 2.23694)
+    reward                  [T]         zeros (a recording has no reward)
+    privileged              [T, 0]      nothing: a recording has no privileged state
+    time                    [T]         seconds since the episode's first frame, from the file names
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path, PureWindowsPath
+from typing import NoReturn, Sequence
+
+import cv2
+import numpy as np
+
+from agent import demos
+
+CSV_NAME = "driving_log.csv"
+IMG_DIR = "IMG"
+COLUMNS = ("center", "left", "right", "steering", "throttle", "brake", "speed")
+CAMERAS = (("center", "frames"), ("left", "frames_left"), ("right", "frames_right"))  # file prefix, array
+MPH_PER_MS = 2.23694
+STEER_TOLERANCE = 1e-3  # logged steering a hair outside [-1, 1] (float printing) is clipped, not refused
+DEFAULT_FRAME_PERIOD_S = 0.1  # published recordings log about 10 rows per second
+EXPORT_START = datetime(2020, 1, 1, 12, 0, 0)  # fake recording date of exported file names
+EXPORT_EPISODE_GAP_S = 10.0  # exported episodes are this far apart, far above the importer's 1 s split
+LABELS = ("expert_action", "action")
+FORMAT = "agent.demos v1 (see the agent/demos.py docstring)"  # the same string agent.collector writes
+_STAMP = re.compile(r"^(?:center|left|right)_(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{3})\.\w+$", re.I)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def parse_stamp(file_name: str) -> datetime | None:
+    """The recording time in a simulator file name (``center_2016_12_01_13_30_48_287.jpg``), or None."""
+    m = _STAMP.match(file_name)
+    if not m:
+        return None
+    y, mo, d, h, mi, s, ms = (int(g) for g in m.groups())
+    try:
+        return datetime(y, mo, d, h, mi, s, ms * 1000)
+    except ValueError:  # month 13 and the like: not a timestamp after all
+        return None
+
+
+def format_stamp(ms: int) -> str:
+    """``YYYY_MM_DD_HH_MM_SS_mmm`` of ``EXPORT_START + ms`` milliseconds."""
+    t = EXPORT_START + timedelta(milliseconds=int(ms))
+    return f"{t:%Y_%m_%d_%H_%M_%S}_{t.microsecond // 1000:03d}"
+
+
+def _number(x: float) -> str:
+    """Shortest text that reads back as the same float32 (``0.3``, not ``0.30000001192092896``)."""
+    return np.format_float_positional(np.float32(x), trim="-")
+
+
+def _dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _refuse_nonempty(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ValueError(f"output folder {str(out_dir)!r} exists and is not empty; choose a new folder")
+
+
+@dataclass
+class _Staging:
+    """Write into a hidden sibling folder, rename it to ``out_dir`` at the end: a failed or interrupted
+    run leaves nothing behind, and ``out_dir`` never holds half a result."""
+
+    out_dir: Path
+    tmp: Path | None = None
+
+    def __enter__(self) -> Path:
+        _refuse_nonempty(self.out_dir)
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(dir=self.out_dir.parent, prefix=f".{self.out_dir.name}.", suffix=".tmp"))
+        os.chmod(self.tmp, 0o755)  # mkdtemp makes 0700; the result is meant to be shared
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        assert self.tmp is not None
+        try:
+            if exc_type is None:
+                _refuse_nonempty(self.out_dir)  # someone may have written there meanwhile
+                if self.out_dir.exists():
+                    self.out_dir.rmdir()
+                os.replace(self.tmp, self.out_dir)
+        finally:
+            if self.tmp.exists():
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------- export
+def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "expert_action",
+                   jpeg_quality: int = demos.RECOMMENDED_JPEG_QUALITY) -> Path:
+    """Write every step of every episode as a simulator recording; returns the path of driving_log.csv.
+
+    The steering column is the expert's label by default, not the executed action: the executed action
+    may carry DART noise, and what behaviour cloning should learn is the label (the noise only served to
+    show the expert recovering). ``label="action"`` exports the executed steering instead. Steering is
+    column 0 of the label, clipped to [-1, 1]; brake is the dataset's ``brake`` array or 0; speed is in
+    mph. File names carry ``EXPORT_START`` + the episode's offset + the step's ``time`` (milliseconds,
+    bumped by 1 ms where two steps would share a name), episodes ``EXPORT_EPISODE_GAP_S`` apart, so the
+    names sort in recording order and the importer splits the episodes back. Frames stored as JPEG are
+    copied byte for byte; raw frames are encoded at ``jpeg_quality``. CSV paths are absolute, as the
+    simulator writes them.
+    """
+    if label not in LABELS:
+        raise ValueError(f"label must be one of {list(LABELS)}, got {label!r}")
+    jpeg_quality = demos.check_jpeg_quality(jpeg_quality)
+    ds = demos.open_dataset(data_dir)
+    out_dir = Path(out_dir)
+    names = [set(ds.array_names(i)) for i in range(len(ds))]
+    for i, have in enumerate(names):
+        need = [k for _, k in CAMERAS] + [label, "throttle", "speed", "time"]
+        missing = [k for k in need if k not in have]
+        if missing:
+            what = "left/right cameras" if {"frames_left", "frames_right"} & set(missing) else "arrays"
+            raise ValueError(f"episode file {str(ds.paths[i])!r} lacks {what} {missing}; a Udacity log needs "
+                             f"three cameras (frames, frames_left, frames_right), {label}, throttle, speed and time")
+    final = out_dir.resolve() / IMG_DIR
+    with _Staging(out_dir) as tmp:
+        (tmp / IMG_DIR).mkdir()
+        start_ms = 0
+        with open(tmp / CSV_NAME, "w", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            for i in range(len(ds)):
+                keys = [label, "throttle", "speed", "time"] + (["brake"] if "brake" in names[i] else [])
+                a = ds.load(i, keys=keys)
+                steer = np.clip(np.asarray(a[label], dtype=np.float32).reshape(len(a["time"]), -1)[:, 0], -1, 1)
+                brake = a.get("brake", np.zeros(len(steer), dtype=np.float32))
+                ms = np.round(np.asarray(a["time"], dtype=np.float64) * 1000).astype(np.int64) + start_ms
+                for t in range(1, len(ms)):  # names must be unique and increasing
+                    ms[t] = max(ms[t], ms[t - 1] + 1)
+                stamps = [format_stamp(m) for m in ms]
+                paths = {}
+                for prefix, key in CAMERAS:
+                    jf = ds.jpeg_frames(i, key)
+                    if jf is None:  # stored raw: encode once
+                        jf = demos.JpegFrames.encode(ds.load(i, keys=[key])[key], jpeg_quality)
+                    paths[prefix] = []
+                    for t, stamp in enumerate(stamps):
+                        name = f"{prefix}_{stamp}.jpg"
+                        (tmp / IMG_DIR / name).write_bytes(jf[t])
+                        paths[prefix].append(str(final / name))
+                for t in range(len(ms)):
+                    writer.writerow([paths["center"][t], paths["left"][t], paths["right"][t], _number(steer[t]),
+                                     _number(a["throttle"][t]), _number(brake[t]), _number(a["speed"][t] * MPH_PER_MS)])
+                if len(ms):
+                    start_ms = int(ms[-1]) + int(EXPORT_EPISODE_GAP_S * 1000)
+    return out_dir / CSV_NAME
+
+
+# ------------------------------------------------------------------------------------------- import
+@dataclass
+class LogRow:
+    """One validated row of driving_log.csv."""
+
+    line: int  # line number in the CSV (1-based), for messages and the episode's row range
+    images: tuple[Path, Path, Path]  # center, left, right, resolved inside IMG/
+    steering: float
+    throttle: float
+    brake: float
+    speed_mph: float
+    stamp: datetime | None  # from the center image's name
+
+
+def locate_log(log_dir: str | Path) -> tuple[Path, Path]:
+    """(driving_log.csv, IMG folder) of a recording folder or of the CSV path itself."""
+    path = Path(log_dir)
+    if not path.exists():
+        raise FileNotFoundError(f"recording {str(path)!r} does not exist")
+    csv_path = path / CSV_NAME if path.is_dir() else path
+    if not csv_path.is_file():
+        raise FileNotFoundError(f"recording folder {str(path)!r} has no {CSV_NAME}; point at the folder the "
+                                f"simulator recorded into (it holds {CSV_NAME} and {IMG_DIR}/)")
+    img_dir = csv_path.parent / IMG_DIR
+    if not img_dir.is_dir():
+        raise FileNotFoundError(f"{str(csv_path)!r} has no {IMG_DIR}/ folder beside it ({str(img_dir)!r})")
+    return csv_path, img_dir
+
+
+def read_log(csv_path: Path, img_dir: Path) -> list[LogRow]:
+    """Parse and validate every row; errors name the CSV line. Image paths are resolved by file name
+    inside ``img_dir``, whatever folder, drive letter or separator the recording machine wrote."""
+    files = {f.name: f for f in img_dir.iterdir()}
+    lower = {name.lower(): f for name, f in files.items()}  # logs recorded on Windows ignore case
+    rows: list[LogRow] = []
+    where = csv_path.name
+    with open(csv_path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
+        reader = csv.reader(f, skipinitialspace=True)
+        try:
+            for fields in reader:
+                n = reader.line_num
+                fields = [x.strip() for x in fields]
+                if not any(fields):
+                    continue  # blank line
+                if not rows and [x.lower() for x in fields] == list(COLUMNS):
+                    continue  # the header row of some published sets
+                if len(fields) != len(COLUMNS):
+                    raise ValueError(f"{where} line {n}: expected {len(COLUMNS)} columns ({','.join(COLUMNS)}), got {len(fields)}")
+                images = []
+                for col, logged in zip(COLUMNS[:3], fields[:3]):
+                    name = PureWindowsPath(logged).name  # splits on both \ and /
+                    if not name:
+                        raise ValueError(f"{where} line {n}: the {col} image path is empty")
+                    found = files.get(name) or lower.get(name.lower())
+                    if found is None:
+                        raise FileNotFoundError(f"{where} line {n}: {col} image {name!r} (logged as {logged!r}) "
+                                                f"is not in {str(img_dir)!r}")
+                    images.append(found)
+                values = []
+                for col, text in zip(COLUMNS[3:], fields[3:]):
+                    try:
+                        v = float(text)
+                    except ValueError:
+                        raise ValueError(f"{where} line {n}: {col} {text!r} is not a number") from None
+                    if not np.isfinite(v):
+                        raise ValueError(f"{where} line {n}: {col} {text!r} is not a finite number")
+                    values.append(v)
+                steering, throttle, brake, speed = values
+                if abs(steering) > 1 + STEER_TOLERANCE:
+                    raise ValueError(f"{where} line {n}: steering {steering} is outside [-1, 1]")
+                rows.append(LogRow(n, (images[0], images[1], images[2]), float(np.clip(steering, -1, 1)),
+                                   throttle, brake, speed, parse_stamp(images[0].name)))
+        except csv.Error as e:
+            raise ValueError(f"{where} line {reader.line_num}: {e}") from None
+    if not rows:
+        raise ValueError(f"{str(csv_path)!r} holds no rows (an empty recording?)")
+    return rows
+
+
+def split_sessions(times: np.ndarray, gap_s: float) -> list[tuple[int, int]]:
+    """[start, stop) row ranges: a new episode starts where time jumps forward by more than ``gap_s``
+    (the simulator appends every recording session to the same log) or goes backwards."""
+    d = np.diff(times)
+    cuts = (np.flatnonzero((d > gap_s) | (d < 0)) + 1).tolist()
+    bounds = [0, *cuts, len(times)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, quality: int | None) -> demos.JpegFrames:
+    """One camera of an episode: the files' own bytes (quality None) or decoded and re-encoded."""
+    data = []
+    for r in rows:
+        path = r.images[cam]
+        b = path.read_bytes()
+        if quality is None:
+            try:
+                shape = demos.jpeg_shape(b)
+            except ValueError as e:
+                raise ValueError(f"{where} line {r.line}: image {path.name!r} is {e}; pass jpeg_quality "
+                                 f"(--jpeg-quality) to convert other image formats") from None
+        else:
+            img = cv2.imdecode(np.frombuffer(b, dtype=np.uint8), cv2.IMREAD_COLOR)
+            if img is None:
+                raise ValueError(f"{where} line {r.line}: image {path.name!r} cannot be decoded")
+            b = img[..., ::-1]  # BGR -> RGB
+            shape = b.shape
+        if shape[2] != 3:
+            raise ValueError(f"{where} line {r.line}: image {path.name!r} has {shape[2]} channel(s), expected RGB (3)")
+        if not frame_shape:
+            frame_shape.extend(shape)
+        if list(shape) != frame_shape:
+            raise ValueError(f"{where} line {r.line}: image {path.name!r} is {shape[0]}x{shape[1]}x{shape[2]} "
+                             f"(height x width x channels), expected {frame_shape[0]}x{frame_shape[1]}x3 like the first image")
+        data.append(b)
+    if quality is None:
+        return demos.JpegFrames.from_bytes(data, frame_shape)
+    return demos.JpegFrames.encode(np.stack(data) if data else np.zeros((0, *frame_shape), np.uint8), quality)
+
+
+def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: int | None = None,
+                   episode_gap_s: float = 1.0, frame_period: float | None = None) -> Path:
+    """Turn a simulator recording into an agent.demos dataset in ``out_dir`` (new or empty); returns it.
+
+    ``log_dir`` is the recording folder or its CSV. ``jpeg_quality`` None (default) stores the
+    recording's JPEG files byte for byte (no second lossy encode); a number decodes and re-encodes them
+    (smaller, or to accept non-JPEG images). ``time`` comes from the timestamps in the file names; when
+    a name has none, every row gets ``row index * frame_period`` (default ``DEFAULT_FRAME_PERIOD_S`` =
+    0.1 s) and the log is one episode. With timestamps, consecutive rows more than ``episode_gap_s``
+    apart (or going back in time) start a new episode. The whole CSV is validated before anything is
+    written; a failed import leaves no ``out_dir`` behind.
+    """
+    if jpeg_quality is not None:
+        jpeg_quality = demos.check_jpeg_quality(jpeg_quality)
+    if not episode_gap_s > 0:
+        raise ValueError(f"episode_gap_s must be > 0, got {episode_gap_s}")
+    if frame_period is not None and not frame_period > 0:
+        raise ValueError(f"frame_period must be > 0, got {frame_period}")
+    period = DEFAULT_FRAME_PERIOD_S if frame_period is None else float(frame_period)
+    csv_path, img_dir = locate_log(log_dir)
+    out_dir = Path(out_dir)
+    _refuse_nonempty(out_dir)
+    rows = read_log(csv_path, img_dir)
+    undated = next((r for r in rows if r.stamp is None), None)
+    if undated is None:
+        t0 = rows[0].stamp
+        times = np.array([(r.stamp - t0).total_seconds() for r in rows])  # type: ignore[operator]
+        sessions = split_sessions(times, episode_gap_s)
+        time_from = "timestamps in the image file names"
+    else:
+        times = np.arange(len(rows)) * period
+        sessions = [(0, len(rows))]
+        time_from = (f"row index x {period} s (line {undated.line}: {undated.images[0].name!r} has no "
+                     f"timestamp); one episode")
+    where = csv_path.name
+    frame_shape: list[int] = []
+    episodes = []
+    with _Staging(out_dir) as tmp:
+        for e, (a, b) in enumerate(sessions):
+            part = rows[a:b]
+            T = len(part)
+            steer = np.array([r.steering for r in part], dtype=np.float32)[:, None]
+            arrays = {key: _read_images(part, c, where, frame_shape, jpeg_quality) for c, (_, key) in enumerate(CAMERAS)}
+            arrays.update(
+                action=steer,
+                expert_action=steer.copy(),
+                reward=np.zeros(T, dtype=np.float32),
+                speed=(np.array([r.speed_mph for r in part]) / MPH_PER_MS).astype(np.float32),
+                throttle=np.array([r.throttle for r in part], dtype=np.float32),
+                brake=np.array([r.brake for r in part], dtype=np.float32),
+                privileged=np.zeros((T, 0), dtype=np.float32),
+                time=(times[a:b] - times[a]).astype(np.float64),
+            )
+            meta = {
+                "env": "udacity", "source": "udacity-recording", "action_space": "continuous",
+                "csv": str(csv_path.resolve()), "csv_lines": [part[0].line, part[-1].line],
+                "start_time": part[0].stamp.isoformat(timespec="milliseconds") if part[0].stamp else None,
+                "track_seed": None, "theme": None, "return": 0.0, "terminated": False, "truncated": False,
+            }
+            demos.write_episode(tmp, e, arrays, meta)
+            episodes.append({"episode_id": e, "length": T, "csv_lines": meta["csv_lines"],
+                             "start_time": meta["start_time"], "duration_s": float(times[b - 1] - times[a])})
+        steps = len(rows)
+        diffs = np.concatenate([np.diff(times[a:b]) for a, b in sessions])
+        dt = round(float(np.median(diffs)), 6) if len(diffs) else period  # seconds per row, as the collector's card
+        demos.write_json_atomic(tmp / demos.CARD_NAME, {
+            "format": FORMAT,
+            "env": "udacity",
+            "source": "udacity-recording",
+            "action_space": "continuous",
+            "action_names": ["steer"],
+            "frame_shape": frame_shape,
+            "cameras": {k: p for p, k in CAMERAS},
+            "frame_codec": f"jpeg{jpeg_quality}" if jpeg_quality else "jpeg (the recording's files, byte for byte)",
+            "dt": dt,
+            "counts": {"episodes": len(episodes), "steps": steps, "hours_of_driving": steps * dt / 3600},
+            "import": {"csv": str(csv_path.resolve()), "images": str(img_dir.resolve()), "time_from": time_from,
+                       "episode_gap_s": episode_gap_s, "jpeg_quality": jpeg_quality,
+                       "speed": "logged in mph, stored in m/s (mph / 2.23694)"},
+            "episodes": episodes,
+        })
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m agent.udacity_format",
+                description="Convert between agent.demos datasets and the Udacity simulator's recording format "
+                            f"(IMG/ of JPEGs + a header-less {CSV_NAME}: center,left,right,steering,throttle,brake,speed).",
+                epilog="examples: python -m agent.udacity_format export data/udacity out/log; "
+                       "python -m agent.udacity_format import ~/recordings/track1 data/track1")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{export,import}")
+    e = sub.add_parser("export", help="dataset -> Udacity recording",
+                       description="Write a dataset with three cameras (frames, frames_left, frames_right) as IMG/ + "
+                                   f"{CSV_NAME}, one row per step of every episode. Stored JPEG frames are copied byte "
+                                   "for byte; speed is written in mph.")
+    e.add_argument("data_dir", type=Path, metavar="DATA_DIR", help="the dataset folder (collect.py --out)")
+    e.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="where IMG/ and driving_log.csv go (new or empty)")
+    e.add_argument("--label", choices=LABELS, default="expert_action",
+                   help="steering column: the expert's label (default; what behaviour cloning should learn) or the "
+                        "executed action (may carry DART noise)")
+    e.add_argument("--jpeg-quality", type=int, default=demos.RECOMMENDED_JPEG_QUALITY, metavar="Q",
+                   help=f"quality for frames stored raw (default {demos.RECOMMENDED_JPEG_QUALITY}); JPEG frames are copied")
+    i = sub.add_parser("import", help="Udacity recording -> dataset",
+                       description="Read a simulator recording (a folder with driving_log.csv and IMG/, or the CSV "
+                                   "itself) into a dataset: images are found by file name in IMG/ whatever path the "
+                                   "CSV names; time comes from the timestamps in the names; a jump of more than "
+                                   "--episode-gap seconds starts a new episode.")
+    i.add_argument("log_dir", type=Path, metavar="LOG_DIR", help="recording folder (or its driving_log.csv)")
+    i.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="dataset folder to create (new or empty)")
+    i.add_argument("--jpeg-quality", type=int, default=None, metavar="Q",
+                   help="re-encode the images at this quality (default: keep the recording's JPEG files byte for byte)")
+    i.add_argument("--episode-gap", type=float, default=1.0, dest="episode_gap_s", metavar="S",
+                   help="seconds between rows that start a new episode (default 1.0)")
+    i.add_argument("--frame-period", type=float, default=None, metavar="S",
+                   help=f"seconds per row when file names carry no timestamp (default {DEFAULT_FRAME_PERIOD_S})")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "export":
+            csv_path = export_udacity(args.data_dir, args.out_dir, label=args.label, jpeg_quality=args.jpeg_quality)
+            ds = demos.open_dataset(args.data_dir)
+            images = sum(1 for _ in (args.out_dir / IMG_DIR).iterdir())
+            print(f"exported {len(ds)} episodes, {ds.num_steps} steps ({images} images, "
+                  f"{_dir_size(args.out_dir) / 1e6:.1f} MB) to {csv_path}")
+        else:
+            out = import_udacity(args.log_dir, args.out_dir, jpeg_quality=args.jpeg_quality,
+                                 episode_gap_s=args.episode_gap_s, frame_period=args.frame_period)
+            ds = demos.open_dataset(out)
+            print(f"imported {len(ds)} episodes, {ds.num_steps} steps ({_dir_size(out) / 1e6:.1f} MB) into {out}")
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the staging folder is already removed: nothing half-written stays
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""The Udacity simulator's recording format: export, import, the round trip, and clear errors for bad logs."""
+import csv
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from agent import demos
+from agent import udacity_format as uf
+from tests.test_demos import _road
+
+
+def _write_dataset(root, lengths=(5, 4), jpeg_quality=95, cameras=True):
+    """Episodes laid out as the udacity env records them (three cameras, steering [T, 1], m/s)."""
+    for e, T in enumerate(lengths):
+        rng = np.random.default_rng(e)
+        label = rng.uniform(-0.9, 0.9, (T, 1)).astype(np.float32)
+        arrays = {
+            "frames": _road(T, 3 * e),
+            "action": np.clip(label + rng.normal(0, 0.1, (T, 1)), -1, 1).astype(np.float32),
+            "expert_action": label,
+            "reward": rng.normal(size=T).astype(np.float32),
+            "speed": rng.uniform(0, 12, T).astype(np.float32),
+            "throttle": rng.uniform(0, 1, T).astype(np.float32),
+            "privileged": rng.normal(size=(T, 4)).astype(np.float32),
+            "time": np.arange(T) * 0.05 + rng.uniform(0, 0.004, T),
+        }
+        if cameras:
+            arrays["frames_left"], arrays["frames_right"] = _road(T, 3 * e + 1), _road(T, 3 * e + 2)
+        demos.write_episode(root, e, arrays, {"env": "udacity", "theme": "day", "track_seed": e}, jpeg_quality=jpeg_quality)
+    return demos.open_dataset(root)
+
+
+def _read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_export_import_round_trip(tmp_path):
+    ds = _write_dataset(tmp_path / "data")
+    csv_path = uf.export_udacity(tmp_path / "data", tmp_path / "log")
+    rows = _read_csv(csv_path)
+    assert len(rows) == 9 and all(len(r) == 7 for r in rows), "no header, one row per step"
+    names = [r[0].rsplit("/", 1)[1] for r in rows]
+    assert names == sorted(names) and names[0].startswith("center_") and rows[0][1].rsplit("/", 1)[1].startswith("left_")
+    assert all(r[0].startswith(str((tmp_path / "log").resolve())) for r in rows), "absolute paths of the written images"
+    assert len(list((tmp_path / "log" / "IMG").iterdir())) == 27
+    first = ds.load(0)
+    assert np.float32(rows[0][3]) == first["expert_action"][0, 0], "shortest text that reads back exactly"
+    assert float(rows[0][6]) == pytest.approx(first["speed"][0] * 2.23694, rel=1e-6), "speed in mph"
+    assert ds.jpeg_frames(0, "frames")[0] == (tmp_path / "log" / "IMG" / names[0]).read_bytes(), "JPEG bytes copied"
+
+    out = uf.import_udacity(tmp_path / "log", tmp_path / "back")
+    back = demos.open_dataset(out)
+    assert [m["length"] for m in back.episodes] == [5, 4], "episodes split where the exporter left a gap"
+    assert back.card["counts"]["episodes"] == 2 and back.card["counts"]["steps"] == 9
+    assert back.card["frame_shape"] == [160, 320, 3] and back.card["source"] == "udacity-recording"
+    assert back.episodes[1]["csv_lines"] == [6, 9] and back.episodes[0]["env"] == "udacity"
+    for i in range(2):
+        a, b = ds.load(i), back.load(i)
+        np.testing.assert_array_equal(b["expert_action"], a["expert_action"])
+        np.testing.assert_array_equal(b["action"], a["expert_action"])
+        np.testing.assert_array_equal(b["throttle"], a["throttle"])
+        np.testing.assert_allclose(b["speed"], a["speed"], rtol=1e-6)
+        np.testing.assert_array_equal(b["brake"], np.zeros(len(a["time"]), np.float32))
+        np.testing.assert_allclose(b["time"], a["time"] - a["time"][0], atol=1.1e-3)
+        for k in ("frames", "frames_left", "frames_right"):
+            np.testing.assert_array_equal(b[k], a[k])
+            assert back.jpeg_frames(i, k).data.tobytes() == ds.jpeg_frames(i, k).data.tobytes()
+        assert b["privileged"].shape == (len(a["time"]), 0) and not b["reward"].any()
+    w = demos.WindowDataset(back, window=3)  # trainable as is
+    assert len(w) == 9 and w[0]["target"].shape == (1,)
+
+
+def test_export_executed_action_and_raw_frames(tmp_path):
+    ds = _write_dataset(tmp_path / "data", lengths=(3,), jpeg_quality=None)
+    rows = _read_csv(uf.export_udacity(tmp_path / "data", tmp_path / "log", label="action"))
+    np.testing.assert_array_equal(np.float32([r[3] for r in rows]), ds.load(0)["action"][:, 0])
+    back = demos.open_dataset(uf.import_udacity(tmp_path / "log", tmp_path / "back"))
+    err = np.abs(back.load(0)["frames_right"].astype(int) - ds.load(0)["frames_right"]).mean()
+    assert err < 2.0, "raw frames are JPEG-encoded once on export"
+
+
+def test_export_refusals(tmp_path):
+    _write_dataset(tmp_path / "center_only", lengths=(2,), cameras=False)
+    with pytest.raises(ValueError, match="lacks left/right cameras"):
+        uf.export_udacity(tmp_path / "center_only", tmp_path / "log")
+    _write_dataset(tmp_path / "data", lengths=(2,))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="exists and is not empty"):
+        uf.export_udacity(tmp_path / "data", tmp_path / "busy")
+    with pytest.raises(ValueError, match="label must be one of"):
+        uf.export_udacity(tmp_path / "data", tmp_path / "log", label="steer")
+    assert not (tmp_path / "log").exists()
+    (tmp_path / "empty").mkdir()
+    uf.export_udacity(tmp_path / "data", tmp_path / "empty")  # an existing empty folder is fine
+    assert (tmp_path / "empty" / "driving_log.csv").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no staging folder left behind"
+
+
+# ------------------------------------------------------------------ recordings as the simulator writes them
+START = datetime(2016, 12, 1, 13, 30, 48, 287000)
+
+
+def _sim_recording(root, offsets_s=(0, 0.1, 0.2, 0.3, 5.0, 5.1), header=False, rows=None, windows=True):
+    """IMG/ + driving_log.csv the way the simulator writes them on Windows: absolute paths with
+    backslashes and a space after each comma."""
+    img = root / "IMG"
+    img.mkdir(parents=True)
+    frames = _road(len(offsets_s), 7)
+    lines = ["center,left,right,steering,throttle,brake,speed"] if header else []
+    for k, off in enumerate(offsets_s):
+        t = START + timedelta(seconds=off)
+        stamp = f"{t:%Y_%m_%d_%H_%M_%S}_{t.microsecond // 1000:03d}"
+        paths = []
+        for cam in ("center", "left", "right"):
+            name = f"{cam}_{stamp}.jpg"
+            (img / name).write_bytes(demos._encode_jpeg(frames[k], 75))
+            paths.append(f"C:\\Users\\me\\Desktop\\track1\\IMG\\{name}" if windows else f"/home/me/track1/IMG/{name}")
+        lines.append(", ".join([*paths, f"{-0.05 * k + 0.0:g}", "0.9", "0", f"{20 + k}.5"]))
+    if rows is not None:
+        lines = rows(lines)
+    (root / "driving_log.csv").write_text("\n".join(lines) + "\n")
+    return frames
+
+
+def test_import_real_simulator_layout(tmp_path):
+    _sim_recording(tmp_path / "rec")
+    back = demos.open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data"))
+    assert [m["length"] for m in back.episodes] == [4, 2], "the 4.7 s pause starts a new episode"
+    assert back.episodes[0]["start_time"] == "2016-12-01T13:30:48.287" and back.episodes[1]["csv_lines"] == [5, 6]
+    ep = back.load(1)
+    np.testing.assert_allclose(ep["time"], [0, 0.1], atol=1e-9)
+    np.testing.assert_allclose(ep["expert_action"][:, 0], [-0.2, -0.25])
+    np.testing.assert_allclose(ep["speed"], np.array([24.5, 25.5]) / 2.23694, rtol=1e-6)
+    np.testing.assert_allclose(ep["throttle"], 0.9)
+    name = "center_2016_12_01_13_30_53_387.jpg"
+    assert back.jpeg_frames(1, "frames")[1] == (tmp_path / "rec" / "IMG" / name).read_bytes(), "files kept byte for byte"
+    assert back.card["import"]["time_from"].startswith("timestamps")
+
+
+def test_import_accepts_header_csv_path_and_reencodes(tmp_path):
+    frames = _sim_recording(tmp_path / "rec", header=True, windows=False)
+    back = demos.open_dataset(uf.import_udacity(tmp_path / "rec" / "driving_log.csv", tmp_path / "data", jpeg_quality=90))
+    assert back.num_steps == 6 and back.episodes[0]["csv_lines"] == [2, 5]
+    assert back.episodes[0]["frame_codec"]["frames"] == "jpeg90"
+    assert np.abs(back.load(0, keys=["frames"])["frames"].astype(int) - frames[:4]).mean() < 3
+
+
+def test_import_without_timestamps_uses_the_frame_period(tmp_path):
+    _sim_recording(tmp_path / "rec")
+    for f in (tmp_path / "rec" / "IMG").iterdir():  # a tool that renamed the images
+        f.rename(f.with_name(f.name.replace("2016_12_01_", "x")))
+    log = tmp_path / "rec" / "driving_log.csv"
+    log.write_text(log.read_text().replace("2016_12_01_", "x"))
+    back = demos.open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", frame_period=0.05))
+    assert len(back) == 1 and back.num_steps == 6
+    np.testing.assert_allclose(back.load(0, keys=["time"])["time"], np.arange(6) * 0.05)
+
+
+BAD_ROWS = {
+    "columns": (lambda ls: ls[:2] + [", ".join(ls[2].split(", ")[:4])] + ls[3:],
+                r"driving_log.csv line 3: expected 7 columns \(center,left,right,steering,throttle,brake,speed\), got 4"),
+    "steering": (lambda ls: ls[:1] + [ls[1].replace("-0.05,", "left,")] + ls[2:], r"line 2: steering 'left' is not a number"),
+    "throttle": (lambda ls: ls[:3] + [ls[3].replace(" 0.9,", " ,")] + ls[4:], r"line 4: throttle '' is not a number"),
+    "brake": (lambda ls: ls[:4] + [ls[4].replace(" 0,", " nan,")] + ls[5:], r"line 5: brake 'nan' is not a finite number"),
+    "speed": (lambda ls: ls[:5] + [ls[5].replace("25.5", "25.5mph")] + ls[6:], r"line 6: speed '25.5mph' is not a number"),
+    "range": (lambda ls: [ls[0].replace(", 0, 0.9", ", 1.5, 0.9")] + ls[1:], r"line 1: steering 1.5 is outside \[-1, 1\]"),
+    "image": (lambda ls: ls[:3] + [ls[3].replace("left_", "lfet_")] + ls[4:], r"line 4: left image 'lfet_2016_12_01_13_30_48_587.jpg'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROWS))
+def test_malformed_logs_name_the_line(tmp_path, case):
+    edit, message = BAD_ROWS[case]
+    _sim_recording(tmp_path / "rec", rows=edit)
+    error = FileNotFoundError if case == "image" else ValueError
+    with pytest.raises(error, match=message):
+        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+    assert not (tmp_path / "data").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_missing_logs_and_empty_csv(tmp_path):
+    (tmp_path / "rec" / "IMG").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="has no driving_log.csv"):
+        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+    (tmp_path / "rec" / "driving_log.csv").write_text("\n\n")
+    with pytest.raises(ValueError, match="holds no rows"):
+        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+    (tmp_path / "rec" / "IMG").rmdir()
+    with pytest.raises(FileNotFoundError, match="has no IMG/ folder"):
+        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        uf.import_udacity(tmp_path / "nope", tmp_path / "data")
+
+
+def test_import_refuses_non_jpeg_without_quality(tmp_path):
+    _sim_recording(tmp_path / "rec")
+    victim = sorted((tmp_path / "rec" / "IMG").glob("right_*"))[2]
+    victim.write_bytes(b"\x89PNG not really")
+    with pytest.raises(ValueError, match=f"line 3: image '{victim.name}' is not a JPEG"):
+        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+
+
+def test_cli(tmp_path, capsys):
+    _sim_recording(tmp_path / "rec")
+    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("imported 2 episodes, 6 steps (") and out.count("\n") == 1
+    assert uf.main(["export", str(tmp_path / "data"), str(tmp_path / "log")]) == 0
+    assert capsys.readouterr().out.startswith("exported 2 episodes, 6 steps (18 images, ")
+    assert uf.main(["export", str(tmp_path / "data"), str(tmp_path / "log")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: output folder") and err.count("\n") == 1
+    with pytest.raises(SystemExit) as e:
+        uf.main(["import", str(tmp_path / "rec")])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: the following arguments are required")
+    with pytest.raises(SystemExit) as e:
+        uf.main(["import", "--help"])
+    assert e.value.code == 0 and "--episode-gap" in capsys.readouterr().out
