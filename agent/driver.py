@@ -8,6 +8,8 @@ shipped expert) and each track seed ``seed, seed+1, ...``:
   and only ``stream.step`` is timed (the policy's inference latency);
 * the expert *shadows* it: on every visited state it computes ``Expert.act(info["privileged"])``
   without executing it, which gives the steering error on the policy's own state distribution;
+* lane-keeping envs (the spec has ``recover``, udacity): when the car leaves its lane it is put back on
+  the centre line and drives on; each such intervention costs 6 s in NVIDIA's autonomy measure;
 * the first ``video_episodes`` episodes are recorded (``agent.video``: HUD, NAC attention panel,
   optional saliency).
 
@@ -289,6 +291,10 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
                 writer.append(vid.compose_frame(frame, hud, panel, sal))
             frame, reward, terminated, truncated, info = env.step(action)
             rec.record(reward=reward, policy_action=action, expert_action=shadow, latency_s=latency, info=info)
+            if spec.recover is not None and not truncated and (terminated or not spec.on_road(info)):
+                frame, info = spec.recover(env)  # an intervention: back on the centre line, drive on
+                terminated = False
+                rec.intervened()
             step += 1
             if bar is not None:
                 bar.update(1)
@@ -387,7 +393,11 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     root = Path(args.out) if args.out else Path("eval") / default_name
     single = len(targets) == 1
     common = {
-        "env": args.env, "env_id": get_spec(args.env).gym_id, "action_space": action_space,
+        "env": args.env, "env_id": expert.spec.gym_id, "action_space": action_space, "dt": expert.spec.dt,
+        **({"intervention_cost_s": expert.spec.intervention_cost_s,
+            "interventions": "the car left its lane (spec.on_road false) or the road; it was put back on the "
+                             "centre line and drove on; autonomy = 100 * (1 - interventions * cost / elapsed s)"}
+           if expert.spec.recover is not None else {}),
         "max_steps": args.max_steps, "device": args.device, "torch_threads": torch.get_num_threads(),
         "expert": expert_meta["source"],
         "steer_units": (f"env steer command (action[0]); full scale ±{expert.spec.steer_limit[action_space]}"

@@ -29,14 +29,16 @@ from agent.demos import atomic_write
 
 # The per-episode keys, in CSV column order. Every value is a plain int/float/bool/str.
 EPISODE_KEYS: tuple[str, ...] = (
-    "seed", "return", "length", "completion", "lap_completed", "terminated", "truncated", "off_track_steps", "off_track_fraction", "steer_mae",
-    "steer_smoothness", "expert_steer_smoothness", "mean_speed", "latency_median_ms", "latency_p95_ms",
+    "seed", "return", "length", "completion", "lap_completed", "terminated", "truncated", "off_track_steps",
+    "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk", "steer_smoothness", "expert_steer_smoothness", "mean_speed", "latency_median_ms", "latency_p95_ms",
     "wall_seconds", "video",
 )
 # Per-episode numbers that aggregate() summarises as mean (and std for the return).
 MEAN_KEYS: tuple[str, ...] = (
-    "completion", "length", "off_track_steps", "off_track_fraction", "steer_mae", "steer_smoothness",
-    "expert_steer_smoothness", "mean_speed",
+    "completion", "length", "off_track_steps", "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk",
+    "steer_smoothness", "expert_steer_smoothness", "mean_speed",
+    # lane keeping (envs with spec.recover / spec.lateral_error); aggregated only where the episodes have them
+    "interventions", "autonomy", "mean_abs_cte", "max_abs_cte",
 )
 
 
@@ -69,6 +71,8 @@ class EpisodeRecorder:
         self.completion = 0.0
         self.lap_completed = False
         self.env_meta: dict[str, Any] = {}
+        self.lateral_error: list[float] = []  # the spec's lateral_error (udacity: |cross-track error| in m)
+        self.interventions = 0  # times the car was put back on the road (spec.recover)
         self.terminated = False
         self.truncated = False
 
@@ -92,6 +96,12 @@ class EpisodeRecorder:
         self.completion = float(self.spec.progress(info))
         self.lap_completed = self.spec.lap_complete(info)
         self.env_meta = self.spec.episode_meta(info)
+        if self.spec.lateral_error is not None:
+            self.lateral_error.append(float(self.spec.lateral_error(info)))
+
+    def intervened(self) -> None:
+        """The car left its lane and was put back (NVIDIA's intervention); see ``finish`` for autonomy."""
+        self.interventions += 1
 
     def finish(self, *, terminated: bool, truncated: bool, wall_seconds: float = float("nan"),
                video: str = "") -> dict[str, Any]:
@@ -112,6 +122,8 @@ class EpisodeRecorder:
             "off_track_steps": off,
             "off_track_fraction": off / n if n else 0.0,
             "steer_mae": float(np.mean(np.abs(pol - exp))) if n else float("nan"),
+            "steer_mse": float(np.mean((pol - exp) ** 2)) if n else float("nan"),
+            "steer_jerk": float(np.mean(np.abs(np.diff(pol, 2)))) if n > 2 else 0.0,
             "steer_smoothness": float(np.mean(np.abs(np.diff(pol)))) if n > 1 else 0.0,
             "expert_steer_smoothness": float(np.mean(np.abs(np.diff(exp)))) if n > 1 else 0.0,
             "mean_speed": float(np.mean(self.speed)) if n else 0.0,
@@ -120,7 +132,22 @@ class EpisodeRecorder:
             "wall_seconds": float(wall_seconds),
             "video": video,
             **{k: v for k, v in self.env_meta.items() if k != "lap_complete"},
+            **self._lane_keeping(n),
         }
+
+    def _lane_keeping(self, n: int) -> dict[str, Any]:
+        """Interventions and NVIDIA's autonomy (100 * (1 - interventions * cost / elapsed s)), lateral error."""
+        out: dict[str, Any] = {}
+        if self.spec.recover is not None:
+            elapsed = n * self.spec.dt
+            out["interventions"] = self.interventions
+            out["autonomy"] = (100.0 * (1.0 - self.interventions * self.spec.intervention_cost_s / elapsed)
+                               if elapsed > 0 else float("nan"))
+        if self.spec.lateral_error is not None:
+            err = np.asarray(self.lateral_error)
+            out["mean_abs_cte"] = float(err.mean()) if len(err) else float("nan")
+            out["max_abs_cte"] = float(err.max()) if len(err) else float("nan")
+        return out
 
 
 def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] = (),
@@ -141,8 +168,16 @@ def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] 
         laps_completed=int(sum(bool(e["lap_completed"]) for e in episodes)),
     )
     for key in MEAN_KEYS:
+        if episodes and key not in episodes[0]:
+            continue
         values = [e[key] for e in episodes if not _isnan(e[key])]
         out[f"mean_{key}"] = float(np.mean(values)) if values else float("nan")
+    if episodes and "interventions" in episodes[0]:  # over the whole run, as NVIDIA reports it
+        out["total_interventions"] = int(sum(e["interventions"] for e in episodes))
+        elapsed = sum(e["length"] for e in episodes) * float(meta.get("dt", float("nan")))
+        out["autonomy"] = 100.0 * (1.0 - out["total_interventions"] * float(meta.get("intervention_cost_s", 6.0))
+                                   / elapsed) if elapsed > 0 else float("nan")
+        out["max_abs_cte"] = float(max(e["max_abs_cte"] for e in episodes)) if "max_abs_cte" in episodes[0] else None
     out["std_completion"] = float(np.std([e["completion"] for e in episodes])) if episodes else float("nan")
     lat = list(latencies_ms)
     out["latency_median_ms"] = _percentile(lat, 50)
@@ -233,8 +268,25 @@ def _num(x: float, fmt: str) -> str:
     return "n/a" if x is None or _isnan(x) else f"{x:{fmt}}"
 
 
+def lane_keeping_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """The lane-keeping table (udacity): autonomy and interventions first, then lateral error and steering."""
+    header = ("| policy | autonomy % | interventions | laps | mean abs CTE (m) | max abs CTE (m) | steer MSE vs expert "
+              "| steer jerk | latency median / p95 (ms) |")
+    lines = [header, "|" + "---|" * 9]
+    for name, s in rows:
+        lines.append(
+            f"| {name} | {_num(s['autonomy'], '.2f')} | {s['total_interventions']} "
+            f"| {_num(s['mean_completion'], '.2f')} per episode | {_num(s.get('mean_mean_abs_cte'), '.3f')} "
+            f"| {_num(s.get('max_abs_cte'), '.2f')} | {_num(s['mean_steer_mse'], '.4f')} "
+            f"| {_num(s['mean_steer_jerk'], '.4f')} "
+            f"| {_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
 def comparison_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """One markdown table, one row per (name, metrics.json summary), all on the same seeds."""
+    if rows and "autonomy" in rows[0][1]:
+        return lane_keeping_markdown(rows)
     header = ("| policy | return | completion | laps | off-track steps | steer MAE | steer smoothness "
               "| speed | latency median / p95 (ms) |")
     lines = [header, "|" + "---|" * 9]

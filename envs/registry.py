@@ -75,6 +75,11 @@ class EnvSpec:
     default_crop: tuple[int, int] | None = None  # rows of the camera frame a student keeps (sky and bonnet off)
     default_image_size: tuple[int, int] | None = None  # a student's encoder input (None: the frame, cropped)
     default_color: str = "rgb"  # rgb | yuv, the colour space a student's encoder sees
+    # lane keeping: recover(env) -> (obs, info) puts a car that left its lane back on the centre line (an
+    # intervention, charged intervention_cost_s in NVIDIA's autonomy); lateral_error(info) -> |offset| in m
+    recover: Callable[[gym.Env], tuple[Any, dict]] | None = None
+    intervention_cost_s: float = 6.0
+    lateral_error: Callable[[dict], float] | None = None
     recorded_info: dict[str, str] = field(default_factory=dict)  # dataset array name -> info key, per step
     jpeg_quality: int | None = None  # store recorded frames as JPEG of this quality (None: lossless)
     seeds: SeedRanges = field(default_factory=SeedRanges)
