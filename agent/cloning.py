@@ -108,13 +108,10 @@ class TrainArgs:
 
 
 def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``nac-euler`` -> ("nac", {"mode": "euler"}); a plain core name -> (name, {})."""
-    if spec in CORES:
-        return spec, {}
-    if spec.startswith("nac-") and spec[4:] in NAC_MODES:
-        return "nac", {"mode": spec[4:]}
-    valid = list(CORES) + [f"nac-{m}" for m in NAC_MODES]
-    raise ValueError(f"unknown policy {spec!r}; valid policies: {', '.join(valid)}")
+    """A policy name -> (core, the options the name sets); the grammar lives in policies.cores.parse_core_name."""
+    from policies.cores import parse_core_name
+
+    return parse_core_name(spec)
 
 
 def check_args(a: TrainArgs) -> list[str]:
@@ -167,15 +164,16 @@ def parse_image_size(text: str) -> list[int]:
 
 
 def core_options(a: TrainArgs, spec: str) -> tuple[str, dict[str, Any]]:
-    core, extra = parse_policy_spec(spec)
-    options: dict[str, Any] = {
-        "nac": {"d_model": a.d_model, "heads": a.heads, "mode": a.nac_mode, "topk": a.topk,
-                "sparsity": a.sparsity, "seed": 22222 + a.seed},
-        "lstm": {"hidden": a.hidden}, "gru": {"hidden": a.hidden}, "cfc": {"units": a.hidden},
-        "ltc": {"units": max(2, a.hidden // 2)}, "mha": {"d_model": a.d_model, "heads": 4},
-        "mlp": {"hidden": a.hidden},
-    }[core]
-    return core, {**options, **extra}
+    """(core, its options) for a policy name: policies.cores.policy_core_options with this run's settings.
+
+    ``--hidden`` overrides the recurrent/MLP width only when it differs from its default; otherwise every
+    core is ``--d-model`` wide (an explicit ``--hidden`` equal to the default reads as "not given")."""
+    from policies.cores import policy_core_options
+
+    default_hidden = next(f.default for f in fields(TrainArgs) if f.name == "hidden")
+    return policy_core_options(spec, d_model=a.d_model, heads=a.heads, topk=a.topk, sparsity=a.sparsity,
+                               nac_mode=a.nac_mode, hidden=None if a.hidden == default_hidden else a.hidden,
+                               seed=22222 + a.seed)
 
 
 # ----------------------------------------------------------------------------- data
@@ -476,10 +474,18 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArg
     return metrics
 
 
-def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, step: int, cols: slice | None) -> None:
-    """Histograms of phi and omega over a validation chunk, and one window's causal attention map."""
-    if policy.config.core != "nac":
-        return
+def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, step: int,
+                      cols: slice | None) -> dict[str, float]:
+    """Attention diagnostics of an attention core (nac, mha) over a validation chunk (its first 128 windows).
+
+    Scalars ``attention/entropy`` (nats), ``attention/entropy_norm`` (entropy / log(valid keys): 1 uniform),
+    ``attention/max_weight`` and ``attention/uniform_max_weight`` (what uniform attention would give on the
+    same queries), see ``policies.nac.attention_stats``; NAC also histograms of phi and omega (and of its
+    logit scales when it has them); an image of one window's causal attention map. Returns
+    ``{"attn_entropy", "attn_entropy_norm", "attn_max_weight"}`` (the comparison table's columns; ``{}``
+    for cores without attention)."""
+    if policy.config.core not in ("nac", "mha"):
+        return {}
     policy.eval()
     W, S = policy.config.window, policy.config.frame_stride
     n = len(data.frames[episode])
@@ -488,15 +494,24 @@ def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, s
         emb = policy.encode(torch.from_numpy(frames)[None])[0]
         x = emb[torch.from_numpy(index).to(emb.device)]
         internals = policy.core.internals(x, policy.core_time(torch.from_numpy(times).to(emb.device), *x.shape[:2]))
+    if not internals or "attn" not in internals:
+        return {}
+    for key in ("entropy", "entropy_norm", "max_weight", "uniform_max_weight"):
+        writer.add_scalar(f"attention/{key}", float(internals[key]), step)
     valid = internals["index"] >= 0
-    writer.add_histogram("nac/phi", internals["phi"][valid].float().cpu(), step)
-    writer.add_histogram("nac/omega", internals["omega"][valid].float().cpu(), step)
+    if "phi" in internals:
+        writer.add_histogram("nac/phi", internals["phi"][valid].float().cpu(), step)
+        writer.add_histogram("nac/omega", internals["omega"][valid].float().cpu(), step)
+    if "logit_scale" in internals:
+        writer.add_histogram("nac/logit_scale", internals["logit_scale"].float().cpu(), step)
+        writer.add_scalar("attention/logit_scale_mean", float(internals["logit_scale"].mean()), step)
     sample = len(x) - 1  # the last window of the chunk: a full window past the episode start
     attn, idx = internals["attn"][sample], internals["index"][sample].clamp(min=0)  # [H, T, K]
     dense = torch.zeros(*attn.shape[:2], W, device=attn.device).scatter_add_(-1, idx, attn).mean(0)  # [T, T]
     image = (dense / dense.max().clamp(min=1e-8)).cpu()
     image = image.repeat_interleave(16, 0).repeat_interleave(16, 1)[None]  # [1, 16T, 16T], query rows, key cols
-    writer.add_image("nac/attention", image, step, dataformats="CHW")
+    writer.add_image(f"{policy.config.core}/attention", image, step, dataformats="CHW")
+    return {f"attn_{key}": float(internals[key]) for key in ("entropy", "entropy_norm", "max_weight")}
 
 
 # ----------------------------------------------------------------------------- one run
@@ -721,7 +736,8 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
 
 
 # ----------------------------------------------------------------------------- several runs
-SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae")
+SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae",
+                "attn_entropy", "attn_entropy_norm", "attn_max_weight")  # attn_*: log_nac_internals
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -744,13 +760,25 @@ def fmt(stat: dict[str, Any] | None, digits: int = 4) -> str:
 
 
 def comparison_table(summaries: list[dict[str, Any]]) -> str:
+    """Markdown table, one row per policy: its block structure (attention cores), the best-epoch validation
+    metrics, the attention statistics where the run recorded them, parameters and cost."""
+    from policies.cores import block_of
+
     keys = [k for k in SUMMARY_KEYS if any(k in s for s in summaries)]
-    header = ["policy"] + keys + ["params", "train time (s)", "samples/s"]
+    header = ["policy", "block"] + keys + ["params", "train time (s)", "samples/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for s in summaries:
-        row = [s["policy"]] + [fmt(s.get(k)) for k in keys] + [
+        try:
+            block = block_of(s["policy"]) or "-"
+        except ValueError:  # a name this version no longer parses (an old comparison.json)
+            block = "?"
+        row = [s["policy"], block] + [fmt(s.get(k), 3 if k.startswith("attn_") else 4) for k in keys] + [
             f"{s['param_count']:,}", fmt(s.get("train_time_s"), 0), fmt(s.get("samples_per_sec"), 0)]
         lines.append("| " + " | ".join(row) + " |")
+    if any(k.startswith("attn_") for k in keys):
+        lines.append("\nattn_*: attention of the attention cores on 128 validation windows (mean over heads and the "
+                     "queries with >= 2 visible keys); uniform attention has attn_entropy_norm 1.000 and "
+                     "attn_max_weight = the mean of 1/(visible keys), 0.245 for 8 causal frames.")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,98 @@
+"""Throughput of the Udacity-style simulator (envs/udacity): env steps per second, one thread.
+
+For each theme, three modes: the center camera rendered every step (the default env), all three
+cameras (left/center/right), and physics-only (render=False, what PPO on privileged features uses).
+The car is driven by the StanleyDriver so it stays on the road; only `env.step` is timed (the
+driver's own time and resets are excluded). Each figure is the median over `--repeats` runs of
+`--steps` steps; OpenCV is held to one thread (`cv2.setNumThreads(1)`). Also reported: the time of a
+reset that builds a new track and its texture (per theme, median over the seeds used).
+
+    python -m benchmarks.udacity_sim                     # both themes, 3000 steps x 5 repeats
+    python -m benchmarks.udacity_sim --steps 1000 --repeats 3 --themes jungle
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import cv2
+
+MODES = {
+    "center camera": {"cameras": ("center",)},
+    "three cameras": {"cameras": ("left", "center", "right")},
+    "physics-only": {"render": False},
+}
+
+
+def _run(theme: str, mode: str, steps: int, seed: int) -> tuple[float, float]:
+    """(steps per second of env.step, seconds of the first reset) for one run."""
+    from envs.udacity import StanleyDriver, UdacityStyleEnv
+    from envs.udacity.env import _track
+
+    env = UdacityStyleEnv(theme, max_episode_steps=10**9, **MODES[mode])
+    driver = StanleyDriver()
+    _track.cache_clear()  # time a reset that really generates the track
+    t0 = time.perf_counter()
+    _, info = env.reset(seed=seed)
+    reset_s = time.perf_counter() - t0
+    clock = time.perf_counter
+    timed = 0.0
+    for _ in range(steps):
+        action = driver(info["privileged"])
+        t = clock()
+        _, _, term, trunc, info = env.step(action)
+        timed += clock() - t
+        if term or trunc:
+            _, info = env.reset(seed=seed)
+    env.close()
+    return steps / timed, reset_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.udacity_sim",
+        description="Steps/s of the Udacity-style simulator: center camera, three cameras, physics-only (one thread).",
+    )
+    parser.add_argument("--steps", type=int, default=3000, help="timed env steps per run (default 3000)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported (default 5)")
+    parser.add_argument("--themes", default="lake,jungle", help="comma-separated themes (default lake,jungle)")
+    parser.add_argument("--seed", type=int, default=0, help="first track seed; run k uses seed + k (default 0)")
+    args = parser.parse_args(argv)
+    from envs.udacity.track import THEMES
+
+    themes = [t.strip() for t in args.themes.split(",") if t.strip()]
+    bad = [t for t in themes if t not in THEMES]
+    if bad or not themes:
+        parser.error(f"--themes must be a comma-separated subset of {THEMES}, got {args.themes!r}")
+    if args.steps <= 0 or args.repeats <= 0 or args.seed < 0:
+        parser.error("--steps and --repeats must be positive and --seed non-negative")
+    cv2.setNumThreads(1)
+
+    print(f"one thread, median of {args.repeats} runs x {args.steps} steps "
+          "(env.step only; the driver and resets excluded)\n")
+    print("| theme | mode | steps/s | us/step | min..max steps/s | reset with new texture (s) |")
+    print("|---|---|---:|---:|---|---:|")
+    for theme in themes:
+        for mode in MODES:
+            rates, resets = [], []
+            for k in range(args.repeats):
+                rate, reset_s = _run(theme, mode, args.steps, args.seed + k)
+                rates.append(rate)
+                resets.append(reset_s)
+            med = statistics.median(rates)
+            reset = f"{statistics.median(resets):.2f}"
+            if mode == "physics-only":
+                reset = f"{statistics.median(resets):.3f} (track only)"
+            spread = f"{min(rates):,.0f}..{max(rates):,.0f}"
+            print(f"| {theme} | {mode} | {med:,.0f} | {1e6 / med:.0f} | {spread} | {reset} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
