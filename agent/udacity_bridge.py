@@ -1,0 +1,425 @@
+"""Drive the real Udacity simulator with a trained policy: the simulator's socket.io protocol on port 4567.
+
+    pip install -e '.[bridge]'                                   # python-socketio 4.x + eventlet
+    python -m agent.udacity_bridge runs/train/nac/best.pt        # serving ... on http://127.0.0.1:4567
+    python -m agent.udacity_bridge best.pt --record out/drive1   # also keep the frames it drove on
+
+Why: the project's own ``UdacityStyle-v0`` imitates the simulator; this bridge lets a policy trained
+here (on it, or on recordings imported with ``agent.udacity_format``) drive the real Unity program.
+
+With the real simulator: start the bridge first, then the simulator; pick a track and press
+**Autonomous Mode**. The simulator connects by itself to ``ws://127.0.0.1:4567`` (its port is fixed,
+so ``--port`` only helps forks and tests); when the bridge runs inside a VM, WSL or a container,
+forward port 4567 and start it with ``--host 0.0.0.0`` (it binds 127.0.0.1 unless asked). The car
+moves as soon as the first steer answer arrives; Ctrl-C stops the bridge and prints a summary.
+
+Protocol (one socket.io connection, the simulator is the client)::
+
+    simulator -> telemetry {steering_angle, throttle, speed (mph), image (base64 JPEG, 320x160 RGB)}
+    bridge    -> steer {steering_angle: str, throttle: str}    one answer per telemetry frame
+    bridge    -> manual {}                                    when the telemetry payload is empty
+    bridge    -> steer {"0", "0"}                             once, on connect
+
+The simulator sends its next telemetry in answer to each steer or manual message, so every telemetry
+gets exactly one answer (a frame the bridge cannot read is logged and answered with steering 0,
+throttle 0), and the frame rate is bounded by the bridge's latency. Manual mode is the user holding
+a drive key: the payload is then empty. Steering and throttle are sent as **strings**
+(``str(float)``; the simulator reads the JSON fields as text and parses them). Steering is
+the policy's steering in [-1, 1] (+-25 degrees, + = right: the simulator's own convention, the same
+as this project's); throttle follows the usual drive loop, ``1 - steering^2 - (speed / limit)^2``
+clipped to [0, 1]. Each frame is one ``PolicyStream.step(frame, t)`` with ``t`` the seconds since
+the connection's first frame (monotonic clock), so time-aware cores see the real frame spacing; the
+stream is reset on every new connection. ``SteeringServer`` holds all of that without a socket (it
+is what the tests drive); ``Bridge`` only moves its dicts over socket.io.
+
+Library versions. The official simulator builds (udacity/self-driving-car-sim, 2017) use an old
+Unity socket.io client that speaks Socket.IO protocol 4 over Engine.IO 3 (although its URL says
+``EIO=4``): it needs **python-socketio 4.x with python-engineio 3.x** (4.6.x with 3.13/3.14 is the
+pair people report working; with 5.x the simulator connects and the car never moves). Forks rebuilt
+with a current Socket.IO client (3.x/4.x JavaScript era) need python-socketio 5.x; this module runs
+unchanged on both (its tests pass on 4.6.1 + 3.14.2 and on 5.18 + 4.15, against python-socketio's
+own client, not against the Unity program). The ``bridge`` extra pins the 4.x pair. The server runs
+on eventlet's WSGI server: python-socketio 4.x's asyncio server fails on Python >= 3.11 and its
+threading mode has no websocket transport (the simulator uses only websockets), and eventlet serves
+websockets on 4.x and 5.x alike (it is also what Udacity's own drive.py used). Eventlet is in
+bugfix-only mode and says so at import; that notice is silenced here. python-engineio 3.x is no
+longer maintained: keep the bridge on 127.0.0.1 unless the simulator is elsewhere on a trusted
+network.
+
+``--record DIR`` keeps what the policy saw in the simulator's own format: ``IMG/center_<time>.jpg``
+(the received JPEG bytes as they are) and ``driving_log.csv`` rows ``center, , , steering, throttle,
+0, speed`` (left and right empty: the simulator sends the center camera only; for the same reason
+``agent.udacity_format import``, which wants all three cameras, does not read such a recording).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import csv
+import errno
+import logging
+import socket
+import statistics
+import sys
+import threading
+import time
+import warnings
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence
+
+import cv2
+import numpy as np
+
+from policies.policy import DrivingPolicy, load_checkpoint
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 4567  # the simulator always connects here
+DEFAULT_SPEED_LIMIT = 25.0  # mph, as the usual drive.py
+UDACITY_ENV = "UdacityStyle-v0"
+FRAME_SHAPE = (160, 320, 3)  # the simulator's center camera, rows x columns x RGB
+STOP = {"steering_angle": "0.0", "throttle": "0.0"}  # the answer to a frame the bridge cannot read
+INSTALL_HINT = "pip install -e '.[bridge]' (python-socketio 4.x, python-engineio 3.x, eventlet)"
+MAX_LOGGED_ERRORS = 10  # a simulator sending garbage 30 times a second should not flood the terminal
+
+
+# ------------------------------------------------------------------------------------ pure pieces
+def throttle_for(steering: float, speed_mph: float, speed_limit: float = DEFAULT_SPEED_LIMIT) -> float:
+    """The usual drive loop's throttle: slow down in bends and near the limit, never outside [0, 1]."""
+    return float(np.clip(1.0 - steering ** 2 - (speed_mph / speed_limit) ** 2, 0.0, 1.0))
+
+
+def decode_image(text: str) -> tuple[np.ndarray, bytes]:
+    """The telemetry's base64 JPEG -> (RGB uint8 ``[H, W, 3]``, the JPEG bytes); ValueError saying what is wrong."""
+    if not isinstance(text, (str, bytes)) or not text:
+        raise ValueError(f"image must be a non-empty base64 string, got {type(text).__name__}")
+    try:
+        raw = base64.b64decode(text)
+    except (binascii.Error, ValueError) as e:
+        raise ValueError(f"image is not valid base64 ({e})") from None
+    bgr = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR) if raw else None
+    if bgr is None:
+        raise ValueError(f"image is not a decodable JPEG ({len(raw)} bytes)")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), raw  # OpenCV decodes to BGR; the policy was trained on RGB
+
+
+def check_policy(policy: DrivingPolicy, where: str = "checkpoint") -> int:
+    """The index of the steering output; ValueError when the policy cannot steer the simulator."""
+    c = policy.config
+    if c.head != "continuous":
+        raise ValueError(f"{where} has a {c.head!r} head; the simulator needs a continuous steering policy "
+                         f"(train one with train.py --env udacity)")
+    if "steer" not in c.action_names:
+        raise ValueError(f"{where} outputs {c.action_names} and no 'steer'; the simulator needs steering")
+    return c.action_names.index("steer")
+
+
+def load_policy(path: str | Path) -> DrivingPolicy:
+    """Load a train.py checkpoint and check it steers (clear FileNotFoundError / ValueError otherwise)."""
+    policy = load_checkpoint(path)
+    check_policy(policy, f"checkpoint {str(path)!r}")
+    return policy
+
+
+class Recorder:
+    """Appends frames to a recording in the simulator's format (IMG/ + header-less driving_log.csv)."""
+
+    def __init__(self, out_dir: str | Path):
+        self.out_dir = Path(out_dir)
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise ValueError(f"--record {str(self.out_dir)!r} exists and is not a folder")
+        self.img_dir = self.out_dir / "IMG"
+        self.img_dir.mkdir(parents=True, exist_ok=True)
+        self._csv = open(self.out_dir / "driving_log.csv", "a", newline="", encoding="utf-8")
+        self._writer = csv.writer(self._csv, lineterminator="\n")
+        self._last: datetime | None = None
+        self.frames = 0
+
+    def _stamp(self) -> datetime:
+        """Local wall-clock time to the millisecond, strictly increasing so no two frames share a file name."""
+        now = datetime.now()
+        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        if self._last is not None and now <= self._last:
+            now = self._last + timedelta(milliseconds=1)
+        self._last = now
+        return now
+
+    def add(self, jpeg: bytes, steering: float, throttle: float, speed_mph: float) -> Path:
+        t = self._stamp()
+        path = (self.img_dir / f"center_{t:%Y_%m_%d_%H_%M_%S}_{t.microsecond // 1000:03d}.jpg").resolve()
+        path.write_bytes(jpeg)
+        self._writer.writerow([str(path), "", "", repr(steering), repr(throttle), "0", repr(speed_mph)])
+        self._csv.flush()  # a Ctrl-C or a crash keeps every row written so far
+        self.frames += 1
+        return path
+
+    def close(self) -> None:
+        self._csv.close()
+
+
+class SteeringServer:
+    """The protocol's logic without a socket: ``on_telemetry(data)`` -> the steer dict, or None (manual mode)."""
+
+    def __init__(self, policy: DrivingPolicy, speed_limit: float = DEFAULT_SPEED_LIMIT,
+                 recorder: Recorder | None = None, clock: Callable[[], float] = time.monotonic):
+        if not speed_limit > 0:
+            raise ValueError(f"speed limit must be > 0 mph, got {speed_limit}")
+        self.policy = policy
+        self.steer_index = check_policy(policy)
+        self.speed_limit = float(speed_limit)
+        self.recorder = recorder
+        self.clock = clock
+        self.stream = policy.stream()
+        self.frames = self.manual = self.errors = 0
+        self.latencies_ms: list[float] = []
+        self._t0: float | None = None
+        self._warned_shape = False
+
+    def reset(self) -> None:
+        """A new connection: an empty frame window and a clock starting at its first frame."""
+        self.stream.reset()
+        self._t0 = None
+
+    def on_telemetry(self, data: dict[str, Any] | None) -> dict[str, str] | None:
+        """One telemetry payload -> ``{"steering_angle": str, "throttle": str}``; None for manual mode.
+
+        A payload the bridge cannot read is logged and answered with steering 0, throttle 0 (never raises:
+        an exception here would silently drop the simulator's frame inside the socket layer)."""
+        if not data:
+            self.manual += 1
+            return None
+        start = time.perf_counter()
+        try:
+            if not isinstance(data, dict):
+                raise ValueError(f"telemetry must be a dict, got {type(data).__name__}")
+            if "image" not in data or "speed" not in data:
+                raise ValueError(f"telemetry lacks {sorted({'image', 'speed'} - set(data))} (got keys {sorted(data)})")
+            try:
+                speed = float(data["speed"])
+            except (TypeError, ValueError):
+                raise ValueError(f"speed {data['speed']!r} is not a number") from None
+            frame, jpeg = decode_image(data["image"])
+            if frame.shape != FRAME_SHAPE and not self._warned_shape:
+                self._warned_shape = True
+                log.warning("telemetry frames are %s, not the simulator's %s; the policy crops and resizes them anyway",
+                            frame.shape, FRAME_SHAPE)
+            now = self.clock()
+            if self._t0 is None:
+                self._t0 = now
+            output = self.stream.step(frame, now - self._t0)
+            steering = float(self.policy.to_env_action(output)[self.steer_index])
+        except Exception as e:  # noqa: BLE001 - reported, answered with a stop, counted
+            self.errors += 1
+            if self.errors <= MAX_LOGGED_ERRORS:
+                log.error("bad telemetry frame (answered with steering 0, throttle 0): %s%s", e,
+                          "; further bad frames are only counted" if self.errors == MAX_LOGGED_ERRORS else "")
+            return dict(STOP)
+        throttle = throttle_for(steering, speed, self.speed_limit)
+        if self.recorder is not None:
+            try:
+                self.recorder.add(jpeg, steering, throttle, speed)
+            except OSError as e:  # a full disk stops the recording, not the car
+                log.error("recording stopped: %s", e)
+                self.recorder = None
+        self.frames += 1
+        self.latencies_ms.append((time.perf_counter() - start) * 1e3)
+        return {"steering_angle": str(steering), "throttle": str(throttle)}
+
+    def summary(self) -> str:
+        """One line for the end of a session."""
+        if self.latencies_ms:
+            lat = np.asarray(self.latencies_ms)
+            timing = f", latency median {statistics.median(lat):.1f} ms (p95 {np.percentile(lat, 95):.1f} ms)"
+        else:
+            timing = ""
+        extra = "".join([f", {self.manual} manual-mode" if self.manual else "",
+                         f", {self.errors} unreadable" if self.errors else "",
+                         f"; recorded {self.recorder.frames} to {self.recorder.out_dir}" if self.recorder else ""])
+        return f"served {self.frames} frames{extra}{timing}"
+
+
+# ------------------------------------------------------------------------------------ socket layer
+def import_socketio() -> tuple[Any, Any]:
+    """(socketio, eventlet), or RuntimeError with the install command."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # eventlet's "deprecated, bugfix mode" notice at import
+            import eventlet
+            import eventlet.wsgi
+            import socketio
+    except ImportError as e:
+        raise RuntimeError(f"the bridge needs python-socketio and eventlet ({e}); install them: {INSTALL_HINT}") from None
+    return socketio, eventlet
+
+
+class Bridge:
+    """A socket.io server on eventlet's WSGI server that hands every telemetry to a ``SteeringServer``.
+
+    One simulator at a time: the stream is shared, and each new connection resets it."""
+
+    def __init__(self, steering: SteeringServer, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
+        socketio, self._eventlet = import_socketio()
+        self.steering = steering
+        self.clients: set[str] = set()
+        self._stop = threading.Event()
+        self.sio = socketio.Server(async_mode="eventlet", logger=False, engineio_logger=False)
+        self.sio.on("connect", self._on_connect)
+        self.sio.on("disconnect", self._on_disconnect)
+        self.sio.on("telemetry", self._on_telemetry)
+        self.app = socketio.WSGIApp(self.sio)
+        self.sock = self._listen(host, port)
+        self.host, self.port = host, int(self.sock.getsockname()[1])
+
+    def _listen(self, host: str, port: int) -> Any:
+        try:
+            return self._eventlet.listen((host, port))
+        except socket.gaierror:
+            raise OSError(f"cannot resolve --host {host!r}") from None
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise OSError(f"port {port} on {host} is already in use (another bridge or drive.py running? "
+                              f"stop it, or pick another --port)") from None
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise OSError(f"cannot listen on {host}: not an address of this machine") from None
+            if e.errno == errno.EACCES:
+                raise OSError(f"permission denied to listen on port {port} (ports below 1024 need privileges)") from None
+            raise OSError(f"cannot listen on {host}:{port} ({e.strerror or e})") from None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # handlers: socket.io 5.x passes an auth argument to connect, 4.x does not
+    def _on_connect(self, sid: str, environ: dict, auth: Any = None) -> None:
+        self.clients.add(sid)
+        self.steering.reset()
+        log.info("simulator connected (%s)", environ.get("REMOTE_ADDR", "?"))
+        self.sio.emit("steer", {"steering_angle": "0", "throttle": "0"}, to=sid)
+
+    def _on_disconnect(self, sid: str) -> None:
+        self.clients.discard(sid)
+        log.info("simulator disconnected")
+
+    def _on_telemetry(self, sid: str, data: Any = None) -> None:
+        reply = self.steering.on_telemetry(data)
+        if reply is None:
+            self.sio.emit("manual", {}, to=sid)
+        else:
+            self.sio.emit("steer", reply, to=sid)
+
+    def serve_forever(self) -> None:
+        """Serve until ``stop()`` (from any thread) or Ctrl-C (re-raised); connections are closed on the way out."""
+        eventlet = self._eventlet
+        server = eventlet.spawn(eventlet.wsgi.server, self.sock, self.app, log_output=False)
+        try:
+            while not self._stop.is_set() and not server.dead:
+                eventlet.sleep(0.05)
+            if server.dead:
+                server.wait()  # re-raises whatever ended the WSGI server early
+        finally:
+            for sid in list(self.clients):
+                try:
+                    self.sio.disconnect(sid)
+                except Exception:  # noqa: BLE001 - best effort while shutting down
+                    pass
+            server.kill()  # GreenletExit in accept(); wsgi.server's own cleanup may still wait on a socket
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port must be an integer, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and np.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m agent.udacity_bridge",
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                description="Let a trained policy drive the real Udacity simulator: serve its socket.io protocol "
+                            "(telemetry in, steer out), one policy stream step per frame. Start this, then the "
+                            "simulator, pick a track and press Autonomous Mode. Needs: " + INSTALL_HINT + ".",
+                epilog="throttle = clip(1 - steering^2 - (speed / speed-limit)^2, 0, 1); steering and throttle are "
+                       "sent as strings. Ctrl-C stops and prints frames served and the median latency.")
+    p.add_argument("checkpoint", type=Path, metavar="CKPT",
+                   help="a continuous steering policy checkpoint (.pt from train.py, e.g. runs/train/nac/best.pt)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help="address to listen on; 0.0.0.0 listens on every interface (only when the simulator "
+                        "runs on another machine or outside a VM/container)")
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
+                   help="port to listen on (the simulator always connects to 4567; 0 picks a free one)")
+    p.add_argument("--speed-limit", type=_positive, default=DEFAULT_SPEED_LIMIT, metavar="MPH",
+                   help="speed at which the throttle reaches 0 on a straight")
+    p.add_argument("--record", type=Path, default=argparse.SUPPRESS, metavar="DIR",
+                   help="also save the received frames as a simulator recording in DIR (IMG/ + driving_log.csv, "
+                        "appended if it exists; steering column = the policy's); default: no recording")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not log.handlers:  # our messages only: a root handler would also print socket.io's per-packet INFO lines
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    recorder = None
+    try:
+        import_socketio()
+        policy = load_policy(args.checkpoint)
+        if policy.config.env != UDACITY_ENV:
+            print(f"warning: {args.checkpoint} was trained on {policy.config.env} frames, not {UDACITY_ENV}; "
+                  f"its steering may mean little in the simulator", file=sys.stderr)
+        steering = SteeringServer(policy, args.speed_limit)
+        bridge = Bridge(steering, args.host, args.port)
+        if getattr(args, "record", None) is not None:
+            recorder = steering.recorder = Recorder(args.record)
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(f"serving {args.checkpoint} on {bridge.url} (Ctrl-C to stop)", flush=True)
+    try:
+        bridge.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if recorder is not None:
+            recorder.close()
+    print(steering.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
