@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # own defaults are the full-size ones (see README.md). DEMO is wiped and rebuilt each time.
 DEMO   ?= demo
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo demo-udacity test bench clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,19 @@ demo: $(STAMP)
 	@echo "  videos      $(DEMO)/eval/*/videos/*.mp4"
 	@echo "  metrics     $(DEMO)/eval/*/metrics.json, $(DEMO)/train/metrics.json"
 	@echo "  TensorBoard $(VENV)/bin/tensorboard --logdir $(DEMO)"
+
+# The same three commands on the Udacity-style simulator (three cameras, PilotNet + NAC, autonomy).
+demo-udacity: $(STAMP)
+	rm -rf $(DEMO)-udacity
+	$(PY) collect.py --env udacity --episodes 4 --max-steps 400 --out $(DEMO)-udacity/data
+	$(PY) train.py --data $(DEMO)-udacity/data --policy nac --epochs 3 --out $(DEMO)-udacity/train
+	$(PY) evaluate.py --env udacity --checkpoint $(DEMO)-udacity/train/best.pt checkpoints/udacity_nac.pt \
+		--episodes 2 --max-steps 600 --video-episodes 1 --out $(DEMO)-udacity/eval
+	@echo
+	@echo "demo-udacity done:"
+	@echo "  comparison  $(DEMO)-udacity/eval/comparison.md (trained just now on 4 short episodes vs the shipped NAC)"
+	@echo "  videos      $(DEMO)-udacity/eval/*/videos/*.mp4"
+	@echo "  TensorBoard $(VENV)/bin/tensorboard --logdir $(DEMO)-udacity"
 
 test: $(STAMP)
 	$(PY) -m pytest
