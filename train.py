@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
                                 help=helps.get(f.name, "").replace("%", "%%"))
         else:
-            base = {int: int, float: float}.get(kind, str)
+            base = {int: int, float: float, int | None: int}.get(kind, str)
             parser.add_argument(flag, type=base, default=f.default if f.default is not MISSING else None,
                                 help=helps.get(f.name, "").replace("%", "%%"))
     return TrainArgs(**vars(parser.parse_args(argv)))

@@ -79,6 +79,7 @@ class TrainArgs:
     warmup: float = 0.05  # fraction of the optimizer steps spent warming up, then cosine decay to 5%
     grad_clip: float = 1.0
     seed: int = 1
+    split_seed: int | None = None  # seed of the split by episode (default: --seed); fix it to compare --seed runs
     resume: bool = False  # continue the run in --out from its last.pt, with the arguments it started with
     overwrite: bool = False  # allow starting a fresh run in a folder that holds one
     folds: int = 0  # >= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split
@@ -821,9 +822,9 @@ def run(a: TrainArgs) -> dict[str, Any]:
     data = load_data(a)
     resolve_head(a, data)  # fail early on a head the data cannot feed
     if a.folds:
-        splits = kfold_episodes(data.num_episodes, a.folds, a.seed)
+        splits = kfold_episodes(data.num_episodes, a.folds, a.seed if a.split_seed is None else a.split_seed)
     else:
-        splits = [split_episodes(data.num_episodes, a.val_fraction, a.seed)]
+        splits = [split_episodes(data.num_episodes, a.val_fraction, a.seed if a.split_seed is None else a.split_seed)]
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args_path, asdict(a))
 
