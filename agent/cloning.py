@@ -67,7 +67,7 @@ class TrainArgs:
     """Behaviour-cloning arguments (CleanRL style: one typed dataclass, one flag per field)."""
 
     data: str = "data/carracing_continuous"  # dataset folder written by collect.py
-    policy: str = "nac"  # core(s), comma separated: nac, nac-exact, nac-euler, nac-steady, lstm, gru, cfc, ltc, mha, mlp
+    policy: str = "nac-focus"  # core(s), comma separated: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)
     out: str | None = None  # run folder; default runs/train/<policy>
     window: int = 8  # frames per window
     frame_stride: int = 0  # steps between window frames; 0 = the env's default (carracing 3: 8 frames span 0.42 s at 50 Hz)
@@ -703,7 +703,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
             for k, v in val.items():
                 if k not in ("val_loss", "val_windows"):
                     writer.add_scalar(f"metrics/{k}", v, gs)
-            log_nac_internals(writer, policy, data, val_eps[0], gs, cols)
+            val.update(log_nac_internals(writer, policy, data, val_eps[0], gs, cols))
             writer.flush()
             state["history"].append({"epoch": epoch + 1, "train_loss": train_loss, **val})
             state.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_samples=0)

@@ -1,9 +1,12 @@
-"""NAC layer: the identities and bounds of NAC_SPEC section 2, masks, selection, gradients, errors."""
+"""NAC layer: the ODE identities and bounds (docs/nac.md), masks, selection, gradients, errors, and the
+options that depart from the paper (learnable logit scale), off by default."""
 
 import pytest
 import torch
 
-from policies.nac import NAC, select_blocks, select_exact
+import math
+
+from policies.nac import NAC, attention_stats, select_blocks, select_exact
 
 
 def make(**kw) -> NAC:
@@ -306,6 +309,9 @@ def test_no_nan_or_inf_under_extreme_inputs(selection, mode):
     (dict(euler_steps=0), "euler_steps"),
     (dict(tau_epsilon=0.0), "tau_epsilon"),
     (dict(dt=-1.0), "dt"),
+    (dict(logit_scale=True, logit_scale_init=0.0), "logit_scale_init"),
+    (dict(logit_scale=True, logit_scale_init=float("inf")), "logit_scale_init"),
+    (dict(logit_scale=1), "logit_scale"),
 ])
 def test_bad_constructor_arguments(kwargs, word):
     with pytest.raises(ValueError, match=word):
@@ -330,3 +336,139 @@ def test_bad_forward_arguments(call, word):
     with pytest.raises(ValueError, match=word) as info:
         call(make())
     assert "got" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- departures: logit scale
+def set_scale(layer: NAC, value: float) -> None:
+    with torch.no_grad():
+        layer.log_logit_scale.fill_(math.log(value))
+
+
+def test_logit_scale_is_off_by_default_and_changes_no_weight():
+    plain = make(seed=5)
+    assert plain.log_logit_scale is None and plain.logit_scales is None
+    assert not any("scale" in name for name in plain.state_dict())  # old checkpoints keep loading
+    scaled = make(seed=5, logit_scale=True)
+    assert set(scaled.state_dict()) == set(plain.state_dict()) | {"log_logit_scale"}
+    torch.testing.assert_close(scaled.logit_scales, torch.ones(2))
+    x = torch.randn(2, 9, 6)
+    torch.testing.assert_close(scaled(x), plain(x))  # init 1: the paper's layer, unchanged
+    assert "logit_scale=True" in repr(scaled)
+    torch.testing.assert_close(make(logit_scale=True, logit_scale_init=3.0).logit_scales, torch.full((2,), 3.0))
+
+
+@pytest.mark.parametrize("mode", ["exact", "euler", "steady"])
+def test_logit_scale_sharpens_attention_monotonically(mode):
+    layer = make(topk=6, mode=mode, logit_scale=True, causal=True)
+    x = torch.randn(2, 12, 6)
+    entropies, max_weights = [], []
+    for value in (0.25, 1.0, 4.0, 16.0, 64.0, 4096.0):
+        set_scale(layer, value)
+        _, inner = run(layer, x)
+        valid = inner["index"] >= 0
+        expected = torch.softmax(value * inner["logits"], -1)  # the ODE logits are unscaled
+        torch.testing.assert_close(inner["attn"], expected.masked_fill(~valid, 0.0))
+        stats = attention_stats(inner["attn"], inner["index"])
+        entropies.append(stats["entropy_norm"].item())
+        max_weights.append(stats["max_weight"].item())
+    assert all(a > b for a, b in zip(entropies, entropies[1:])), entropies
+    assert all(a < b for a, b in zip(max_weights, max_weights[1:])), max_weights
+    assert entropies[0] > 0.99 and max_weights[-1] > 0.95  # nearly uniform -> nearly one key
+
+
+def test_logit_scale_is_per_head_and_leaves_the_ode_alone():
+    layer = make(topk=5, logit_scale=True)
+    x = torch.randn(2, 10, 6)
+    _, before = run(layer, x)
+    with torch.no_grad():
+        layer.log_logit_scale.copy_(torch.tensor([0.0, math.log(50.0)]))
+    _, after = run(layer, x)
+    for key in ("phi", "omega", "t", "logits", "index"):  # theorem 1 still holds for the logits themselves
+        torch.testing.assert_close(before[key], after[key])
+    torch.testing.assert_close(after["attn"][:, 0], before["attn"][:, 0])  # head 0 keeps scale 1
+    s0 = attention_stats(after["attn"][:, :1], after["index"][:, :1])["entropy_norm"]
+    s1 = attention_stats(after["attn"][:, 1:], after["index"][:, 1:])["entropy_norm"]
+    assert s1 < s0
+
+
+def test_logit_scale_gets_gradient_and_every_other_weight_still_does():
+    layer = make(topk=4, logit_scale=True, logit_scale_init=2.0)
+    y = layer(torch.randn(2, 12, 6), time=torch.cumsum(torch.rand(2, 12), 1))
+    (y ** 2).sum().backward()
+    assert layer.log_logit_scale.grad is not None and (layer.log_logit_scale.grad != 0).all()
+    assert all(p.grad is not None for p in layer.parameters())
+
+
+@pytest.mark.parametrize("selection", ["exact", "blocks"])
+def test_masks_hold_with_a_large_logit_scale(selection):
+    layer = make(topk=4, selection=selection, causal=True, logit_scale=True, logit_scale_init=1e4)
+    x = torch.randn(2, 30, 6, requires_grad=True)
+    pad = torch.zeros(2, 30, dtype=torch.bool)
+    pad[0, 25:] = True
+    pad[1, :7] = True  # steps 0..6 of sample 1 see no key at all
+    pad[1, 12:15] = True
+    y, inner = run(layer, x, key_padding_mask=pad)
+    for b in range(2):
+        chosen = inner["index"][b][inner["attn"][b] > 0]
+        assert not pad[b, chosen].any()
+        assert (chosen.view(-1) >= 0).all()
+    filler = inner["index"] < 0
+    assert (inner["attn"][filler] == 0).all() and torch.isneginf(inner["logits"][filler]).all()
+    assert (y[1, :7] == 0).all() and torch.isfinite(y).all()
+    x2 = x.detach().clone()
+    x2[pad] = torch.randn(int(pad.sum()), 6) * 100
+    torch.testing.assert_close(layer(x2, key_padding_mask=pad)[~pad], y[~pad], atol=1e-5, rtol=1e-5)
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(layer.log_logit_scale.grad).all()
+
+
+def test_unbounded_phi_lets_logits_leave_the_unit_interval():
+    """Sigmoid phi and t in (0, 1) bound the exact logit by phi * t < 1; identity phi in steady mode does not."""
+    bounded, free = make(topk=6, seed=3), make(topk=6, seed=3, mode="steady", phi_activation="identity")
+    with torch.no_grad():
+        for layer in (bounded, free):
+            layer.backbone.b_heads[..., 0] = 5.0  # phi pre-activation ~ 5
+            layer.backbone.b_heads[..., 1] = -3.0  # omega ~ 0.05
+    x = torch.randn(2, 8, 6)
+    _, a = run(bounded, x)
+    _, b = run(free, x)
+    assert a["logits"].max() < 1.0 and (a["logits"] <= a["phi"] * a["t"]).all()
+    assert b["logits"].max() > 10.0 and torch.isfinite(b["logits"]).all()
+
+
+@pytest.mark.parametrize("mode", ["exact", "steady"])
+def test_no_nan_or_inf_under_extreme_inputs_with_a_logit_scale(mode):
+    layer = make(topk=4, mode=mode, causal=True, logit_scale=True, logit_scale_init=100.0,
+                 phi_activation="identity")
+    pad = torch.zeros(3, 20, dtype=torch.bool)
+    pad[2] = True
+    for scale in (1e30, 1e-30, 0.0):
+        x = torch.randn(3, 20, 6, requires_grad=True)
+        y = layer(x * scale, time=torch.cumsum(torch.rand(3, 20), 1) * 1e30, key_padding_mask=pad)
+        assert torch.isfinite(y).all(), scale
+        (y / max(scale, 1.0)).sum().backward()
+        assert torch.isfinite(x.grad).all(), scale
+
+
+# ----------------------------------------------------------------------------- attention statistics
+def test_attention_stats_reference_values():
+    index = torch.tensor([[[[0, 1, 2, 3], [0, 1, -1, -1], [0, -1, -1, -1]]]])  # [1, 1, 3, 4]
+    uniform = torch.tensor([[[[0.25] * 4, [0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]]])
+    stats = attention_stats(uniform, index)  # the one-key query is left out
+    torch.testing.assert_close(stats["entropy"], torch.tensor((math.log(4) + math.log(2)) / 2))
+    torch.testing.assert_close(stats["entropy_norm"], torch.tensor(1.0))
+    torch.testing.assert_close(stats["max_weight"], torch.tensor(0.375))
+    torch.testing.assert_close(stats["uniform_max_weight"], torch.tensor(0.375))
+    onehot = torch.tensor([[[[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]]])
+    stats = attention_stats(onehot, index)
+    assert stats["entropy"].item() == 0.0 and stats["entropy_norm"].item() == 0.0
+    assert stats["max_weight"].item() == 1.0
+
+
+def test_attention_stats_of_the_paper_layer_are_near_uniform():
+    """The structural reason for the departures: exact logits lie in [0, phi t) with phi, t < 1."""
+    _, inner = run(make(topk=8, causal=True), torch.randn(4, 8, 6))
+    stats = attention_stats(inner["attn"], inner["index"])
+    assert stats["entropy_norm"] > 0.98
+    ratio = inner["attn"].amax(-1) / inner["attn"].masked_fill(inner["index"] < 0, 2.0).amin(-1)
+    assert (ratio[..., 1:] < math.e).all()  # no key is ever preferred over another by more than a factor e

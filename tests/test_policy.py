@@ -1,12 +1,14 @@
-"""DrivingPolicy: config round trip, checkpoints that rebuild themselves, streaming == batched, actions."""
+"""DrivingPolicy: config round trip, checkpoints that rebuild themselves, streaming == batched, actions;
+the same for the attention cores' block structures and NAC's departures from the paper."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from agent.demos import WindowDataset, open_dataset, window_indices, write_episode
-from policies.cores import CORES
+from policies.cores import CORES, policy_core_options
 from policies.policy import (DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint,
                              save_checkpoint)
 
@@ -152,3 +154,57 @@ def test_stream_rejects_bad_frames():
     stream = make_policy("mlp").stream()
     with pytest.raises(ValueError, match=r"\[H, W, 3\]"):
         stream.step(np.zeros((2, SIZE, SIZE, 3), np.uint8))
+
+
+# ----------------------------------------------------------------------------- attention variants
+VARIANT_NAMES = ["nac-exact+prenorm", "nac-steady+prenorm+scale=4", "nac-euler+bare+scale", "mha+bare",
+                 "nac-exact+prenorm+scale=2+phi_activation=identity"]
+
+
+def variant_policy(name: str, stride: int = 1) -> DrivingPolicy:
+    core, options = policy_core_options(name, d_model=16, heads=4, topk=8)
+    if core == "mha":
+        options["heads"] = 2
+    return make_policy(core, core_options=options, frame_stride=stride)
+
+
+@pytest.mark.parametrize("name", VARIANT_NAMES)
+def test_stream_equals_batched_forward_for_attention_variants(name, stride=3):
+    """(test_stream_equals_batched_forward covers strides 1 and 3 for every core; one stride suffices here.)"""
+    policy = variant_policy(name, stride)
+    with torch.no_grad():  # move every weight (the logit scales too) away from its initial value
+        for p in policy.core.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    T = 10
+    frames = random_frames(T, seed=3)
+    times = np.arange(T) * 0.02 + 100.0
+    stream = policy.stream()
+    stream.reset()
+    for t in range(T):
+        out = stream.step(frames[t].numpy(), float(times[t]))
+        idx = window_indices(t, policy.config.window, stride)
+        rel = torch.from_numpy((times[idx] - times[idx][-1]).astype(np.float32))[None]
+        torch.testing.assert_close(out, policy(frames[idx][None], rel)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", VARIANT_NAMES)
+def test_checkpoint_round_trip_for_attention_variants(name, tmp_path):
+    policy = variant_policy(name)
+    path = save_checkpoint(tmp_path / "v.pt", policy)
+    loaded = load_checkpoint(path)
+    assert loaded.config.core_options == policy.config.core_options
+    assert loaded.config.core_options["block"] in ("bare", "prenorm")
+    frames = random_frames(8).view(2, 4, SIZE, SIZE, 3)
+    assert torch.equal(loaded(frames), policy(frames))
+
+
+def test_shipped_nac_checkpoint_still_loads_as_the_bare_paper_layer():
+    path = Path(__file__).resolve().parents[1] / "checkpoints" / "carracing_nac.pt"
+    if not path.exists():
+        pytest.skip("no shipped checkpoint in this checkout")
+    policy = load_checkpoint(path)
+    assert "block" not in policy.config.core_options  # written before blocks existed: bare by default
+    assert policy.core.block_kind == "bare" and policy.core.nac.log_logit_scale is None
+    size = policy.config.image_size
+    out = policy(torch.zeros(1, policy.config.window, *size, 3, dtype=torch.uint8))
+    assert torch.isfinite(out).all()

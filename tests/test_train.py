@@ -149,11 +149,11 @@ def test_comparison_and_folds(data_dir, tmp_path):
 
 def test_defaults_are_the_shipped_recipe():
     a = TrainArgs()
-    assert a.data == "data/carracing_continuous" and a.policy == "nac" and a.encoder == "auto"
+    assert a.data == "data/carracing_continuous" and a.policy == "nac-focus" and a.encoder == "auto"
     assert (a.d_model, a.heads) == (64, 16) and a.window >= 4 and a.frame_stride == 0
     # "auto" resolves from the dataset's env: the shipped CarRacing recipe
     assert (CARRACING.default_encoder, CARRACING.default_frame_stride) == ("carracing", 3)
-    assert cloning.default_out(a) == str(Path("runs/train/nac"))
+    assert cloning.default_out(a) == str(Path("runs/train/nac-focus"))
 
 
 def cli(*args, cwd=ROOT):
