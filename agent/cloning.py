@@ -263,6 +263,22 @@ def dataset_env(card: dict, episodes: list[dict]) -> EnvSpec:
     return get_spec(names.pop() if names else "carracing")
 
 
+def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
+    """``--data`` may be a folder as the real Udacity simulator records it (``driving_log.csv`` + ``IMG/``):
+    it is imported once into ``OUT/imported_data`` (JPEG bytes kept as recorded) and trained from there, so
+    ``--resume`` and later runs read the same dataset."""
+    from agent.udacity_format import CSV_NAME, import_udacity
+
+    data = Path(a.data)
+    if not (data / CSV_NAME).is_file() or (data / "dataset.json").is_file():
+        return a
+    target = out / "imported_data"
+    if not (target / "dataset.json").is_file():
+        tqdm.write(f"{data} is a Udacity simulator recording: importing it into {target}")
+        import_udacity(data, target)
+    return replace(a, data=str(target))
+
+
 def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
     """Fill the arguments whose default depends on the dataset's env (encoder, frame stride)."""
     if a.encoder != "auto" and a.frame_stride:
@@ -818,6 +834,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
         raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
                          f"start again, or another --out")
     torch.set_num_threads(a.threads or auto_threads())
+    a = use_recording(a, out)
     a = resolve_env_defaults(a)
     data = load_data(a)
     resolve_head(a, data)  # fail early on a head the data cannot feed

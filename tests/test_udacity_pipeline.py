@@ -87,6 +87,14 @@ def test_udacity_format_round_trip_of_a_collected_dataset(udacity_ds, tmp_path):
     np.testing.assert_allclose(b["expert_action"][:, 0], a["expert_action"][:, 0], atol=1e-6)
     np.testing.assert_array_equal(b["frames"], a["frames"])  # the JPEG bytes travel unchanged
 
+    # train.py takes the simulator's recording folder itself (imported once into the run folder)
+    out = tmp_path / "train_from_recording"
+    run(TrainArgs(data=str(tmp_path / "sim"), out=str(out), policy="gru", epochs=1, window=2, batch_size=16,
+                  segment=8, feature_dim=8, d_model=8, threads=1, val_fraction=0.5))
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["args"]["data"] == str(out / "imported_data") and m["policy_config"]["env"] == "UdacityStyle-v0"
+    assert (out / "imported_data" / "dataset.json").is_file() and (out / "best.pt").is_file()
+
 
 def test_bad_udacity_requests_are_clear_errors(tmp_path, capsys):
     assert collect_cli.main(["--env", "udacity", "--action-space", "discrete", "--out", str(tmp_path / "x")]) == 2
