@@ -34,6 +34,8 @@ from gymnasium.envs.box2d.car_racing import (
 )
 from gymnasium.wrappers import TimeLimit
 
+from envs import privileged
+
 ACTION_SPACES = ("continuous", "discrete")
 DISCRETE_ACTION_NAMES = ("noop", "right", "left", "gas", "brake")
 DT = 1.0 / FPS  # seconds per env step (0.02)
@@ -194,20 +196,11 @@ class CarRacingInfo(gym.Wrapper):
         return obs, reward, terminated, truncated, self._info(info)
 
 
-class PrivilegedObservation(gym.Wrapper):
-    """Observation = info["privileged"] (float32[N_FEATURES]); the frame is dropped. For the PPO expert."""
+class PrivilegedObservation(privileged.PrivilegedObservation):
+    """Observation = info["privileged"] (float32[N_FEATURES]); the frame is dropped. For the CarRacing PPO expert."""
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(N_FEATURES,), dtype=np.float32)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        _, info = self.env.reset(seed=seed, options=options)
-        return info["privileged"], info
-
-    def step(self, action):
-        _, reward, terminated, truncated, info = self.env.step(action)
-        return info["privileged"], reward, terminated, truncated, info
+        super().__init__(env, N_FEATURES)
 
 
 def make_carracing(

@@ -40,6 +40,8 @@ import cv2
 import gymnasium as gym
 import numpy as np
 
+from envs import privileged
+
 from .camera import CAMERAS, FRAME_H, FRAME_W, Renderer
 from .track import Track, check_seed, check_theme, generate_track
 from .vehicle import CAR_WIDTH_M, DT, MAX_STEER_DEG, MAX_STEER_RAD, MPH_PER_MPS, Vehicle
@@ -433,18 +435,8 @@ def _draw_hud(frame: np.ndarray, info: dict[str, Any], steer_cmd: float, recente
     cv2.circle(frame, (pos, by), 5, cte_col, -1, cv2.LINE_AA)
 
 
-class UdacityPrivilegedObservation(gym.Wrapper):
-    """Observation = info["privileged"] (float32[N_FEATURES]); the frame is dropped. For the PPO expert
-    (use it over UdacityStyleEnv(render=False): nothing is rendered at all)."""
+class UdacityPrivilegedObservation(privileged.PrivilegedObservation):
+    """Observation = info["privileged"] (float32[N_FEATURES]); the frame is dropped. For the udacity PPO expert."""
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(N_FEATURES,), dtype=np.float32)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        _, info = self.env.reset(seed=seed, options=options)
-        return info["privileged"], info
-
-    def step(self, action):
-        _, reward, terminated, truncated, info = self.env.step(action)
-        return info["privileged"], reward, terminated, truncated, info
+        super().__init__(env, N_FEATURES)
