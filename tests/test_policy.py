@@ -109,6 +109,18 @@ def test_bad_checkpoints_give_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "partial.pt")
 
 
+def assert_stream_matches_forward(policy, frames, times):
+    """Each streamed step equals a batched forward on the window demos.window_indices builds for that step."""
+    stream = policy.stream()
+    stream.reset()
+    for t in range(len(frames)):
+        out = stream.step(frames[t].numpy(), float(times[t]))
+        idx = window_indices(t, policy.config.window, policy.config.frame_stride)
+        rel = torch.from_numpy((times[idx] - times[idx][-1]).astype(np.float32))[None]
+        torch.testing.assert_close(out, policy(frames[idx][None], rel)[0], atol=1e-5, rtol=1e-5)
+    return stream
+
+
 @pytest.mark.parametrize("core", list(CORES))
 @pytest.mark.parametrize("stride", [1, 3])
 def test_stream_equals_batched_forward(core, stride):
@@ -117,13 +129,7 @@ def test_stream_equals_batched_forward(core, stride):
     T = 12
     frames = random_frames(T, seed=1)
     times = np.arange(T) * 0.02 + 5.0  # absolute clock; only differences matter
-    stream = policy.stream()
-    stream.reset()
-    for t in range(T):
-        out = stream.step(frames[t].numpy(), float(times[t]))
-        idx = window_indices(t, policy.config.window, stride)
-        rel = torch.from_numpy((times[idx] - times[idx][-1]).astype(np.float32))[None]
-        torch.testing.assert_close(out, policy(frames[idx][None], rel)[0], atol=1e-5, rtol=1e-5)
+    stream = assert_stream_matches_forward(policy, frames, times)
     stream.reset()  # a new episode starts from scratch
     first = stream.step(frames[5])
     idx = window_indices(0, policy.config.window, stride)
@@ -178,13 +184,7 @@ def test_stream_equals_batched_forward_for_attention_variants(name, stride=3):
     T = 10
     frames = random_frames(T, seed=3)
     times = np.arange(T) * 0.02 + 100.0
-    stream = policy.stream()
-    stream.reset()
-    for t in range(T):
-        out = stream.step(frames[t].numpy(), float(times[t]))
-        idx = window_indices(t, policy.config.window, stride)
-        rel = torch.from_numpy((times[idx] - times[idx][-1]).astype(np.float32))[None]
-        torch.testing.assert_close(out, policy(frames[idx][None], rel)[0], atol=1e-5, rtol=1e-5)
+    assert_stream_matches_forward(policy, frames, times)
 
 
 @pytest.mark.parametrize("name", VARIANT_NAMES)
