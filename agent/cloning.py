@@ -7,7 +7,7 @@ make one sub-folder per run and a comparison table (``comparison.md`` / ``.json`
 
 How a batch is made (the CPU budget drives this)
 ------------------------------------------------
-Windows come from ``agent.demos.WindowDataset`` (its in-memory episodes and ``window_indices``), but
+Windows follow ``agent.demos.window_indices`` (the same windows ``agent.demos.WindowDataset`` yields), but
 a training batch is a few *segments* of consecutive steps instead of independent windows: the frames
 a segment needs are encoded by the CNN once, and every window of the segment gathers its frames'
 embeddings. With window 8 and stride 3 a 16-step segment encodes 37 frames for 16 windows instead of

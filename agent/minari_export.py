@@ -42,9 +42,8 @@ import gymnasium as gym
 import numpy as np
 
 from agent import demos
+from envs.registry import EnvSpec, get_spec
 
-FRAME_SHAPE = (96, 96, 3)
-DT = 0.02  # seconds per CarRacing step (50 FPS)
 INFO_KEYS = ("expert_action", "speed", "privileged", "time", "expert_probs")
 
 
@@ -62,11 +61,17 @@ def _datasets_path(path: Path) -> Iterator[None]:
             os.environ["MINARI_DATASETS_PATH"] = old
 
 
-def _spaces(action_space: str) -> tuple[gym.Space, gym.Space]:
-    obs = gym.spaces.Box(0, 255, shape=FRAME_SHAPE, dtype=np.uint8)
-    if action_space == "discrete":
-        return obs, gym.spaces.Discrete(5)
-    return obs, gym.spaces.Box(np.array([-1, 0, 0], np.float32), np.array([1, 1, 1], np.float32), dtype=np.float32)
+def _spaces(spec: EnvSpec, action_space: str) -> tuple[gym.Space, gym.Space]:
+    """The recorded frame's space and the env's own action space (read off a physics-only env)."""
+    probe = spec.make(action_space, render=False, max_episode_steps=1)
+    act = probe.action_space
+    probe.close()
+    return gym.spaces.Box(0, 255, shape=spec.frame_shape, dtype=np.uint8), act
+
+
+def _main_camera_arrays(data: demos.DemoDataset, i: int) -> list[str]:
+    """Every array of episode i but the side cameras (Minari's observation is the main camera)."""
+    return [n for n in data.array_names(i) if not n.startswith(("frames_", "final_frames_"))]
 
 
 def _with_final(arrays: dict[str, np.ndarray], key: str) -> np.ndarray | None:
@@ -77,7 +82,7 @@ def _with_final(arrays: dict[str, np.ndarray], key: str) -> np.ndarray | None:
     return np.concatenate([arrays[key], np.asarray(final, dtype=arrays[key].dtype)[None]])
 
 
-def episode_buffer(arrays: dict[str, np.ndarray], meta: dict, index: int):
+def episode_buffer(arrays: dict[str, np.ndarray], meta: dict, index: int, dt: float):
     """One agent.demos episode as a minari EpisodeBuffer (see the module docstring for the mapping)."""
     from minari.data_collector import EpisodeBuffer
 
@@ -96,7 +101,7 @@ def episode_buffer(arrays: dict[str, np.ndarray], meta: dict, index: int):
     for key in INFO_KEYS:
         full = _with_final(arrays, key)
         if full is None and key == "time" and "time" in arrays:  # time is regular: extend it by one step
-            full = np.append(arrays["time"], arrays["time"][-1] + DT)
+            full = np.append(arrays["time"], arrays["time"][-1] + dt)
         if full is not None:
             infos[key] = full
     seed = meta.get("track_seed")
@@ -151,14 +156,16 @@ def export_minari(
     action_space = data.card.get("action_space") or (spaces.pop() if len(spaces) == 1 else None)
     if action_space not in ("continuous", "discrete"):
         raise ValueError(f"dataset {str(data_dir)!r} does not say its action space (card and episode metas disagree or lack it)")
-    obs_space, act_space = _spaces(action_space)
-    spec = gym.spec("CarRacing-v3")
+    env = get_spec(data.card.get("env", "carracing"))
+    obs_space, act_space = _spaces(env, action_space)
+    spec = gym.spec(env.gym_id)
     env_spec = gym.envs.registration.EnvSpec(
         id=spec.id, entry_point=spec.entry_point, reward_threshold=spec.reward_threshold,
-        max_episode_steps=int(data.card.get("config", {}).get("max_steps", 1000)),
-        kwargs={**spec.kwargs, "continuous": action_space == "continuous"},
+        max_episode_steps=int(data.card.get("config", {}).get("max_steps", env.default_max_steps)),
+        kwargs={**spec.kwargs, **env.gym_kwargs(action_space)},
     )
-    buffers = [episode_buffer(data.load(i), data.episodes[i], i) for i in range(len(data))]
+    buffers = [episode_buffer(data.load(i, keys=_main_camera_arrays(data, i)), data.episodes[i], i, env.dt)
+               for i in range(len(data))]
     expert = data.card.get("expert", {})
     root.mkdir(parents=True, exist_ok=True)
     with _datasets_path(root), warnings.catch_warnings():
@@ -175,7 +182,7 @@ def export_minari(
                 observation_space=obs_space,
                 action_space=act_space,
                 description=(
-                    "CarRacing-v3 frames recorded while a PPO expert (reading privileged state) drove; "
+                    f"{env.gym_id} frames (the main camera) recorded while a PPO expert (reading privileged state) drove; "
                     "actions are the executed ones, infos['expert_action'] the expert's labels. "
                     f"Exported from {Path(data_dir).resolve()} (card: dataset.json)."
                 ),

@@ -82,6 +82,7 @@ class EnvSpec:
     lateral_error: Callable[[dict], float] | None = None
     recorded_info: dict[str, str] = field(default_factory=dict)  # dataset array name -> info key, per step
     jpeg_quality: int | None = None  # store recorded frames as JPEG of this quality (None: lossless)
+    gym_kwargs: Callable[[str], dict] = lambda action_space: {}  # gym.make kwargs that rebuild it (Minari export)
     seeds: SeedRanges = field(default_factory=SeedRanges)
 
     def check_action_space(self, action_space: str) -> str:
