@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	$(PY) collect.py --episodes 4 --max-steps 500 --out $(DEMO)/data
-	$(PY) train.py --data $(DEMO)/data --policy nac --epochs 6 --out $(DEMO)/train
+	$(PY) train.py --data $(DEMO)/data --core nac --epochs 6 --out $(DEMO)/train
 	$(PY) evaluate.py --checkpoint $(DEMO)/train/best.pt checkpoints/carracing_nac.pt \
 		--episodes 2 --max-steps 600 --out $(DEMO)/eval
 	@echo
@@ -38,7 +38,7 @@ demo: $(STAMP)
 demo-udacity: $(STAMP)
 	rm -rf $(DEMO)-udacity
 	$(PY) collect.py --env udacity --episodes 4 --max-steps 400 --out $(DEMO)-udacity/data
-	$(PY) train.py --data $(DEMO)-udacity/data --policy nac --epochs 3 --out $(DEMO)-udacity/train
+	$(PY) train.py --data $(DEMO)-udacity/data --core nac --epochs 3 --out $(DEMO)-udacity/train
 	$(PY) evaluate.py --env udacity --checkpoint $(DEMO)-udacity/train/best.pt checkpoints/udacity_nac.pt \
 		--episodes 2 --max-steps 600 --video-episodes 1 --out $(DEMO)-udacity/eval
 	@echo

@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see python collect.py --help)\n")
 
 
-def parse_args(argv: Sequence[str] | None = None) -> Args:
+def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python collect.py",
         description="Drive a rendered env with its privileged PPO expert and record camera frames, executed "
@@ -49,12 +49,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
         "appends episodes (same env, action space and expert required). Ctrl-C stops cleanly.",
     )
     d = Args()
-    p.add_argument("--env", default=d.env, help=f"environment: {' | '.join(ENV_NAMES)} (default {d.env})")
-    p.add_argument("--action-space", default=None, help="carracing: continuous (default) | discrete; udacity: continuous")
-    p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes to ADD in this run (default {DEFAULT_EPISODES})")
+    p.add_argument("--env", default=d.env, help=f"environment: {' | '.join(ENV_NAMES)} (default: {d.env})")
+    p.add_argument("--action-space", default=None, help="continuous | discrete (discrete: carracing only) (default: continuous)")
+    p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes to ADD in this run (default: {DEFAULT_EPISODES})")
     p.add_argument("--max-steps", type=int, default=None, help="steps per episode before truncation (default: the env's, "
                    "carracing 1000)")
-    p.add_argument("--seed", type=int, default=None, help=f"first track seed (default {DEFAULT_SEED}, or the existing dataset's)")
+    p.add_argument("--seed", type=int, default=None, help=f"first track seed (default: the existing dataset's, else {DEFAULT_SEED})")
     p.add_argument("--noise", type=float, default=None,
                    help="DART noise on the executed action (default: the existing dataset's, else "
                         + "; ".join(f"{e}: " + ", ".join(f"{v} {k}" for k, v in get_spec(e).default_noise.items())
@@ -65,20 +65,36 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
                         + "; ".join(f"{e}: " + ", ".join(f"{v} {k}" for k, v in get_spec(e).default_noise_hold.items())
                                     for e in ENV_NAMES) + ")")
     p.add_argument("--expert", type=Path, default=None, help="SB3 PPO .zip (default: the env's shipped expert in checkpoints/)")
-    p.add_argument("--out", type=Path, default=None, help="dataset folder (default data/carracing_<action-space> or data/udacity); "
+    p.add_argument("--out", type=Path, default=None, help="dataset folder (default: data/carracing_<action-space> or data/udacity); "
                    "an existing one is appended to")
     p.add_argument("--export-minari", metavar="ID", default=None, help="afterwards, export the whole dataset as Minari dataset ID (e.g. carracing/expert-v0)")
-    p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH for --export-minari (default OUT/minari)")
+    p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH for --export-minari (default: OUT/minari)")
     p.add_argument("--no-early-stop", dest="early_stop", action="store_false",
-                   help="record full episodes even after the car is stuck (stopped 1 s) or off road for 5 s")
+                   help="record full episodes even after the car is stuck (stopped 1 s) or off road for 5 s "
+                        "(default: such episodes end there)")
     p.add_argument("--driver", type=Path, default=None, metavar="CKPT",
                    help="DAgger: this trained policy (train.py checkpoint) drives and the expert labels every frame it "
-                        "sees; append the episodes to the dataset and retrain on all of it")
+                        "sees; append the episodes to the dataset and retrain on all of it (default: the expert drives)")
     p.add_argument("--beta", type=float, default=0.0,
                    help="DAgger mixture: probability per step that the expert's action is executed instead of the "
-                        "--driver's (default 0)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm bar")
-    return Args(**vars(p.parse_args(argv)))
+                        "--driver's (default: 0)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar (default: a bar on stderr when it is a terminal; none in a log file)")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    args = Args(**vars(build_parser().parse_args(argv)))
+    # a bar redrawn into a log file leaves carriage-return debris there: bars only on a terminal
+    args.progress = args.progress and _is_terminal(sys.stderr)
+    return args
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

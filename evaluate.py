@@ -1,14 +1,16 @@
 """Closed-loop evaluation CLI: drive CarRacing-v3 or the udacity simulator with trained policies (or the expert).
 
     python evaluate.py                                              # the shipped checkpoints/carracing_nac.pt
-    python evaluate.py --env udacity --policy expert --episodes 4   # the udacity expert on 4 unseen tracks
+    python evaluate.py --env udacity --expert-drives --episodes 4   # the udacity expert on 4 unseen tracks
     python evaluate.py --checkpoint runs/train/nac/best.pt --episodes 10 --out eval/nac
-    python evaluate.py --policy expert --episodes 20                # the privileged expert (baseline)
+    python evaluate.py --expert-drives --episodes 20                # the privileged expert (baseline)
     python evaluate.py --checkpoint nac.pt lstm.pt --with-expert --out eval/compare   # comparison.md
     python evaluate.py --checkpoint nac.pt --saliency --video-episodes 2              # Grad-CAM overlay
 
+What drives: --checkpoint (trained policies, .pt from train.py) or --expert-drives (the PPO expert, .zip;
+--expert picks which one). --policy expert, the old spelling of --expert-drives, still works and says so.
 Episodes use track seeds SEED, SEED+1, ... (default 1000: unseen by expert training and by collect.py).
-Every flag is a field of agent.driver.EvalArgs; the loop lives in agent/driver.py.
+Every flag is a field of agent.driver.EvalArgs (--expert-drives is the field policy); the loop lives in agent/driver.py.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import argparse
 import os
 import sys
 from dataclasses import fields
-from typing import get_type_hints
+from typing import Any, NoReturn, get_type_hints
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame for the rendered env
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
@@ -24,50 +26,87 @@ os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 from agent.driver import EvalArgs, Interrupted, evaluate  # noqa: E402
 from envs.registry import ENV_NAMES  # noqa: E402
 
+PROG = "python evaluate.py"
+FLAGS = {"policy": "--expert-drives"}  # EvalArgs field -> its flag, where the two differ
 HELP = {
-    "env": f"environment: {', '.join(ENV_NAMES)}",
-    "checkpoint": "policy checkpoint(s) (.pt); several -> one sub-folder each + comparison.md; "
-                  "default: checkpoints/<env>_nac.pt",
-    "policy": "'expert': drive the shipped expert itself (baseline)",
+    "env": f"environment: {' | '.join(ENV_NAMES)}",
+    "checkpoint": "policy checkpoint(s) (.pt from train.py) that drive; several -> one sub-folder each + "
+                  "comparison.md (default: checkpoints/<env>_nac.pt, the shipped student)",
+    "policy": "the PPO expert drives instead of a policy checkpoint: the baseline (formerly --policy expert)",
     "action_space": "continuous | discrete (carracing); must match the checkpoint (default: the checkpoint's; "
                     "expert: continuous)",
     "episodes": "episodes (= consecutive track seeds) per policy",
     "seed": "first track seed: episodes run on seeds SEED..SEED+EPISODES-1",
-    "max_steps": "env steps per episode (default: the env's limit)",
+    "max_steps": "env steps per episode (default: the env's limit, carracing 1000)",
     "video": "record mp4 videos (OUT/videos/seed_K.mp4)",
     "video_episodes": "record the first N episodes of each policy",
     "saliency": "overlay a CNN saliency map on the videos",
     "saliency_method": "gradcam (paper fig. 6) | visualbackprop",
     "with_expert": "also evaluate the expert on the same seeds (a row of comparison.md)",
-    "expert": "expert .zip that shadows the policy (steering MAE) and drives --policy expert; default: shipped",
-    "out": "output folder (default eval/<name>)",
-    "device": "cpu | cuda",
+    "expert": "expert .zip that shadows the policy (steering MAE) and drives with --expert-drives "
+              "(default: the env's shipped one in checkpoints/)",
+    "out": "output folder (default: eval/<name>, or eval/compare for several)",
+    "device": "auto (cuda if available) | cpu | cuda | cuda:N",
     "threads": "torch threads (single-frame latency: 1 is fastest on a 2-core CPU)",
     "tensorboard": "write TensorBoard scalars to OUT/tb",
-    "progress": "tqdm progress bars",
+    "progress": "progress bars on stderr when it is a terminal (else one line per episode)",
 }
+CHOICES = {"env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
+           "saliency_method": ["gradcam", "visualbackprop"]}
 
 
-def parse_args(argv: list[str] | None = None) -> EvalArgs:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
+        self.exit(2, f"error: {message} (see {PROG} --help)\n")
+
+
+class _PolicyExpert(argparse.Action):
+    """--policy expert, the old spelling of --expert-drives: still works, and says so on stderr (one line)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if values != "expert":
+            parser.error(f"--policy only took 'expert' (now --expert-drives); trained policies are given with "
+                         f"--checkpoint CKPT, got {values!r}")
+        print("note: --policy expert is deprecated, use --expert-drives", file=sys.stderr)
+        setattr(namespace, self.dest, "expert")
+
+
+def with_default(text: str, default: Any) -> str:
+    """Help text that names the default once, in words (switches: on/off); text that already says it stays."""
+    if "default" in text.lower() or default is None or default == []:
+        return text
+    shown = ("on" if default else "off") if isinstance(default, bool) else default
+    return f"{text} (default: {shown})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    doc = __doc__.split("\n\n", 1)
+    parser = _Parser(prog=PROG, description=doc[0], epilog=doc[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     hints = get_type_hints(EvalArgs)
     defaults = EvalArgs()
     for f in fields(EvalArgs):
-        flag = "--" + f.name.replace("_", "-")
+        flag = FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
         kind, default = hints[f.name], getattr(defaults, f.name)
-        kw = {"help": HELP.get(f.name, "") + (f" (default: {default})" if default not in (None, [], True, False) else "")}
+        text = with_default(HELP.get(f.name, ""), default)
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, **kw)
+            action = parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default)
+            action.help = text  # set afterwards: Python 3.11's BooleanOptionalAction appends its own "(default: ...)"
         elif f.name == "checkpoint":
-            parser.add_argument(flag, nargs="+", default=[], metavar="CKPT", **kw)
-        elif f.name in ("env", "action_space", "policy", "saliency_method"):
-            choices = {"env": list(ENV_NAMES), "action_space": ["continuous", "discrete"], "policy": ["expert"],
-                       "saliency_method": ["gradcam", "visualbackprop"]}[f.name]
-            parser.add_argument(flag, choices=choices, default=default, **kw)
+            parser.add_argument(flag, nargs="+", default=[], metavar="CKPT", help=text)
+        elif f.name == "policy":
+            parser.add_argument(flag, dest=f.name, action="store_const", const="expert", default=None, help=text)
+            parser.add_argument("--policy", dest=f.name, action=_PolicyExpert, metavar="expert",
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        elif f.name in CHOICES:
+            parser.add_argument(flag, choices=CHOICES[f.name], default=default, help=text)
         else:
-            parser.add_argument(flag, type=int if kind in (int, int | None) else str, default=default, **kw)
-    return EvalArgs(**vars(parser.parse_args(argv)))
+            parser.add_argument(flag, type=int if kind in (int, int | None) else str, default=default, help=text)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> EvalArgs:
+    return EvalArgs(**vars(build_parser().parse_args(argv)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,14 @@
 """Behaviour cloning CLI: train a driving policy (CNN + NAC/LSTM/GRU/CfC/LTC/MHA/MLP core) on demonstrations.
 
-    python train.py                                   # default NAC policy on data/carracing_continuous
-    python train.py --data DATA --policy nac --window 8 --frame-stride 3 --epochs 8 --out runs/train/nac
-    python train.py --data DATA --policy nac,lstm,gru,cfc,mha,mlp --out runs/train/compare   # comparison table
-    python train.py --data DATA --policy nac --folds 5                                       # paper's 5-fold protocol
-    python train.py --out runs/train/nac --resume                                            # continue a run
+    python train.py                                   # default NAC core (nac-focus) on data/carracing_continuous
+    python train.py --data DATA --core nac --window 8 --frame-stride 3 --epochs 8 --out runs/train/nac
+    python train.py --data DATA --core nac,lstm,gru,cfc,mha,mlp --out runs/train/compare   # comparison table
+    python train.py --data DATA --core nac --folds 5                                       # paper's 5-fold protocol
+    python train.py --out runs/train/nac --resume                                          # continue a run
 
-Every flag is a field of agent.cloning.TrainArgs (underscores become dashes). The training loop
-lives in agent/cloning.py; this file only parses arguments and turns bad input into one line.
+--core names the sequence core after the CNN (it was called --policy, which still works and says so).
+Every flag is a field of agent.cloning.TrainArgs (underscores become dashes; --core is the field policy). The
+training loop lives in agent/cloning.py; this file only parses arguments and turns bad input into one line.
 """
 from __future__ import annotations
 
@@ -16,27 +17,66 @@ import inspect
 import re
 import sys
 from dataclasses import MISSING, fields
-from typing import get_type_hints
+from typing import Any, NoReturn, get_type_hints
 
 from agent.cloning import Interrupted, TrainArgs, run
 
+PROG = "python train.py"
+RENAMED = {"policy": "core"}  # TrainArgs field -> its flag, where the two differ
 
-def parse_args(argv: list[str] | None = None) -> TrainArgs:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
+        self.exit(2, f"error: {message} (see {PROG} --help)\n")
+
+
+class _OldSpelling(argparse.Action):
+    """A flag's old name: still works, and says on stderr (one line) what it is called now."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", **kw: Any) -> None:
+        super().__init__(option_strings, dest, **kw)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"note: {option_string} is deprecated, use {self.new} (same values)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def with_default(text: str, default: Any) -> str:
+    """Help text that names the default once, in words (switches: on/off); text that already says it stays."""
+    if "default" in text.lower() or default is None:
+        return text
+    shown = ("on" if default else "off") if isinstance(default, bool) else default
+    return f"{text} (default: {shown})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    doc = __doc__.split("\n\n", 1)
+    parser = _Parser(prog=PROG, description=doc[0], epilog=doc[1],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     hints = get_type_hints(TrainArgs)
     helps = dict(re.findall(r"^    (\w+): .*?#\s*(.+)$", inspect.getsource(TrainArgs), re.M))
     for f in fields(TrainArgs):
-        flag = "--" + f.name.replace("_", "-")
-        kind = hints[f.name]
+        flag = "--" + RENAMED.get(f.name, f.name).replace("_", "-")
+        kind, default = hints[f.name], (f.default if f.default is not MISSING else None)
+        text = helps.get(f.name, "") + (" (formerly --policy)" if f.name == "policy" else "")
+        text = with_default(text, default).replace("%", "%%")
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
-                                help=helps.get(f.name, "").replace("%", "%%"))
+            action = parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default)
+            action.help = text  # set afterwards: Python 3.11's BooleanOptionalAction appends its own "(default: ...)"
         else:
             base = {int: int, float: float, int | None: int}.get(kind, str)
-            parser.add_argument(flag, type=base, default=f.default if f.default is not MISSING else None,
-                                help=helps.get(f.name, "").replace("%", "%%"))
-    return TrainArgs(**vars(parser.parse_args(argv)))
+            metavar = "CORE[,CORE...]" if f.name == "policy" else None
+            parser.add_argument(flag, dest=f.name, type=base, default=default, metavar=metavar, help=text)
+    for old, new in RENAMED.items():
+        parser.add_argument(f"--{old}", dest=old, action=_OldSpelling, new=f"--{new}", default=argparse.SUPPRESS,
+                            help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> TrainArgs:
+    return TrainArgs(**vars(build_parser().parse_args(argv)))
 
 
 def main(argv: list[str] | None = None) -> int:

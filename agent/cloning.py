@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from agent.demos import kfold_episodes, open_dataset, split_episodes, window_indices, write_json_atomic
+from agent.driver import show_progress
 from envs.registry import EnvSpec, get_spec
 from policies.cores import CORES
 from policies.nac import MODES as NAC_MODES
@@ -67,45 +68,46 @@ class TrainArgs:
     """Behaviour-cloning arguments (CleanRL style: one typed dataclass, one flag per field)."""
 
     data: str = "data/carracing_continuous"  # dataset folder written by collect.py
-    policy: str = "nac-focus"  # core(s), comma separated: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)
-    out: str | None = None  # run folder; default runs/train/<policy>
+    policy: str = "nac-focus"  # sequence core(s) after the CNN, comma separated; several train one after another on the same data and print a comparison table. Names: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)
+    out: str | None = None  # run folder (default: runs/train/<core>, several cores joined by _)
     window: int = 8  # frames per window
-    frame_stride: int = 0  # steps between window frames; 0 = the env's default (carracing 3: 8 frames span 0.42 s at 50 Hz)
-    epochs: int = 15
+    frame_stride: int = 0  # steps between window frames; 0 = the env's own (carracing 3: 8 frames span 0.42 s at 50 Hz)
+    epochs: int = 15  # passes over the training episodes
     batch_size: int = 64  # windows per optimizer step (256 gave ~4x fewer steps and a worse policy)
     segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
     lr: float = 1e-3  # peak AdamW learning rate
-    weight_decay: float = 1e-4
+    weight_decay: float = 1e-4  # AdamW weight decay
     warmup: float = 0.05  # fraction of the optimizer steps spent warming up, then cosine decay to 5%
-    grad_clip: float = 1.0
-    seed: int = 1
+    grad_clip: float = 1.0  # clip the gradient norm to this
+    seed: int = 1  # seed of the weights, batches and augmentations (and of the split, unless --split-seed)
     split_seed: int | None = None  # seed of the split by episode (default: --seed); fix it to compare --seed runs
     resume: bool = False  # continue the run in --out from its last.pt, with the arguments it started with
     overwrite: bool = False  # allow starting a fresh run in a folder that holds one
     folds: int = 0  # >= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split
-    val_fraction: float = 0.2
+    val_fraction: float = 0.2  # fraction of the episodes held out for validation (without --folds)
     head: str = "auto"  # auto (from the dataset) | continuous | discrete | steer (steering only)
     loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
     class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
-    augment: bool = True  # camera augmentations (see the module docstring; first-person envs add the Udacity recipe)
+    augment: bool = True  # camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see agent/cloning.py)
     side_correction: float = 0.2  # first-person: train on left/right cameras too, steering + / - this (0 = center only)
     flip: bool = True  # first-person: mirror half of the segments and negate their steering
     shift_steer: float = 0.002  # first-person: shift up to 50 camera px sideways, steering += this per px (0 = off)
     shadows: bool = True  # first-person: darken a random slanted region of the frame (tree and building shadows)
     crop: str = "auto"  # rows of the camera frame kept, "top:bottom" | none | auto (the env's: udacity 60:135)
     color: str = "auto"  # rgb | yuv | auto (the env's: udacity yuv, carracing rgb)
-    encoder: str = "auto"  # auto (the env's default) | carracing (paper CNN) | pilotnet
+    encoder: str = "auto"  # auto (the env's own) | carracing (paper CNN) | pilotnet
     image_size: str | None = None  # encoder input "HxW"; default: the env's (udacity 66x200), else the (cropped) frame
-    feature_dim: int = 64
+    feature_dim: int = 64  # per-frame CNN embedding size
     d_model: int = 64  # nac / mha width
     heads: int = 16  # nac heads (mha uses 4)
-    topk: int = 8
-    sparsity: float = 0.5
+    topk: int = 8  # nac: keys each query attends to (top-k)
+    sparsity: float = 0.5  # nac: fraction of the wiring's connections removed (AutoNCP)
     nac_mode: str = "exact"  # exact | euler | steady (for plain "nac")
     hidden: int = 64  # lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)
     device: str = "auto"  # auto (cuda if available) | cpu | cuda
     threads: int = 0  # torch CPU threads; 0 = auto: 2, or 1 when the machine is already busy
     log_every: int = 10  # optimizer steps between TensorBoard scalars
+    progress: bool = True  # progress bars on stderr when it is a terminal (log files get the per-epoch lines only)
 
 
 def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -119,9 +121,9 @@ def check_args(a: TrainArgs) -> list[str]:
     """Validate at the boundary; returns the list of policy specs."""
     specs = [s.strip() for s in a.policy.split(",") if s.strip()]
     if not specs:
-        raise ValueError(f"--policy needs at least one name, got {a.policy!r}")
+        raise ValueError(f"--core needs at least one name, got {a.policy!r}")
     if len(set(specs)) != len(specs):
-        raise ValueError(f"--policy lists a name twice: {a.policy!r}")
+        raise ValueError(f"--core lists a name twice: {a.policy!r}")
     for s in specs:
         parse_policy_spec(s)
     for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "feature_dim", "d_model",
@@ -211,7 +213,8 @@ def load_data(a: TrainArgs) -> Data:
     frames, times, targets = [], [], []
     camera_width = 0
     side_frames: dict[str, list[np.ndarray]] = {s: [] for s in sides}
-    for i in tqdm(range(len(dataset)), desc="loading episodes", unit="ep", leave=False, disable=len(dataset) < 4):
+    for i in tqdm(range(len(dataset)), desc="loading episodes", unit="ep", leave=False,
+                  disable=len(dataset) < 4 or not show_progress(a.progress)):
         arrays = dataset.load(i)
         if "expert_action" not in arrays:
             raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(arrays)}")
@@ -667,7 +670,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
             plan = batch_plan(lengths, a, epoch)
             policy.train()
             bar = tqdm(total=len(plan), desc=f"{desc or spec} epoch {epoch + 1}/{a.epochs}", initial=state["batch"],
-                       leave=False, dynamic_ncols=True)
+                       leave=False, dynamic_ncols=True, disable=not show_progress(a.progress))
             window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
             for segments in plan[state["batch"]:]:
                 batch_rng = rng_state()  # an interrupted batch is replayed from here on resume
@@ -826,7 +829,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
         if not args_path.exists():
             raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
         saved = json.loads(args_path.read_text())
-        keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads}
+        keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads, "progress": a.progress}
         a = TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
         specs = check_args(a)
     elif args_path.exists() and not a.overwrite:

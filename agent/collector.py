@@ -521,7 +521,7 @@ def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, ex
         have = first.get(key)
         if have != want:
             raise CollectError(
-                f"--out {str(out)!r} holds a {key}={have!r} dataset, this run asks for {key}={want!r}; "
+                f"--out {str(out)!r} holds a dataset with {key}={have!r}, this run asks for {key}={want!r}; "
                 "use another --out (datasets never mix)"
             )
     have_sha = first.get("expert_sha256")

@@ -72,7 +72,7 @@ class EvalArgs:
 
     env: str = "carracing"  # environment name (carracing | udacity)
     checkpoint: list[str] = field(default_factory=list)  # policy checkpoints; none -> the shipped one
-    policy: str | None = None  # "expert": drive the shipped expert itself (the baseline)
+    policy: str | None = None  # "expert": the expert drives instead of a checkpoint (evaluate.py --expert-drives)
     action_space: str | None = None  # continuous | discrete; default: the checkpoint's (expert: continuous)
     episodes: int = 5  # episodes (= track seeds) per policy
     seed: int = DEFAULT_SEED  # first track seed; episodes use seed, seed+1, ...
@@ -84,10 +84,10 @@ class EvalArgs:
     with_expert: bool = False  # add the expert as a row of the comparison
     expert: str | None = None  # expert .zip shadowing the policy; default: the shipped one
     out: str | None = None  # output folder; default eval/<name>
-    device: str = "cpu"  # cpu | cuda
+    device: str = "auto"  # auto (cuda if available) | cpu | cuda | cuda:N; validate() resolves auto
     threads: int = 1  # torch threads (latency is single-sample; 1 was fastest on 2 cores)
     tensorboard: bool = True
-    progress: bool = True
+    progress: bool = True  # progress bars on stderr when it is a terminal (else one line per episode)
 
     def validate(self) -> "EvalArgs":
         spec = get_spec(self.env)  # ValueError naming the valid envs
@@ -96,9 +96,10 @@ class EvalArgs:
         if self.action_space is not None and self.action_space not in spec.action_spaces:
             raise ValueError(f"--action-space must be one of {spec.action_spaces} for {self.env}, got {self.action_space!r}")
         if self.policy is not None and self.policy != "expert":
-            raise ValueError(f"--policy only accepts 'expert' (policies are given with --checkpoint), got {self.policy!r}")
+            raise ValueError(f"policy must be None or 'expert' (the expert drives: --expert-drives; policies are "
+                             f"given with --checkpoint), got {self.policy!r}")
         if self.policy == "expert" and self.checkpoint:
-            raise ValueError("give either --checkpoint or --policy expert, not both (use --with-expert to compare)")
+            raise ValueError("give either --checkpoint or --expert-drives, not both (use --with-expert to compare)")
         if self.policy == "expert" and self.saliency:
             raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
         for name, low in (("episodes", 1), ("max_steps", 1), ("video_episodes", 0), ("threads", 1), ("seed", 0)):
@@ -107,8 +108,10 @@ class EvalArgs:
                 raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
         if self.saliency_method not in vid.SALIENCY_METHODS:
             raise ValueError(f"--saliency-method must be one of {vid.SALIENCY_METHODS}, got {self.saliency_method!r}")
-        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ValueError(f"--device must be cpu or cuda, got {self.device!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {self.device} was requested but CUDA is not available")
         if len(set(self.checkpoint)) != len(self.checkpoint):
@@ -229,7 +232,7 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
     spec = get_spec(env)
     p = _resolve(path)
     if not p.is_file():
-        hint = (" (the shipped student; train one with train.py, or pass --checkpoint CKPT or --policy expert)"
+        hint = (" (the shipped student; train one with train.py, or pass --checkpoint CKPT or --expert-drives)"
                 if Path(path) == shipped_checkpoint(env) else "")
         raise FileNotFoundError(f"--checkpoint {str(path)!r} does not exist{hint}")
     policy = load_checkpoint(p, map_location=device)
@@ -311,6 +314,18 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
     return row, [x * 1e3 for x in rec.latency_s]
 
 
+def show_progress(requested: bool, stream: Any = None) -> bool:
+    """Whether to draw tqdm bars: only when asked for and ``stream`` (default: sys.stderr) is a terminal.
+
+    Bars written to a log file (nested ones above all) leave carriage returns and cursor moves in it; callers
+    print plain lines there instead (evaluation: one per episode; training: one per epoch)."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(requested) and stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expert: Any, out_dir: Path,
                         meta: dict[str, Any]) -> dict[str, Any]:
     """All episodes of one policy; writes out_dir/{metrics.json, episodes.csv, tb/, videos/}."""
@@ -318,19 +333,23 @@ def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expe
     rows: list[dict[str, Any]] = []
     latencies: list[float] = []
     interrupted = False
-    episodes = tqdm(args.seeds, desc=controller.name, unit="ep", disable=not args.progress, file=sys.stderr)
+    bars = show_progress(args.progress)
+    episodes = tqdm(args.seeds, desc=controller.name, unit="ep", disable=not bars, file=sys.stderr)
     try:
         for i, seed in enumerate(episodes):
             record = args.video and i < args.video_episodes
             path = out_dir / "videos" / f"seed_{seed}.mp4" if record else None
             with tqdm(total=args.max_steps, desc=f"seed {seed}", unit="step", leave=False,
-                      disable=not args.progress, file=sys.stderr) as bar:
+                      disable=not bars, file=sys.stderr) as bar:
                 row, lat = run_episode(controller, env, expert, seed, action_space, video_path=path,
                                        saliency=args.saliency_method if args.saliency and not controller.is_expert
                                        else None, bar=bar)
             rows.append(row)
             latencies.extend(lat)
             episodes.set_postfix(ret=f"{row['return']:.0f}", completion=f"{row['completion']:.2f}")
+            if args.progress and not bars:  # stderr is a file or pipe: a plain line instead of the bars
+                print(f"{controller.name}: episode {i + 1}/{len(args.seeds)} (seed {seed}) return {row['return']:.0f}, "
+                      f"completion {row['completion']:.2f}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -335,23 +335,68 @@ def save_checkpoint(path: str | Path, policy: DrivingPolicy, **extra: Any) -> Pa
     return path
 
 
+_EXPECTED = "expected a .pt file written by train.py (a run folder's best.pt or last.pt)"
+
+
+def _what_the_file_is(path: Path, error: Exception) -> str:
+    """Why ``torch.load(path, weights_only=True)`` failed, in the user's words: one sentence that says what
+    the file is not, what was expected and what to do (never torch's own advice to load it unsafely)."""
+    import pickle
+    import zipfile
+
+    unreadable = "is not a readable driving-policy checkpoint (corrupted, truncated or another binary format)"
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = set(z.namelist())
+        except (zipfile.BadZipFile, OSError):
+            names = set()
+        if "policy.pth" in names and ("data" in names or "_stable_baselines3_version" in names):
+            return (f"{str(path)!r} is a PPO expert (a stable-baselines3 .zip), not a driving-policy checkpoint; "
+                    f"evaluate it with python evaluate.py --expert-drives --expert {path}")
+        if not any(n.endswith("data.pkl") for n in names):
+            return f"{str(path)!r} is a .zip archive, not a driving-policy checkpoint; {_EXPECTED}"
+        if isinstance(error, pickle.UnpicklingError):  # a torch.save of arbitrary Python objects
+            return (f"{str(path)!r} is a PyTorch file that holds Python objects besides tensors and plain data, so "
+                    f"it is not a driving-policy checkpoint and is not loaded; {_EXPECTED}")
+        return f"{str(path)!r} {unreadable}; {_EXPECTED}"
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    try:
+        head.decode("utf-8")
+        utf8 = True
+    except UnicodeDecodeError as e:
+        utf8 = e.start >= len(head) - 3  # only a character cut at the 4096-byte boundary
+    text = utf8 and not any(c < 32 and c not in b"\t\n\f\r" for c in head)
+    beside = path.with_suffix(".pt")
+    todo = f"did you mean {beside}?" if path.suffix != ".pt" and beside.is_file() else _EXPECTED
+    if not head:
+        return f"{str(path)!r} is empty, not a driving-policy checkpoint; {todo}"
+    if text:
+        return f"{str(path)!r} is a text file, not a driving-policy checkpoint; {todo}"
+    return f"{str(path)!r} {unreadable}; {todo}"
+
+
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """The checkpoint's dict, checked to be a policy checkpoint (clear errors otherwise)."""
+    """The checkpoint's dict, checked to be a policy checkpoint (clear errors otherwise).
+
+    Loads with ``weights_only=True`` only: a file that needs arbitrary Python objects is refused, never unpickled."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"checkpoint {str(path)!r} is corrupted or not a PyTorch file ({reason[:200]})") from None
+        raise ValueError(_what_the_file_is(path, e)) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{str(path)!r} is not a driving-policy checkpoint (expected format "
-                         f"{CHECKPOINT_FORMAT!r}; write one with train.py)")
-    if payload.get("version") != CHECKPOINT_VERSION or not isinstance(payload.get("config"), dict) \
-            or not isinstance(payload.get("state_dict"), dict):
-        raise ValueError(f"checkpoint {str(path)!r} has version {payload.get('version')!r} or lacks config/state_dict; "
-                         f"this code reads version {CHECKPOINT_VERSION}")
+        raise ValueError(f"{str(path)!r} is a PyTorch file but not a driving-policy checkpoint (it has no "
+                         f"format {CHECKPOINT_FORMAT!r}); {_EXPECTED}")
+    if payload.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{str(path)!r} is a driving-policy checkpoint of version {payload.get('version')!r}, but this "
+                         f"code reads version {CHECKPOINT_VERSION}; train it again with this train.py")
+    if not isinstance(payload.get("config"), dict) or not isinstance(payload.get("state_dict"), dict):
+        raise ValueError(f"{str(path)!r} is an incomplete driving-policy checkpoint (no config or no state_dict); "
+                         f"save it again with train.py")
     return payload
 
 

@@ -221,7 +221,7 @@ def test_cli_main_turns_bad_input_into_exit_2(tmp_path, ckpts, capsys, case, nee
     argv = {
         "other_env": ["--checkpoint", str(ckpts["other_env"])],
         "wrong_space": ["--checkpoint", str(ckpts["nac"]), "--action-space", "discrete"],
-        "bad_seed": ["--policy", "expert", "--seed", "-3"],
+        "bad_seed": ["--expert-drives", "--seed", "-3"],
     }[case]
     assert cli.main([*argv, "--out", str(tmp_path / "o"), "--no-progress"]) == 2
     err = capsys.readouterr().err

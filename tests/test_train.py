@@ -167,7 +167,7 @@ def test_cli_bad_input_is_one_clear_error(case, data_dir, tmp_path):
         r = cli("--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
         expect = "does not exist"
     elif case == "unknown_policy":
-        r = cli("--data", str(data_dir), "--policy", "nac,transformer", "--out", str(tmp_path / "o"))
+        r = cli("--data", str(data_dir), "--core", "nac,transformer", "--out", str(tmp_path / "o"))
         expect = "valid policies: nac, lstm"
     elif case == "bad_window":
         r = cli("--data", str(data_dir), "--window", "0", "--out", str(tmp_path / "o"))
@@ -186,12 +186,12 @@ def test_cli_bad_input_is_one_clear_error(case, data_dir, tmp_path):
 
 def test_cli_trains_and_prints_a_summary(data_dir, tmp_path):
     out = tmp_path / "cli"
-    r = cli("--data", str(data_dir), "--policy", "mlp", "--epochs", "1", "--window", "2", "--batch-size", "32",
+    r = cli("--data", str(data_dir), "--core", "mlp", "--epochs", "1", "--window", "2", "--batch-size", "32",
             "--segment", "8", "--threads", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "mlp: val_loss" in r.stdout and "samples/s" in r.stdout
     assert {"best.pt", "last.pt", "metrics.json", "args.json"} <= {p.name for p in out.iterdir()}
-    again = cli("--data", str(data_dir), "--policy", "mlp", "--out", str(out))  # never clobber a run silently
+    again = cli("--data", str(data_dir), "--core", "mlp", "--out", str(out))  # never clobber a run silently
     assert again.returncode == 2 and "--resume" in again.stderr
-    typo = cli("--data", str(tmp_path / "nope"), "--policy", "mlp", "--out", str(out))  # the data error wins
+    typo = cli("--data", str(tmp_path / "nope"), "--core", "mlp", "--out", str(out))  # the data error wins
     assert typo.returncode == 2 and "does not exist" in typo.stderr and "--resume" not in typo.stderr

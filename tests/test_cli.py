@@ -1,0 +1,214 @@
+"""What a new user meets in the three CLIs, checked in-process and fast (no training, no env episodes):
+one-line argument errors, --help that shows every default once, the --core / --expert-drives vocabulary with
+its deprecated spellings, checkpoint errors in the user's words, and no progress bars outside a terminal."""
+from __future__ import annotations
+
+import argparse
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import collect
+import evaluate
+import train
+from agent.driver import EvalArgs, show_progress
+from policies.policy import read_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+CLIS = {"train": train, "evaluate": evaluate, "collect": collect}
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- bad arguments: one line, exit 2
+@pytest.mark.parametrize("cli, argv, flag", [
+    ("train", ["--epochs", "abc"], "--epochs"),
+    ("train", ["--lr", "fast"], "--lr"),
+    ("train", ["--split-seed", "1.5"], "--split-seed"),
+    ("train", ["--no-such-flag"], "--no-such-flag"),
+    ("evaluate", ["--env", "mars"], "--env"),
+    ("evaluate", ["--episodes", "x"], "--episodes"),
+    ("evaluate", ["--action-space", "hybrid"], "--action-space"),
+    ("evaluate", ["--saliency-method", "magic"], "--saliency-method"),
+    ("evaluate", ["--policy", "nac"], "--checkpoint"),
+    ("collect", ["--episodes", "x"], "--episodes"),
+    ("collect", ["--noise", "loud"], "--noise"),
+    ("collect", ["--beta", "half"], "--beta"),
+])
+def test_argument_errors_are_one_line_with_a_hint(cli, argv, flag, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        CLIS[cli].main(argv)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    line = _one_line(captured.err)
+    assert line.startswith("error: ") and flag in line, line
+    assert line.endswith(f"(see python {cli}.py --help)"), line
+    assert "usage:" not in captured.err + captured.out
+
+
+# ----------------------------------------------------------------------------- --help
+@pytest.mark.parametrize("cli", list(CLIS))
+def test_help_shows_every_default_once(cli, capsys):
+    parser = CLIS[cli].build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue
+        text = (action.help or "") % {"default": action.default, "prog": parser.prog}
+        name = action.option_strings[0]
+        assert text.strip(), f"{name} has no help"
+        mentions = text.lower().count("default")
+        if action.default is None or action.default == []:
+            assert mentions <= 1, f"{name}: {text!r}"
+        else:
+            assert mentions == 1, f"{name} (default {action.default!r}) must name its default once: {text!r}"
+    with pytest.raises(SystemExit) as exit_:
+        CLIS[cli].main(["--help"])
+    assert exit_.value.code == 0
+    shown = capsys.readouterr().out
+    for python_word in ("(default: None)", "default: True", "default: False", "(default: [])", "%(default)"):
+        assert python_word not in shown, python_word
+
+
+def test_train_help_names_out_and_core_defaults_in_words():
+    helps = {a.option_strings[0]: a.help for a in train.build_parser()._actions}
+    assert helps["--out"] == "run folder (default: runs/train/<core>, several cores joined by _)"
+    assert "(default: nac-focus)" in helps["--core"]
+    assert helps["--augment"].endswith("(default: on)") and helps["--resume"].endswith("(default: off)")
+    assert helps["--progress"].endswith("(default: on)")
+
+
+# ----------------------------------------------------------------------------- one vocabulary
+def test_train_core_and_its_deprecated_spelling(capsys):
+    assert train.parse_args(["--core", "gru,mlp"]).policy == "gru,mlp"
+    assert capsys.readouterr().err == ""
+    assert train.parse_args([]).policy == "nac-focus"
+    assert train.parse_args(["--policy", "lstm"]).policy == "lstm"
+    line = _one_line(capsys.readouterr().err)
+    assert "--policy" in line and "deprecated" in line and "--core" in line
+
+
+def test_train_no_progress_flag():
+    assert train.parse_args([]).progress is True
+    assert train.parse_args(["--no-progress"]).progress is False
+
+
+def test_evaluate_expert_drives_and_its_deprecated_spelling(capsys):
+    assert evaluate.parse_args(["--expert-drives"]).policy == "expert"
+    assert evaluate.parse_args([]).policy is None
+    assert capsys.readouterr().err == ""
+    assert evaluate.parse_args(["--policy", "expert"]).policy == "expert"
+    line = _one_line(capsys.readouterr().err)
+    assert "deprecated" in line and "--expert-drives" in line
+    with pytest.raises(ValueError, match="--expert-drives, not both"):
+        EvalArgs(policy="expert", checkpoint=["x.pt"]).validate()
+
+
+def test_evaluate_device_defaults_to_auto(monkeypatch):
+    assert evaluate.parse_args([]).device == "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert EvalArgs().validate().device == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert EvalArgs().validate().device == "cuda"
+    with pytest.raises(ValueError, match="auto, cpu, cuda"):
+        EvalArgs(device="tpu").validate()
+
+
+# ----------------------------------------------------------------------------- checkpoint errors
+def _sb3_like_zip(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w") as z:  # the members stable-baselines3's save() writes
+        for name in ("data", "pytorch_variables.pth", "policy.pth", "policy.optimizer.pth",
+                     "_stable_baselines3_version", "system_info.txt"):
+            z.writestr(name, b"{}")
+    return path
+
+
+@pytest.fixture
+def bad_checkpoints(tmp_path) -> dict[str, Path]:
+    text = tmp_path / "notes.pt"
+    text.write_text("this is not a checkpoint\n" * 10)
+    binary = tmp_path / "random.pt"
+    binary.write_bytes(np.random.default_rng(0).integers(0, 256, 4000, dtype=np.uint8).tobytes())
+    objects = tmp_path / "objects.pt"
+    torch.save(argparse.Namespace(x=1), objects)  # loads only by unpickling arbitrary objects
+    return {"text": text, "expert": _sb3_like_zip(tmp_path / "expert.zip"), "binary": binary, "objects": objects}
+
+
+NEEDLES = {"text": "is a text file", "expert": "is a PPO expert", "binary": "corrupted", "objects": "is not loaded"}
+
+
+@pytest.mark.parametrize("kind", list(NEEDLES))
+def test_bad_checkpoints_are_explained_in_one_line(kind, bad_checkpoints):
+    path = bad_checkpoints[kind]
+    with pytest.raises(ValueError) as error:
+        read_checkpoint(path)
+    message = _one_line(str(error.value))
+    assert NEEDLES[kind] in message and str(path) in message, message
+    assert "train.py" in message or "--expert-drives" in message, message
+    for internal in ("weights_only", "inline_container", "PytorchStreamReader", "pickle", "(101)"):
+        assert internal not in message, message
+
+
+def test_an_expert_zip_as_checkpoint_points_to_expert_drives(bad_checkpoints, tmp_path, capsys):
+    shipped = REPO / "checkpoints" / "expert_carracing_continuous.zip"
+    for path in [bad_checkpoints["expert"]] + ([shipped] if shipped.is_file() else []):
+        code = evaluate.main(["--checkpoint", str(path), "--out", str(tmp_path / "o"), "--no-progress", "--no-video"])
+        assert code == 2
+        line = _one_line(capsys.readouterr().err)
+        assert line.startswith("error: ") and "PPO expert" in line and "--expert-drives --expert" in line, line
+        assert "inline_container" not in line and "weights_only" not in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_text_file_next_to_a_checkpoint_suggests_it(tmp_path):
+    from tests.helpers import constant_policy_checkpoint
+
+    constant_policy_checkpoint(tmp_path / "student.pt")
+    (tmp_path / "student.json").write_text('{"card": true}\n')
+    with pytest.raises(ValueError, match="did you mean .*student.pt"):
+        read_checkpoint(tmp_path / "student.json")
+
+
+# ----------------------------------------------------------------------------- progress bars
+def test_progress_bars_only_on_a_terminal(monkeypatch):
+    assert show_progress(True, _Terminal()) is True
+    assert show_progress(False, _Terminal()) is False
+    assert show_progress(True, io.StringIO()) is False  # a log file or a pipe
+    closed = io.StringIO()
+    closed.close()  # isatty() raises on a closed stream
+    assert show_progress(True, closed) is False and show_progress(True, object()) is False
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert show_progress(True) is False  # the default stream is sys.stderr at call time
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    assert show_progress(True) is True
+
+
+def test_a_disabled_bar_writes_nothing_to_a_log():
+    from tqdm import tqdm
+
+    log = io.StringIO()
+    with tqdm(total=3, file=log, leave=False, disable=not show_progress(True, log)) as bar:
+        for _ in range(3):
+            bar.update(1)
+    assert log.getvalue() == ""
+
+
+def test_collect_has_no_bar_when_stderr_is_not_a_terminal(monkeypatch):
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert collect.parse_args([]).progress is False
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    assert collect.parse_args([]).progress is True
+    assert collect.parse_args(["--no-progress"]).progress is False
+
