@@ -35,6 +35,7 @@ from gymnasium.envs.box2d.car_racing import (
 from gymnasium.wrappers import TimeLimit
 
 from envs import privileged
+from envs.carracing_render import RENDERERS, FastRenderer
 
 ACTION_SPACES = ("continuous", "discrete")
 DISCRETE_ACTION_NAMES = ("noop", "right", "left", "gas", "brake")
@@ -83,17 +84,23 @@ def _wrap(angle: np.ndarray | float) -> np.ndarray | float:
 
 
 class _CarRacing(CarRacing):
-    """CarRacing-v3 that can skip the per-step frame render (physics-only mode)."""
+    """CarRacing-v3 that can skip the per-step frame render (physics-only mode) or draw it fast (renderer="fast")."""
 
-    def __init__(self, *, physics_only: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, physics_only: bool = False, renderer: str = "pygame", **kwargs: Any) -> None:
+        if renderer not in RENDERERS:
+            raise ValueError(f"renderer must be one of {RENDERERS}, got {renderer!r}")
         super().__init__(**kwargs)
         self.physics_only = physics_only
+        self.renderer = renderer
+        self._fast = FastRenderer() if renderer == "fast" else None
         self._blank = np.zeros((STATE_H, STATE_W, 3), dtype=np.uint8)
 
     def _render(self, mode: str):  # type: ignore[override]
         # step() renders "state_pixels" for the observation; nothing it draws touches Box2D.
         if self.physics_only and mode == "state_pixels":
             return self._blank
+        if self._fast is not None and mode == "state_pixels":
+            return self._fast.render(self)
         return super()._render(mode)
 
 
@@ -209,13 +216,19 @@ def make_carracing(
     render: bool = True,
     max_episode_steps: int = 1000,
     render_mode: str | None = None,
+    renderer: str = "pygame",
 ) -> gym.Env:
     """CarRacing-v3 with privileged info. obs = 96x96x3 uint8 frame (zeros when render=False).
 
     action_space: "continuous" ([steer, gas, brake], steer +1 = right) or "discrete"
     (0 noop, 1 RIGHT, 2 LEFT, 3 gas, 4 brake). render=False is the physics-only mode.
     render_mode is passed to gymnasium (e.g. "rgb_array" for videos; needs render=True).
+    renderer: who draws the observation frame: "pygame" (gymnasium's, the reference) or "fast"
+    (envs.carracing_render: the same frame within a few grey levels, >10x faster); videos
+    (render_mode="rgb_array") stay gymnasium's.
     """
+    if renderer not in RENDERERS:
+        raise ValueError(f"renderer must be one of {RENDERERS}, got {renderer!r}")
     if action_space not in ACTION_SPACES:
         raise ValueError(f"action_space must be one of {ACTION_SPACES}, got {action_space!r}")
     if not isinstance(max_episode_steps, int) or max_episode_steps <= 0:
@@ -223,7 +236,7 @@ def make_carracing(
     if render_mode is not None and not render:
         raise ValueError(f"render_mode={render_mode!r} needs render=True (physics-only mode draws nothing)")
     env: gym.Env = _CarRacing(
-        physics_only=not render, continuous=action_space == "continuous", render_mode=render_mode
+        physics_only=not render, renderer=renderer, continuous=action_space == "continuous", render_mode=render_mode
     )
     env = TimeLimit(env, max_episode_steps=max_episode_steps)
     return CarRacingInfo(env)
@@ -383,10 +396,11 @@ class ScriptedDriver:
 
 # --------------------------------------------------------------------------------------------- the env's spec
 def _make(action_space: str = "continuous", *, render: bool = True, max_episode_steps: int = 1000,
-          render_mode: str | None = None, side_cameras: bool = False) -> gym.Env:
+          render_mode: str | None = None, side_cameras: bool = False, renderer: str = "pygame") -> gym.Env:
     if side_cameras:
         raise ValueError("CarRacing has one camera; side_cameras=True is for the udacity env")
-    return make_carracing(action_space, render=render, max_episode_steps=max_episode_steps, render_mode=render_mode)
+    return make_carracing(action_space, render=render, max_episode_steps=max_episode_steps, render_mode=render_mode,
+                          renderer=renderer)
 
 
 def _make_spec():
