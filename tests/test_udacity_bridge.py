@@ -192,7 +192,7 @@ def _one_line_error(capsys) -> str:
 
 @pytest.mark.parametrize("argv, words", [
     (["{missing}"], "does not exist"),
-    (["{garbage}"], "corrupted"),
+    (["{garbage}"], "not a driving-policy checkpoint"),
     (["{discrete}"], "continuous"),
     (["{ckpt}", "--port", "70000"], "0..65535"),
     (["{ckpt}", "--port", "http"], "integer"),
