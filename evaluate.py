@@ -32,6 +32,8 @@ HELP = {
     "env": f"environment: {' | '.join(ENV_NAMES)}",
     "checkpoint": "policy checkpoint(s) (.pt from train.py) that drive; several -> one sub-folder each + "
                   "comparison.md (default: checkpoints/<env>_nac.pt, the shipped student)",
+    "name": "display names of the --checkpoint policies, in order, in comparison.md and as folder names "
+            "(default: the file stems)",
     "policy": "the PPO expert drives instead of a policy checkpoint: the baseline (formerly --policy expert)",
     "action_space": "continuous | discrete (carracing); must match the checkpoint (default: the checkpoint's; "
                     "expert: continuous)",
@@ -92,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         if kind is bool:
             action = parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default)
             action.help = text  # set afterwards: Python 3.11's BooleanOptionalAction appends its own "(default: ...)"
-        elif f.name == "checkpoint":
-            parser.add_argument(flag, nargs="+", default=[], metavar="CKPT", help=text)
+        elif f.name in ("checkpoint", "name"):
+            parser.add_argument(flag, nargs="+", default=[], metavar="CKPT" if f.name == "checkpoint" else "NAME",
+                                help=text)
         elif f.name == "policy":
             parser.add_argument(flag, dest=f.name, action="store_const", const="expert", default=None, help=text)
             parser.add_argument("--policy", dest=f.name, action=_PolicyExpert, metavar="expert",

@@ -72,6 +72,7 @@ class EvalArgs:
 
     env: str = "carracing"  # environment name (carracing | udacity)
     checkpoint: list[str] = field(default_factory=list)  # policy checkpoints; none -> the shipped one
+    name: list[str] = field(default_factory=list)  # display names of the checkpoints, in order (default: file stems)
     policy: str | None = None  # "expert": the expert drives instead of a checkpoint (evaluate.py --expert-drives)
     action_space: str | None = None  # continuous | discrete; default: the checkpoint's (expert: continuous)
     episodes: int = 5  # episodes (= track seeds) per policy
@@ -114,6 +115,10 @@ class EvalArgs:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {self.device} was requested but CUDA is not available")
+        if self.name and len(self.name) != len(self.checkpoint or [None]):
+            raise ValueError(f"--name needs one name per --checkpoint ({len(self.checkpoint or [None])}), got {len(self.name)}")
+        if len(set(self.name)) != len(self.name):
+            raise ValueError(f"--name lists a name twice: {self.name}")
         if len(set(self.checkpoint)) != len(self.checkpoint):
             raise ValueError(f"--checkpoint lists a file twice: {self.checkpoint}")
         return self
@@ -249,6 +254,13 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
         raise ValueError(f"checkpoint {str(path)!r} has action_space {cfg.action_space!r}; expected one of "
                          f"{spec.action_spaces}")
     return policy
+
+
+def safe_name(text: str) -> str:
+    """A display name usable as a folder name: runs of anything but letters, digits, '-', '.' become '_'."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9.\-]+", "_", text.strip()).strip("_") or "policy"
 
 
 def run_names(paths: Sequence[str]) -> list[str]:
@@ -390,7 +402,8 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
             raise ValueError(f"--checkpoint files mix action spaces {sorted(spaces)}; compare one action space "
                              f"at a time (the expert that shadows them differs)")
         action_space = spaces.pop()
-        for path, name, policy in zip(paths, run_names(paths), policies):
+        names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
+        for path, name, policy in zip(paths, names, policies):
             controller = PolicyController(policy, name, args.device)
             targets.append((name, controller, {
                 "source": str(path), "policy_config": policy.config.to_dict(),

@@ -180,6 +180,17 @@ def test_run_names_are_unique():
     assert run_names(["runs/nac.pt", "runs/lstm.pt"]) == ["nac", "lstm"]
 
 
+def test_display_names_label_the_comparison(tmp_path, ckpts):
+    """--name: comparison rows and folders say what each policy is, not 'best'."""
+    evaluate(_args(tmp_path, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], max_steps=5, video=False,
+                   tensorboard=False, name=["trained just now", "shipped"]))
+    table = (tmp_path / "comparison.md").read_text()
+    assert "| trained_just_now |" in table and "| shipped |" in table
+    assert (tmp_path / "trained_just_now" / "metrics.json").is_file()
+    with pytest.raises(ValueError, match="one name per --checkpoint"):
+        evaluate(_args(tmp_path / "x", checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], name=["only one"]))
+
+
 # ----------------------------------------------------------------------------- errors
 @pytest.mark.parametrize("bad, match", [
     (dict(policy="expert", checkpoint=["x.pt"]), "not both"),
