@@ -302,7 +302,9 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
                                    completion=spec.progress(info),
                                    policy_steer=steer_of(action, action_space),
                                    expert_steer=None if controller.is_expert else steer_of(shadow, action_space),
-                                   steer_limit=limit, title=f"{controller.name}  seed {seed}")
+                                   steer_limit=limit, title=f"{controller.name}  seed {seed}",
+                                   lateral_error=spec.lateral_error(info) if spec.lateral_error else None,
+                                   interventions=rec.interventions if spec.recover is not None else None)
                 writer.append(vid.compose_frame(frame, hud, panel, sal))
             frame, reward, terminated, truncated, info = env.step(action)
             rec.record(reward=reward, policy_action=action, expert_action=shadow, latency_s=latency, info=info)

@@ -92,13 +92,16 @@ def _steer_bar(img: np.ndarray, y: int, label: str, value: float, limit: float,
 
 def draw_hud(width: int, *, step: int, speed: float, ret: float, completion: float,
              policy_steer: float, expert_steer: float | None, steer_limit: float,
-             title: str = "") -> np.ndarray:
-    """The HUD strip: step / speed / return / progress (the env spec's: tiles, laps), then the policy's and the expert's steering bars."""
+             title: str = "", lateral_error: float | None = None, interventions: int | None = None) -> np.ndarray:
+    """The HUD strip: step / speed / return / progress (the env spec's: tiles, laps), the lane-keeping envs'
+    cross-track error and interventions, then the policy's and the expert's steering bars."""
     img = np.full((HUD_H, width, 3), DARK, np.uint8)
     _text(img, f"step {step:4d}   speed {speed:5.1f}   return {ret:7.1f}   progress {100 * completion:5.1f}%",
           (8, 18))
-    if title:
-        _text(img, title, (8, 38), scale=0.4, color=GREY)
+    extra = ("" if lateral_error is None else f"   |CTE| {lateral_error:.2f} m") + \
+            ("" if interventions is None else f"   interventions {interventions}")
+    if title or extra:
+        _text(img, title + extra, (8, 38), scale=0.4, color=GREY)
     _steer_bar(img, 48, "policy", policy_steer, steer_limit, POLICY_COLOR)
     if expert_steer is not None:
         _steer_bar(img, 72, "expert", expert_steer, steer_limit, EXPERT_COLOR)
