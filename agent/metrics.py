@@ -51,6 +51,11 @@ def steer_of(action: Any, action_space: str) -> float:
     raise ValueError(f"action_space must be 'continuous' or 'discrete', got {action_space!r}")
 
 
+def autonomy(interventions: int, elapsed_s: float, cost_s: float) -> float:
+    """NVIDIA's autonomy in percent: 100 * (1 - interventions * cost / elapsed), each intervention charged cost_s."""
+    return 100.0 * (1.0 - interventions * cost_s / elapsed_s) if elapsed_s > 0 else float("nan")
+
+
 def _percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
@@ -141,8 +146,7 @@ class EpisodeRecorder:
         if self.spec.recover is not None:
             elapsed = n * self.spec.dt
             out["interventions"] = self.interventions
-            out["autonomy"] = (100.0 * (1.0 - self.interventions * self.spec.intervention_cost_s / elapsed)
-                               if elapsed > 0 else float("nan"))
+            out["autonomy"] = autonomy(self.interventions, elapsed, self.spec.intervention_cost_s)
         if self.spec.lateral_error is not None:
             err = np.asarray(self.lateral_error)
             out["mean_abs_cte"] = float(err.mean()) if len(err) else float("nan")
@@ -175,8 +179,7 @@ def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] 
     if episodes and "interventions" in episodes[0]:  # over the whole run, as NVIDIA reports it
         out["total_interventions"] = int(sum(e["interventions"] for e in episodes))
         elapsed = sum(e["length"] for e in episodes) * float(meta.get("dt", float("nan")))
-        out["autonomy"] = 100.0 * (1.0 - out["total_interventions"] * float(meta.get("intervention_cost_s", 6.0))
-                                   / elapsed) if elapsed > 0 else float("nan")
+        out["autonomy"] = autonomy(out["total_interventions"], elapsed, float(meta.get("intervention_cost_s", 6.0)))
         out["max_abs_cte"] = float(max(e["max_abs_cte"] for e in episodes)) if "max_abs_cte" in episodes[0] else None
     out["std_completion"] = float(np.std([e["completion"] for e in episodes])) if episodes else float("nan")
     lat = list(latencies_ms)
