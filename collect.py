@@ -6,6 +6,8 @@
     python collect.py --out data/carracing_continuous --episodes 10     # appends 10 more episodes
     python collect.py --episodes 2 --max-steps 200 --out /tmp/tiny --export-minari carracing/tiny-v0
     python collect.py --driver runs/train/nac/best.pt --beta 0.5 --episodes 15   # a DAgger round: the student drives
+    python collect.py --renderer fast --workers 2       # CarRacing frames drawn with OpenCV, 2 episodes at a time
+    python collect.py --episodes 100 --shard 2/4        # episodes 25..49 of that run -> data/carracing_continuous-shard-2-of-4
 
 The loop lives in agent/collector.py (DART noise, seeds, resume rules); the format in agent/demos.py;
 the Minari exporter in agent/minari_export.py (also `python -m agent.minari_export DATA_DIR ID`).
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from agent.collector import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError
+from agent.collector import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError, parse_shard
+from agent.parallel import MAX_WORKERS
 from envs.registry import ENV_NAMES, get_spec
 
 
@@ -78,9 +81,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=0.0,
                    help="DAgger mixture: probability per step that the expert's action is executed instead of the "
                         "--driver's (default: 0)")
+    p.add_argument("--renderer", default=None,
+                   help="who draws the camera frames: " + "; ".join(f"{e}: {' | '.join(get_spec(e).renderers)}"
+                                                                  for e in ENV_NAMES)
+                        + " (default: the first, the reference). carracing fast = OpenCV, about 12x gymnasium's pygame, "
+                        "frames within a fraction of a grey level; recorded per episode")
+    p.add_argument("--workers", type=int, default=None,
+                   help="episodes recorded at the same time, one process each; the dataset is the one a single "
+                        f"process records (default: one per CPU core, at most {MAX_WORKERS} and at most --episodes; "
+                        "1 = everything in this process)")
+    p.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                   help="collect only the I-th of N contiguous, disjoint parts of this run's seeds (--seed, --episodes "
+                        "are the whole run's) into OUT-shard-I-of-N, e.g. one part per machine; the N parts together are "
+                        "exactly the run, merged with python -m agent.demos merge. A re-run completes the shard "
+                        "(default: the whole run)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar (default: a bar on stderr when it is a terminal; none in a log file)")
     return p
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:

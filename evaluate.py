@@ -6,6 +6,7 @@
     python evaluate.py --expert-drives --episodes 20                # the privileged expert (baseline)
     python evaluate.py --checkpoint nac.pt lstm.pt --with-expert --out eval/compare   # comparison.md
     python evaluate.py --checkpoint nac.pt --saliency --video-episodes 2              # Grad-CAM overlay
+    python evaluate.py --episodes 20 --workers 2 --renderer fast                      # 2 processes, OpenCV frames
 
 What drives: --checkpoint (trained policies, .pt from train.py) or --expert-drives (the PPO expert, .zip;
 --expert picks which one). --policy expert, the old spelling of --expert-drives, still works and says so.
@@ -24,6 +25,7 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame for the ren
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 from agent.driver import EvalArgs, Interrupted, evaluate  # noqa: E402
+from agent.parallel import MAX_WORKERS  # noqa: E402
 from envs.registry import ENV_NAMES  # noqa: E402
 
 PROG = "python evaluate.py"
@@ -52,6 +54,11 @@ HELP = {
     "threads": "torch threads (single-frame latency: 1 is fastest on a 2-core CPU)",
     "tensorboard": "write TensorBoard scalars to OUT/tb",
     "progress": "progress bars on stderr when it is a terminal (else one line per episode)",
+    "renderer": "who draws the camera frames: carracing pygame (gymnasium's, the reference the shipped students "
+                "were trained on) | fast (OpenCV, about 12x faster); udacity: native (default: the env's first)",
+    "workers": "episodes driven at the same time, one process each; metrics and videos are those of a single "
+               f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
+               "1 = everything in this process)",
 }
 CHOICES = {"env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
            "saliency_method": ["gradcam", "visualbackprop"]}

@@ -51,15 +51,17 @@ import fcntl
 import hashlib
 import math
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from agent import demos
+from agent.parallel import check_workers, default_workers, warm_up
 from envs.registry import EnvSpec, SeedRanges, get_spec
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
@@ -100,6 +102,9 @@ class CollectConfig:
     progress: bool = True
     driver: Path | None = None  # DAgger: a policy checkpoint that drives while the expert labels
     beta: float = 0.0  # DAgger: probability per step that the expert's action is executed instead
+    renderer: str | None = None  # who draws the frames (the spec's renderers; default: its first, the reference)
+    workers: int | None = None  # processes recording episodes (default: agent.parallel.default_workers)
+    shard: tuple[int, int] | str | None = None  # (I, N) or "I/N": only the I-th of N seed ranges of this run
 
     def validate(self) -> None:
         """Check the arguments before anything heavy is imported or any file is touched."""
@@ -114,6 +119,21 @@ class CollectConfig:
                                f"got {self.action_space!r}")
         if self.max_steps is None:
             self.max_steps = spec.default_max_steps
+        try:
+            self.renderer = spec.check_renderer(self.renderer)
+            if self.workers is not None:
+                check_workers(self.workers)
+            if isinstance(self.shard, str):
+                self.shard = parse_shard(self.shard)
+        except ValueError as e:
+            raise CollectError(str(e)) from None
+        if self.shard is not None:
+            i, n = self.shard
+            if not (1 <= i <= n):
+                raise CollectError(f"--shard I/N needs 1 <= I <= N, got {i}/{n}")
+            if self.episodes < n:
+                raise CollectError(f"--shard {i}/{n} splits the run's --episodes {self.episodes} into {n} parts; "
+                                   f"give --episodes >= {n}")
         if self.episodes < 1:
             raise CollectError(f"--episodes must be >= 1 (episodes to add), got {self.episodes}")
         if self.max_steps < 1:
@@ -149,8 +169,30 @@ class CollectConfig:
 
     @property
     def out_dir(self) -> Path:
-        return Path(self.out) if self.out is not None else self.spec.default_out(self.action_space or
-                                                                                 self.spec.action_spaces[0])
+        """--out (default: the env's data folder); a shard writes into OUT-shard-I-of-N, so that the N shards of
+        one command line never collide and can be copied side by side and merged."""
+        out = Path(self.out) if self.out is not None else self.spec.default_out(self.action_space or
+                                                                                self.spec.action_spaces[0])
+        if self.shard is not None and not isinstance(self.shard, str):
+            out = Path(f"{out}-shard-{self.shard[0]}-of-{self.shard[1]}")
+        return out
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """"I/N" -> (I, N): the I-th (1-based) of N disjoint seed ranges (collect.py --shard)."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if not m:
+        raise ValueError(f"--shard must look like I/N (the I-th of N seed ranges, e.g. 2/4), got {text!r}")
+    i, n = int(m[1]), int(m[2])
+    if not (1 <= i <= n):
+        raise ValueError(f"--shard I/N needs 1 <= I <= N, got {text!r}")
+    return i, n
+
+
+def shard_range(episodes: int, index: int, count: int) -> tuple[int, int]:
+    """Episodes [a, b) of a run of `episodes` that shard `index` of `count` records: contiguous, disjoint,
+    together exactly 0..episodes-1, sizes differing by at most one."""
+    return (index - 1) * episodes // count, index * episodes // count
 
 
 # ----------------------------------------------------------------------------------------------- noise
@@ -387,10 +429,17 @@ def _weighted_noise(metas: list[dict]) -> list[float] | None:
     return (np.average([r for r, _ in rows], axis=0, weights=[n for _, n in rows])).round(5).tolist()
 
 
+def _counts(values: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
 def _episode_meta_keys(metas: list[dict]) -> list[str]:
     """The env's own per-episode keys (spec.episode_meta), in first-seen order."""
     known = {"episode_id", "track_seed", "return", "length", "terminated", "truncated", "stopped_early", "noise",
-             "perturbed_fraction", "driver", "beta"}
+             "perturbed_fraction", "driver", "beta", "renderer"}
     keys: dict[str, None] = {}
     for m in metas:
         keys.update({k: None for k in m.get("env_meta_keys", ()) if k not in known})
@@ -463,6 +512,8 @@ def build_card(config: dict, expert: dict, runs: list[dict], metas: list[dict], 
             # DAgger: episodes a student drove (collect.py --driver); their returns are the student's
             "driven_by": {"expert": sum(m.get("driver") is None for m in metas),
                           "student": sum(m.get("driver") is not None for m in metas)},
+            # who drew the frames (collect.py --renderer); episodes from before the option had the default
+            "renderers": _counts(m.get("renderer", spec.renderers[0]) for m in metas),
         },
         "returns": _mean_std(returns),
         "expert_driven_returns": _mean_std([m["return"] for m in metas if m.get("driver") is None]),
@@ -471,7 +522,7 @@ def build_card(config: dict, expert: dict, runs: list[dict], metas: list[dict], 
         "episodes": [
             {k: m.get(k) for k in ("episode_id", "track_seed", "return", "length", *_episode_meta_keys(metas),
                                    "terminated", "truncated", "stopped_early", "noise", "perturbed_fraction",
-                                   "driver", "beta")}
+                                   "driver", "beta", "renderer")}
             for m in metas
         ],
         "runs": runs,
@@ -489,6 +540,14 @@ class Existing:
     @property
     def next_id(self) -> int:
         return max((m["episode_id"] for m in self.metas), default=-1) + 1
+
+    def ids_to_collect(self, n: int) -> list[int]:
+        """The next `n` episode ids: first the holes below the highest id (episodes an interrupted parallel run
+        had not finished, or a damaged file someone deleted), then new ids after it. So a resumed run ends up
+        with exactly the episodes of an uninterrupted one."""
+        have = {m["episode_id"] for m in self.metas}
+        holes = [i for i in range(self.next_id) if i not in have]
+        return (holes + list(range(self.next_id, self.next_id + n)))[:n]
 
 
 def inspect_out(out: Path) -> Existing:
@@ -512,8 +571,10 @@ def inspect_out(out: Path) -> Existing:
     return Existing(metas=ds.episodes, card=ds.card)
 
 
-def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, expert_path: str) -> dict:
-    """The settings this run inherits from the dataset; CollectError if it may not append to it."""
+def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, expert_path: str,
+                     seed: int | None = None) -> dict:
+    """The settings this run inherits from the dataset; CollectError if it may not append to it. `seed`: the
+    first track seed this run asks for (cfg.seed, or where cfg.shard's range starts), None to inherit it."""
     first = existing.metas[0]
     old_cfg = existing.card.get("config", {})
     out = cfg.out_dir
@@ -531,9 +592,13 @@ def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, ex
             f"sha256 {have_sha[:12]}), this run uses {expert_path} (sha256 {expert_sha[:12]}); use another --out"
         )
     base = int(first["track_seed"]) - int(first["episode_id"])
-    if cfg.seed is not None and cfg.seed != base:
+    if seed is not None and seed != base:
+        if cfg.shard:
+            raise CollectError(
+                f"--out {str(out)!r} uses track seeds {base}+episode id, but shard {cfg.shard[0]}/{cfg.shard[1]} of "
+                f"this run starts at seed {seed}; give the --seed and --episodes of the first run, or use another --out")
         raise CollectError(
-            f"--out {str(out)!r} uses track seeds {base}+episode id; --seed {cfg.seed} would break that rule. "
+            f"--out {str(out)!r} uses track seeds {base}+episode id; --seed {seed} would break that rule. "
             "Leave --seed out to continue, or use another --out"
         )
     return {
@@ -590,15 +655,17 @@ class CollectResult:
     interrupted: bool
     first_seed: int | None
     last_seed: int | None
+    workers: int = 1
 
     def summary(self) -> str:
         what = "interrupted: " if self.interrupted else ""
-        dropped = "; the unfinished episode was dropped" if self.interrupted else ""
+        dropped = ("; the unfinished episode was dropped" if self.workers == 1 else
+                   "; unfinished episodes were dropped (a re-run collects them first)") if self.interrupted else ""
         seeds = f", track seeds {self.first_seed}..{self.last_seed}" if self.episodes_added else ""
         ret = f", mean return {self.mean_return_added:.1f}, laps {self.laps_added}/{self.episodes_added}" if self.episodes_added else ""
         return (
             f"{what}saved {self.episodes_added} new episode(s) ({self.steps_added} steps{seeds}{ret}) at "
-            f"{self.steps_per_s:.0f} steps/s; {self.out} now holds {self.episodes_total} episodes, {self.steps_total} steps{dropped}"
+            f"{self.steps_per_s:.0f} steps/s{f' ({self.workers} workers)' if self.workers > 1 else ''}; {self.out} now holds {self.episodes_total} episodes, {self.steps_total} steps{dropped}"
         )
 
 
@@ -609,8 +676,9 @@ def collect(
     log: Callable[[str], None] = print,
     after_episode: Callable[[int], None] | None = None,
 ) -> CollectResult:
-    """Collect `cfg.episodes` new episodes into `cfg.out_dir`. Ctrl-C/SIGTERM end it cleanly
-    (result.interrupted); `after_episode(episode_id)` is a hook for tests and callers."""
+    """Collect `cfg.episodes` new episodes into `cfg.out_dir` (with `cfg.shard`: this shard's missing
+    episodes). Ctrl-C/SIGTERM end it cleanly (result.interrupted); `after_episode(episode_id)` is a hook for
+    tests and callers, called as each episode is saved."""
     cfg.validate()
     from tqdm import tqdm
 
@@ -618,6 +686,8 @@ def collect(
 
     spec = cfg.spec
     out = cfg.out_dir
+    if (cfg.workers or default_workers(cfg.episodes)) > 1:
+        warm_up(_preload(spec))
     try:
         expert = Expert.load(cfg.expert, cfg.action_space, cfg.env)
     except (FileNotFoundError, ValueError) as e:
@@ -629,34 +699,41 @@ def collect(
     exp = expert_summary(expert)
     driver, driver_info = None, {"driver": None}
     if cfg.driver is not None:
-        from agent.driver import PolicyController, load_policy
-
         try:
-            policy = load_policy(cfg.driver, cfg.env, cfg.action_space, "cpu")
+            driver = load_driver(cfg.driver, cfg.env, cfg.action_space)
         except (FileNotFoundError, ValueError) as e:
             raise CollectError(f"--driver: {e}") from None
-        driver = PolicyController(policy.eval(), name=Path(cfg.driver).stem)
         driver_info = {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver))}
+    renderer = spec.check_renderer(cfg.renderer)
+    shard = shard_range(cfg.episodes, *cfg.shard) if cfg.shard else None
     inspect_out(out)  # refuse a folder that is not a dataset before putting a lock file into it
     with folder_lock(out):
         for tmp in demos.temp_files(out):  # leftovers of a SIGKILLed write; never data
             tmp.unlink(missing_ok=True)
         existing = inspect_out(out)
+        want_seed = cfg.seed if shard is None else (cfg.seed if cfg.seed is not None else spec.seeds.collect) + shard[0]
         if existing.metas:
-            inherited = check_compatible(existing, cfg, exp["sha256"], exp["path"])
+            inherited = check_compatible(existing, cfg, exp["sha256"], exp["path"], seed=want_seed)
             seed = inherited["seed"]
             noise = cfg.noise if cfg.noise is not None else inherited["noise"]
             hold = cfg.noise_hold if cfg.noise_hold is not None else inherited["noise_hold"]
             config = existing.card.get("config") or {}
         else:
-            seed = cfg.seed if cfg.seed is not None else spec.seeds.collect
+            seed = want_seed if want_seed is not None else spec.seeds.collect
             noise = cfg.noise if cfg.noise is not None else spec.default_noise[cfg.action_space]
             hold = cfg.noise_hold if cfg.noise_hold is not None else spec.default_noise_hold[cfg.action_space]
             config = {}
         if cfg.action_space == "discrete" and noise > 1:
             raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {noise}")
-        first_id = existing.next_id
-        seeds = range(seed + first_id, seed + first_id + cfg.episodes)
+        # a shard is a fixed seed range: a re-run completes it; otherwise --episodes says how many to add
+        wanted = cfg.episodes if shard is None else max(0, shard[1] - shard[0] - len(existing.metas))
+        ids = existing.ids_to_collect(wanted)
+        if not ids:
+            log(f"{out} already holds the {len(existing.metas)} episodes of shard {cfg.shard[0]}/{cfg.shard[1]}; "
+                "nothing to collect")
+            return CollectResult(out, 0, 0, len(existing.metas), int(sum(m["length"] for m in existing.metas)),
+                                 None, 0, 0.0, False, None, None)
+        seeds = [seed + i for i in ids]
         low = spec.seeds.reserved_below
         reserved = set(seeds) & (set(range(low)) | set(spec.seeds.card) | set(spec.seeds.validation))
         if reserved:
@@ -682,16 +759,23 @@ def collect(
                 if cfg.early_stop else None
             ),
         }
+        workers = cfg.workers if cfg.workers is not None else default_workers(len(ids))
+        workers = min(workers, len(ids))
         runs = list(existing.card.get("runs", []))
         run = {
             "command": command,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "first_episode_id": first_id,
-            "episodes_requested": cfg.episodes,
+            "first_episode_id": ids[0],
+            "episodes_requested": len(ids),
+            **({"filled_episode_ids": [i for i in ids if i < existing.next_id]} if ids[0] < existing.next_id else {}),
+            **({"shard": f"{cfg.shard[0]}/{cfg.shard[1]}: episodes {shard[0]}..{shard[1] - 1} of {cfg.episodes} "
+                         f"from seed {seed - shard[0]}"} if shard else {}),
             "noise": noise,
             "noise_hold": hold,
             "max_steps": cfg.max_steps,
             "early_stop": cfg.early_stop,
+            "renderer": renderer,
+            "workers": workers,
             "driver": str(cfg.driver) if cfg.driver is not None else None,
             "beta": cfg.beta if cfg.driver is not None else None,
             "episodes_added": 0,
@@ -700,13 +784,15 @@ def collect(
         }
         runs.append(run)
         metas = list(existing.metas)
-
-        side_cameras = any(name.startswith("frames_") for name in spec.recorded_info)
-        env = spec.make(cfg.action_space, render=True, max_episode_steps=cfg.max_steps, side_cameras=side_cameras)
+        settings = EpisodeSettings(
+            env=cfg.env, action_space=cfg.action_space, expert=None if cfg.expert is None else str(cfg.expert),
+            driver=None if cfg.driver is None else str(cfg.driver), max_steps=cfg.max_steps, renderer=renderer,
+            noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
+            meta={"expert_sha256": exp["sha256"], **driver_info})
         added: list[dict] = []
         steps = 0
         t_start = time.perf_counter()
-        bar = tqdm(total=cfg.episodes, unit="ep", desc=f"collect {out.name}", disable=not cfg.progress, dynamic_ncols=True)
+        bar = tqdm(total=len(ids), unit="ep", desc=f"collect {out.name}", disable=not cfg.progress, dynamic_ncols=True)
 
         def postfix() -> None:
             rate = steps / max(time.perf_counter() - t_start, 1e-9)
@@ -714,58 +800,50 @@ def collect(
             bar.set_postfix(steps_s=f"{rate:.0f}", mean_return=f"{np.mean(rets):.1f}" if rets else "-",
                             laps=sum(m["lap_complete"] for m in added), refresh=False)
 
-        def on_step() -> None:
+        def on_steps(n: int = 1) -> None:
             nonlocal steps
-            steps += 1
-            if steps % 50 == 0:
+            before, steps = steps, steps + n
+            if steps // 50 != before // 50:
                 postfix()
                 bar.refresh()
 
-        interrupted = False
-        threads = None
-        if driver is not None:  # one frame per step: 1 thread is fastest and leaves the other core to the env
-            import torch
+        def saved(meta: dict) -> None:
+            """An episode file is on disk: count it and rewrite the card (episodes in id order)."""
+            metas.append(meta)
+            metas.sort(key=lambda m: m["episode_id"])
+            added.append(meta)
+            run.update(episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)),
+                       steps_per_s=round(steps / max(time.perf_counter() - t_start, 1e-9), 1))
+            demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, spec))
+            postfix()
+            bar.update(1)
+            if after_episode is not None:
+                after_episode(meta["episode_id"])
 
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
+        interrupted = False
         try:
             with sigterm_as_interrupt():
-                for k, track_seed in enumerate(seeds):
-                    episode_id = first_id + k
-                    arrays, meta = record_episode(env, expert, track_seed, DartNoise(cfg.action_space, noise, hold, track_seed,
-                                                                                     len(spec.action_names[cfg.action_space])),
-                                                  on_step=on_step, early_stop=cfg.early_stop, driver=driver, beta=cfg.beta)
-                    meta.update(max_steps=cfg.max_steps, expert_sha256=exp["sha256"],
-                                collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
-                    meta.update(driver_info)
-                    demos.write_episode(out, episode_id, arrays, meta,
-                                        **({"jpeg_quality": spec.jpeg_quality} if spec.jpeg_quality else {}))
-                    meta = {**meta, "episode_id": episode_id, "length": len(arrays["action"])}
-                    metas.append(meta)
-                    added.append(meta)
-                    run.update(episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)),
-                               steps_per_s=round(steps / max(time.perf_counter() - t_start, 1e-9), 1))
-                    demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, spec))
-                    postfix()
-                    bar.update(1)
-                    if after_episode is not None:
-                        after_episode(episode_id)
+                if workers == 1:
+                    _collect_serial(settings, spec, expert, driver, list(zip(ids, seeds)), on_steps, saved)
+                else:
+                    _collect_parallel(settings, spec, workers, list(zip(ids, seeds)), on_steps, saved)
         except KeyboardInterrupt:
             interrupted = True
         finally:
             bar.close()
-            env.close()
-            if threads is not None:
-                torch.set_num_threads(threads)
         if interrupted:
-            # The card (and `added`) may lag by the episode whose write was interrupted: trust the files.
+            # The card (and `added`) may lag by an episode whose write was interrupted: trust the files.
+            for tmp in demos.temp_files(out):  # a worker killed mid-write (after STOP_TIMEOUT_S) leaves one
+                tmp.unlink(missing_ok=True)
             metas = inspect_out(out).metas
-            added = [m for m in metas if m["episode_id"] >= first_id]
+            wanted_ids = set(ids)
+            added = [m for m in metas if m["episode_id"] in wanted_ids]
             run.update(interrupted=True, episodes_added=len(added), steps_added=int(sum(m["length"] for m in added)))
             if metas:
                 demos.write_json_atomic(out / demos.CARD_NAME, build_card(config, exp, runs, metas, spec))
         elapsed = time.perf_counter() - t_start
         steps_added = int(sum(m["length"] for m in added))
+        added.sort(key=lambda m: m["episode_id"])
         return CollectResult(
             out=out,
             episodes_added=len(added),
@@ -778,5 +856,102 @@ def collect(
             interrupted=interrupted,
             first_seed=added[0]["track_seed"] if added else None,
             last_seed=added[-1]["track_seed"] if added else None,
+            workers=workers,
         )
 
+
+# ----------------------------------------------------------------------------------------------- one episode
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """What every episode of one run is recorded with. Plain values only: worker processes receive it as is."""
+
+    env: str
+    action_space: str
+    expert: str | None  # as given (None: the env's shipped one)
+    driver: str | None  # DAgger: the student's checkpoint
+    max_steps: int
+    renderer: str
+    noise: float
+    noise_hold: int
+    early_stop: bool
+    beta: float
+    out: str
+    meta: dict = field(default_factory=dict)  # added to every episode's meta (expert and driver identity)
+
+    def make_env(self) -> Any:
+        spec = get_spec(self.env)
+        side_cameras = any(name.startswith("frames_") for name in spec.recorded_info)
+        return spec.make(self.action_space, render=True, max_episode_steps=self.max_steps, side_cameras=side_cameras,
+                         renderer=self.renderer)
+
+
+def load_driver(path: str | Path, env: str, action_space: str) -> Any:
+    """A DAgger student as a driver (agent.driver.PolicyController on the CPU)."""
+    from agent.driver import PolicyController, load_policy
+
+    policy = load_policy(path, env, action_space, "cpu")
+    return PolicyController(policy.eval(), name=Path(path).stem)
+
+
+def record_and_write(s: EpisodeSettings, env: Any, expert: Any, driver: Any, episode_id: int, track_seed: int,
+                     on_step: Callable[[], None] | None) -> dict:
+    """Record episode `episode_id` on track `track_seed` and write its file atomically; returns its meta."""
+    spec = get_spec(s.env)
+    noise = DartNoise(s.action_space, s.noise, s.noise_hold, track_seed, len(spec.action_names[s.action_space]))
+    arrays, meta = record_episode(env, expert, track_seed, noise, on_step=on_step, early_stop=s.early_stop,
+                                  driver=driver, beta=s.beta)
+    meta.update(max_steps=s.max_steps, expert_sha256=s.meta.get("expert_sha256"),
+                collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"), renderer=s.renderer)
+    meta.update({k: v for k, v in s.meta.items() if k != "expert_sha256"})
+    demos.write_episode(Path(s.out), episode_id, arrays, meta,
+                        **({"jpeg_quality": spec.jpeg_quality} if spec.jpeg_quality else {}))
+    return {**meta, "episode_id": episode_id, "length": len(arrays["action"])}
+
+
+def _collect_serial(s: EpisodeSettings, spec: EnvSpec, expert: Any, driver: Any, tasks: list[tuple[int, int]],
+                    on_steps: Callable[..., None], saved: Callable[[dict], None]) -> None:
+    """One process: the episodes one after the other in this process (--workers 1)."""
+    env = s.make_env()
+    threads = None
+    if driver is not None:  # one frame per step: 1 thread is fastest and leaves the other core to the env
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+    try:
+        for episode_id, track_seed in tasks:
+            saved(record_and_write(s, env, expert, driver, episode_id, track_seed, on_steps))
+    finally:
+        env.close()
+        if threads is not None:
+            torch.set_num_threads(threads)
+
+
+def _worker_setup(s: EpisodeSettings) -> tuple:
+    """In a worker process: its own env, expert and DAgger student."""
+    from agent.expert import Expert
+
+    expert = Expert.load(s.expert, s.action_space, s.env)
+    driver = load_driver(s.driver, s.env, s.action_space) if s.driver is not None else None
+    return s, s.make_env(), expert, driver
+
+
+def _worker_episode(state: tuple, task: tuple[int, int], on_step: Callable[[], None]) -> dict:
+    s, env, expert, driver = state
+    return record_and_write(s, env, expert, driver, *task, on_step)
+
+
+def _preload(spec: EnvSpec) -> list[str]:
+    """What a worker imports: done once in the fork server, not in every worker."""
+    return [__name__, "agent.expert", "stable_baselines3", "agent.driver", spec.make.__module__]
+
+
+def _collect_parallel(s: EpisodeSettings, spec: EnvSpec, workers: int, tasks: list[tuple[int, int]],
+                      on_steps: Callable[..., None], saved: Callable[[dict], None]) -> None:
+    """`workers` processes, each recording whole episodes and writing their files; the card is written here.
+    Episode files depend only on their seed, so the dataset is the serial run's (see agent.parallel)."""
+    from agent.parallel import EpisodePool
+
+    with EpisodePool(workers, _worker_setup, (s,), _worker_episode, threads=1, preload=_preload(spec)) as pool:
+        for _, meta in pool.run([(task, task) for task in tasks], on_steps=on_steps):
+            saved(meta)

@@ -42,7 +42,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -51,6 +51,7 @@ from tqdm import tqdm
 from agent.metrics import (EpisodeRecorder, aggregate, atomic_write_text, comparison_markdown, steer_of, write_json,
                            write_run)
 from agent import video as vid
+from agent.parallel import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec, spec_for_gym_id
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +90,8 @@ class EvalArgs:
     threads: int = 1  # torch threads (latency is single-sample; 1 was fastest on 2 cores)
     tensorboard: bool = True
     progress: bool = True  # progress bars on stderr when it is a terminal (else one line per episode)
+    renderer: str | None = None  # who draws the frames (the env's renderers; default: its first, the reference)
+    workers: int | None = None  # processes driving episodes; validate() resolves None (agent.parallel.default_workers)
 
     def validate(self) -> "EvalArgs":
         spec = get_spec(self.env)  # ValueError naming the valid envs
@@ -121,6 +124,11 @@ class EvalArgs:
             raise ValueError(f"--name lists a name twice: {self.name}")
         if len(set(self.checkpoint)) != len(self.checkpoint):
             raise ValueError(f"--checkpoint lists a file twice: {self.checkpoint}")
+        self.renderer = spec.check_renderer(self.renderer)
+        if self.workers is None:
+            policies = 1 if self.policy == "expert" else max(1, len(self.checkpoint)) + bool(self.with_expert)
+            self.workers = default_workers(self.episodes * policies, self.threads)
+        check_workers(self.workers)
         return self
 
     @property
@@ -277,8 +285,10 @@ def run_names(paths: Sequence[str]) -> list[str]:
 # ----------------------------------------------------------------------------- one episode / one policy
 def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space: str, *,
                 video_path: Path | None = None, saliency: str | None = None,
-                bar: tqdm | None = None) -> tuple[dict[str, Any], list[float]]:
-    """Drive one episode on track ``seed``; returns its metrics row and per-step latencies (ms)."""
+                bar: tqdm | None = None, on_step: Callable[[], None] | None = None
+                ) -> tuple[dict[str, Any], list[float]]:
+    """Drive one episode on track ``seed``; returns its metrics row and per-step latencies (ms).
+    ``on_step()`` is called after every step (a worker process reports progress through it)."""
     spec: EnvSpec = expert.spec
     started = time.perf_counter()
     frame, info = env.reset(seed=int(seed))
@@ -315,6 +325,8 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
             step += 1
             if bar is not None:
                 bar.update(1)
+            if on_step is not None:
+                on_step()
     except BaseException:
         if writer is not None:
             writer.abort()
@@ -342,8 +354,8 @@ def show_progress(requested: bool, stream: Any = None) -> bool:
 
 def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expert: Any, out_dir: Path,
                         meta: dict[str, Any]) -> dict[str, Any]:
-    """All episodes of one policy; writes out_dir/{metrics.json, episodes.csv, tb/, videos/}."""
-    env = expert.spec.make(action_space, render=True, max_episode_steps=args.max_steps)
+    """All episodes of one policy in this process; writes out_dir/{metrics.json, episodes.csv, tb/, videos/}."""
+    env = expert.spec.make(action_space, render=True, max_episode_steps=args.max_steps, renderer=args.renderer)
     rows: list[dict[str, Any]] = []
     latencies: list[float] = []
     interrupted = False
@@ -351,13 +363,10 @@ def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expe
     episodes = tqdm(args.seeds, desc=controller.name, unit="ep", disable=not bars, file=sys.stderr)
     try:
         for i, seed in enumerate(episodes):
-            record = args.video and i < args.video_episodes
-            path = out_dir / "videos" / f"seed_{seed}.mp4" if record else None
             with tqdm(total=args.max_steps, desc=f"seed {seed}", unit="step", leave=False,
                       disable=not bars, file=sys.stderr) as bar:
-                row, lat = run_episode(controller, env, expert, seed, action_space, video_path=path,
-                                       saliency=args.saliency_method if args.saliency and not controller.is_expert
-                                       else None, bar=bar)
+                row, lat = run_episode(controller, env, expert, seed, action_space, bar=bar,
+                                       **_episode_outputs(args, controller.is_expert, out_dir, i, seed))
             rows.append(row)
             latencies.extend(lat)
             episodes.set_postfix(ret=f"{row['return']:.0f}", completion=f"{row['completion']:.2f}")
@@ -369,12 +378,98 @@ def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expe
     finally:
         episodes.close()
         env.close()
+    return _write_policy(rows, latencies, args, out_dir, meta, interrupted)
+
+
+def _episode_outputs(args: EvalArgs, is_expert: bool, out_dir: Path, i: int, seed: int) -> dict[str, Any]:
+    """run_episode's video_path and saliency for episode i (seed) of a policy."""
+    record = args.video and i < args.video_episodes
+    return {"video_path": out_dir / "videos" / f"seed_{seed}.mp4" if record else None,
+            "saliency": args.saliency_method if args.saliency and not is_expert else None}
+
+
+def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: EvalArgs, out_dir: Path,
+                  meta: dict[str, Any], interrupted: bool) -> dict[str, Any]:
+    """metrics.json etc. of one policy from its finished episodes (in seed order); Interrupted if it was."""
     summary = aggregate(rows, latencies, **meta, interrupted=interrupted,
                         seeds=[r["seed"] for r in rows], requested_seeds=args.seeds)
     write_run(out_dir, summary, tensorboard=args.tensorboard)
     if interrupted:
-        raise Interrupted(f"interrupted: wrote {len(rows)} finished episode(s) of {controller.name} to {out_dir}")
+        raise Interrupted(f"interrupted: wrote {len(rows)} finished episode(s) of {meta['name']} to {out_dir}")
     return summary
+
+
+# ----------------------------------------------------------------------------- worker processes
+def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
+                  policies: list[tuple[str, str | None]]) -> tuple:
+    """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
+    from agent.expert import Expert
+
+    expert = Expert.load(expert_path, action_space, env)
+    controllers = [ExpertController(expert) if path is None else
+                   PolicyController(load_policy(path, env, action_space, device), name, device)
+                   for name, path in policies]
+    sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer)
+    return sim, expert, action_space, controllers
+
+
+def _worker_episode(state: tuple, task: tuple, on_step: Callable[[], None]) -> tuple[dict[str, Any], list[float]]:
+    sim, expert, action_space, controllers = state
+    index, seed, outputs = task
+    return run_episode(controllers[index], sim, expert, seed, action_space, on_step=on_step, **outputs)
+
+
+def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: EvalArgs, action_space: str,
+                       out_dirs: list[Path], results: dict[str, dict[str, Any]]) -> None:
+    """Every (policy, seed) episode in args.workers processes. Each episode depends only on its seed, so the
+    rows (and videos) are the serial run's; each policy's files are written, in seed order, once its last
+    episode is in. Ctrl-C: every policy with finished episodes gets its files, marked interrupted."""
+    n = len(args.seeds)
+    policies = [(name, None if controller.is_expert else meta["source"]) for name, controller, meta in targets]
+    rows: list[dict[int, tuple[dict[str, Any], list[float]]]] = [{} for _ in targets]
+    tasks = [((t, i), (t, seed, _episode_outputs(args, controller.is_expert, out_dirs[t], i, seed)))
+             for t, (_, controller, _) in enumerate(targets) for i, seed in enumerate(args.seeds)]
+    bars = show_progress(args.progress)
+    bar = tqdm(total=len(tasks) * args.max_steps, unit="step", desc=f"{len(targets)} x {n} episodes",
+               disable=not bars, file=sys.stderr)
+    written = 0
+
+    def write(t: int, interrupted: bool = False) -> dict[str, Any]:
+        done = [rows[t][i] for i in sorted(rows[t])]
+        return _write_policy([r for r, _ in done], [x for _, lat in done for x in lat], args, out_dirs[t],
+                             targets[t][2], interrupted)
+
+    try:
+        with EpisodePool(min(args.workers, len(tasks)), _worker_setup,
+                         (args.env, action_space, args.expert, args.device, args.max_steps, args.renderer, policies),
+                         _worker_episode, threads=args.threads, preload=_preload(args.env)) as pool:
+            for (t, i), (row, lat) in pool.run(tasks, on_steps=bar.update):
+                rows[t][i] = (row, lat)
+                if args.progress and not bars:
+                    print(f"{targets[t][0]}: episode {i + 1}/{n} (seed {args.seeds[i]}) return {row['return']:.0f}, "
+                          f"completion {row['completion']:.2f}", file=sys.stderr, flush=True)
+                while written < len(targets) and len(rows[written]) == n:
+                    results[targets[written][0]] = write(written)
+                    tqdm.write(summary_line(targets[written][0], results[targets[written][0]]))
+                    written += 1
+    except KeyboardInterrupt:
+        partial = [t for t in range(written, len(targets)) if rows[t]]
+        for t in partial:
+            try:
+                write(t, interrupted=True)
+            except Interrupted:
+                pass
+        kept = sum(len(rows[t]) for t in partial)
+        raise Interrupted(f"interrupted: wrote {kept} finished episode(s) of "
+                          f"{', '.join(targets[t][0] for t in partial) or 'no policy'} "
+                          f"to {out_dirs[partial[0]] if len(partial) == 1 else out_dirs[0].parent}") from None
+    finally:
+        bar.close()
+
+
+def _preload(env: str) -> list[str]:
+    """What a worker imports: done once in the fork server, not in every worker."""
+    return [__name__, "agent.expert", "stable_baselines3", "policies.policy", get_spec(env).make.__module__]
 
 
 # ----------------------------------------------------------------------------- the whole evaluation
@@ -391,6 +486,9 @@ def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[st
 
 def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     from agent.expert import Expert
+
+    if args.workers > 1:
+        warm_up(_preload(args.env))  # the workers' imports run while this process loads the policies
 
     # 1. what to drive (load everything first, so a bad checkpoint fails before any driving)
     targets: list[tuple[str, Any, dict[str, Any]]] = []  # (name, controller, meta)
@@ -441,16 +539,20 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
         "command": command or " ".join(shlex.quote(a) for a in sys.argv),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "torch_version": torch.__version__,
+        "renderer": args.renderer, "workers": args.workers,
     }
 
     # 3. drive
     results: dict[str, dict[str, Any]] = {}
+    runs = [(name, controller, {"name": name, **meta, **common}) for name, controller, meta in targets]
+    out_dirs = [root if single else root / name for name, _, _ in targets]
     try:
-        for name, controller, meta in targets:
-            out_dir = root if single else root / name
-            results[name] = evaluate_controller(controller, args, action_space, expert, out_dir,
-                                                {"name": name, **meta, **common})
-            tqdm.write(summary_line(name, results[name]))
+        if args.workers > 1 and len(targets) * args.episodes > 1:
+            _evaluate_parallel(runs, args, action_space, out_dirs, results)
+        else:  # one process: the policies one after the other, their episodes in order
+            for (name, controller, meta), out_dir in zip(runs, out_dirs):
+                results[name] = evaluate_controller(controller, args, action_space, expert, out_dir, meta)
+                tqdm.write(summary_line(name, results[name]))
     finally:
         if not single and results:
             rows = list(results.items())

@@ -435,6 +435,7 @@ def _make_spec():
         lap_complete=lambda info: bool(info["lap_complete"]),
         on_road=lambda info: bool(info["on_track"]),
         gym_kwargs=lambda action_space: {"continuous": action_space == "continuous"},
+        renderers=RENDERERS,  # ("pygame", "fast"): gymnasium's is the default and the reference
         episode_meta=lambda info: {"lap_complete": bool(info["lap_complete"]),
                                    "tiles_visited": int(info["tiles_visited"]), "num_tiles": int(info["num_tiles"])},
     )

@@ -49,8 +49,8 @@ class EnvSpec:
     dt: float  # seconds per env step
     frame_shape: tuple[int, int, int]  # the student's camera frame (H, W, 3)
     feature_names: tuple[str, ...]  # the expert's privileged observation, info["privileged"]
-    # make(action_space, render=..., max_episode_steps=..., render_mode=None, side_cameras=False) -> env whose
-    # obs is the frame and whose info holds "privileged", "speed" and the keys read below
+    # make(action_space, render=..., max_episode_steps=..., render_mode=None, side_cameras=False, renderer=...) -> env
+    # whose obs is the frame and whose info holds "privileged", "speed" and the keys read below
     make: Callable[..., gym.Env]
     # make_expert_env(action_space, render=..., max_episode_steps=...) -> privileged obs, PPO's action space
     make_expert_env: Callable[..., gym.Env]
@@ -84,11 +84,22 @@ class EnvSpec:
     jpeg_quality: int | None = None  # store recorded frames as JPEG of this quality (None: lossless)
     gym_kwargs: Callable[[str], dict] = lambda action_space: {}  # gym.make kwargs that rebuild it (Minari export)
     seeds: SeedRanges = field(default_factory=SeedRanges)
+    # who draws the camera frame: make(..., renderer=NAME) takes one of these, the first is the default (the reference
+    # the shipped students were trained on). CarRacing: gymnasium's pygame or this project's fast OpenCV one.
+    renderers: tuple[str, ...] = ("native",)
 
     def check_action_space(self, action_space: str) -> str:
         if action_space not in self.action_spaces:
             raise ValueError(f"action_space must be one of {list(self.action_spaces)} for {self.name}, got {action_space!r}")
         return action_space
+
+    def check_renderer(self, renderer: str | None) -> str:
+        """The renderer to use (None: the default); ValueError naming the valid ones otherwise."""
+        if renderer is None:
+            return self.renderers[0]
+        if renderer not in self.renderers:
+            raise ValueError(f"--renderer must be one of {list(self.renderers)} for {self.name}, got {renderer!r}")
+        return renderer
 
     def default_out(self, action_space: str) -> Path:
         """collect.py's default dataset folder."""

@@ -27,6 +27,7 @@ STEPS = 30
 
 def _collect(out, **kw):
     kw.setdefault("max_steps", STEPS)
+    kw.setdefault("workers", 1)  # this process (tests/test_parallel.py runs the worker processes)
     return collect(CollectConfig(out=Path(out), progress=False, **kw), log=lambda m: None)
 
 
@@ -228,7 +229,8 @@ def test_exception_mid_run_keeps_finished_episodes(tmp_path, monkeypatch):
 
 def test_killed_cli_leaves_readable_data(tmp_path):
     out = tmp_path / "d"
-    cmd = [sys.executable, "collect.py", "--episodes", "500", "--max-steps", "40", "--out", str(out), "--no-progress"]
+    cmd = [sys.executable, "collect.py", "--episodes", "500", "--max-steps", "40", "--out", str(out), "--no-progress",
+           "--workers", "1"]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120

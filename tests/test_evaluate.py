@@ -47,7 +47,7 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
 
 
 def _args(out: Path, **kw) -> EvalArgs:
-    base = dict(episodes=1, max_steps=30, seed=1234, out=str(out), progress=False)
+    base = dict(episodes=1, max_steps=30, seed=1234, out=str(out), progress=False, workers=1)
     base.update(kw)
     return EvalArgs(**base)
 

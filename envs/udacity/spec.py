@@ -34,10 +34,11 @@ class ThemeBySeed(gym.Wrapper):
 
 
 def make(action_space: str = "continuous", *, render: bool = True, max_episode_steps: int = 1000,
-         render_mode: str | None = None, side_cameras: bool = False, **kwargs: Any) -> gym.Env:
+         render_mode: str | None = None, side_cameras: bool = False, renderer: str = "native", **kwargs: Any) -> gym.Env:
     """The udacity env as collect.py / evaluate.py use it; `side_cameras` puts the left and right camera
-    frames into info["frame_left"] / info["frame_right"]."""
+    frames into info["frame_left"] / info["frame_right"]. It has one renderer, its own ("native")."""
     SPEC.check_action_space(action_space)
+    SPEC.check_renderer(renderer)
     env = UdacityStyleEnv(render=render, cameras=CAMERAS_ALL if side_cameras else ("center",),
                           max_episode_steps=max_episode_steps, render_mode=render_mode, **kwargs)
     return ThemeBySeed(env)
@@ -101,4 +102,5 @@ SPEC = EnvSpec(
     jpeg_quality=95,
     recover=lambda env: env.unwrapped.recenter(),
     lateral_error=lambda info: abs(float(info["cte"])),
+    renderers=("native",),  # envs/udacity/camera.py draws its cameras; there is no other
 )

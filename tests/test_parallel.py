@@ -1,0 +1,302 @@
+"""Worker processes, renderers and shards: `--workers 2` records the dataset / metrics / videos of one process,
+byte for byte; Ctrl-C and kill -9 keep every finished episode and a re-run completes the run; `--renderer fast`
+draws the frames and is recorded; `--shard I/N` collects exactly its part of the run's seeds."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import collect as collect_cli
+from agent import demos
+from agent.collector import DEFAULT_SEED, CollectConfig, CollectError, collect, shard_range
+from agent.driver import EvalArgs, Interrupted, evaluate
+from agent.parallel import default_workers
+from envs.carracing import make_carracing
+from tests.helpers import constant_policy_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 30
+TIMING = ("collected_at", "wall_s", "wall_seconds", "latency", "command", "created", "started", "workers",
+          "steps_per_s")
+
+
+def _collect(out: Path, **kw):
+    kw.setdefault("max_steps", STEPS)
+    return collect(CollectConfig(out=out, progress=False, **kw), log=lambda m: None)
+
+
+def _untimed(x):
+    """x without its timings (and the worker count): what must not depend on how many processes ran."""
+    if isinstance(x, dict):
+        return {k: _untimed(v) for k, v in x.items() if not any(t in k for t in TIMING)}
+    if isinstance(x, list):
+        return [_untimed(v) for v in x]
+    return x
+
+
+def _same_episodes(a: Path, b: Path, ids_a=None, ids_b=None) -> None:
+    da, db = demos.open_dataset(a), demos.open_dataset(b)
+    ia = list(range(len(da))) if ids_a is None else ids_a
+    ib = list(range(len(db))) if ids_b is None else ids_b
+    assert len(ia) == len(ib)
+    for i, j in zip(ia, ib):
+        ea, eb = da.load(i), db.load(j)
+        assert sorted(ea) == sorted(eb)
+        for k in ea:
+            assert ea[k].dtype == eb[k].dtype and ea[k].tobytes() == eb[k].tobytes(), (i, j, k)
+        ma = {k: v for k, v in da.episodes[i].items() if k != "episode_id"}
+        mb = {k: v for k, v in db.episodes[j].items() if k != "episode_id"}
+        assert _untimed(ma) == _untimed(mb)
+
+
+@pytest.fixture(scope="module")
+def dagger(tmp_path_factory):
+    """The same 3 DAgger episodes (a constant student drives, the expert takes over with probability 0.5, DART
+    noise on top) recorded by this process alone: the reference the worker processes must reproduce."""
+    d = tmp_path_factory.mktemp("par")
+    driver = constant_policy_checkpoint(d / "const.pt")
+    kw = dict(episodes=3, driver=driver, beta=0.5, noise=0.2)
+    res = _collect(d / "serial", workers=1, **kw)
+    assert res.episodes_added == 3 and res.workers == 1
+    return d, kw
+
+
+def test_default_workers_follow_cores_episodes_and_threads(monkeypatch):
+    import agent.parallel as parallel
+
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
+    assert default_workers(100) == 8 and default_workers(3) == 3 and default_workers(100, threads=4) == 4
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 1)
+    assert default_workers(100) == 1 and default_workers(0) == 1
+
+
+# ----------------------------------------------------------------------------- collection
+def test_two_workers_record_the_serial_dataset(dagger):
+    d, kw = dagger
+    res = _collect(d / "parallel", workers=2, **kw)
+    assert res.episodes_added == 3 and res.workers == 2 and not res.interrupted
+    _same_episodes(d / "serial", d / "parallel")
+    serial, parallel = (demos.open_dataset(d / n).card for n in ("serial", "parallel"))
+    assert _untimed({**serial, "runs": None}) == _untimed({**parallel, "runs": None})
+    assert parallel["runs"][-1]["workers"] == 2 and parallel["counts"]["renderers"] == {"pygame": 3}
+    fractions = [m["expert_driven_fraction"] for m in demos.open_dataset(d / "parallel").episodes]
+    assert all(0 < f < 1 for f in fractions), "the student drove part of every episode in the workers"
+
+
+def test_interrupted_parallel_run_keeps_finished_episodes_and_a_rerun_completes_it(dagger):
+    """Ctrl-C in the collector after its first saved episode: workers stop, their unfinished episodes are
+    dropped, every finished one stays; the next run fills the holes first, giving the uninterrupted dataset."""
+    d, kw = dagger
+    out = d / "interrupted"
+
+    def ctrl_c(episode_id):
+        raise KeyboardInterrupt
+
+    res = collect(CollectConfig(out=out, progress=False, workers=2, max_steps=STEPS, **kw), log=lambda m: None,
+                  after_episode=ctrl_c)
+    assert res.interrupted and res.episodes_added >= 1 and "interrupted: saved" in res.summary()
+    ds = demos.open_dataset(out)
+    assert ds.card["counts"]["episodes"] == len(ds) == res.episodes_added and ds.card["runs"][-1]["interrupted"]
+    assert not demos.temp_files(out), "no half-written episode is left"
+    first = [m["episode_id"] for m in ds.episodes]
+    res = _collect(out, workers=1, **{**kw, "episodes": 3 - len(first)})
+    ds = demos.open_dataset(out)
+    assert [m["episode_id"] for m in ds.episodes] == [0, 1, 2]
+    assert [m["track_seed"] for m in ds.episodes] == [DEFAULT_SEED + i for i in range(3)]
+    _same_episodes(d / "serial", out)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.1)
+
+
+def test_ctrl_c_stops_a_parallel_cli_cleanly(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: collector, fork server and workers."""
+    out = tmp_path / "d"
+    cmd = [sys.executable, "collect.py", "--episodes", "200", "--max-steps", "30", "--out", str(out),
+           "--no-progress", "--workers", "2", "--renderer", "fast"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _wait_for(out / "episodes" / "episode_00001.npz", proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert "interrupted: saved" in stdout and "(2 workers)" in stdout and "Traceback" not in stderr, stderr
+    ds = demos.open_dataset(out)
+    assert 2 <= len(ds) < 200 and ds.card["counts"]["episodes"] == len(ds) and not demos.temp_files(out)
+    assert ds.card["counts"]["renderers"] == {"fast": len(ds)}
+    assert all(ds.load(i)["frames"].shape == (30, 96, 96, 3) for i in range(len(ds)))
+
+
+def test_kill_9_of_a_parallel_collector_keeps_finished_episodes(tmp_path):
+    """SIGKILL gives no chance to clean up: the workers notice their collector is gone and quit, every
+    episode file on disk is complete, and a re-run removes the leftovers and fills the holes."""
+    out = tmp_path / "d"
+    cmd = [sys.executable, "collect.py", "--episodes", "200", "--max-steps", "30", "--out", str(out),
+           "--no-progress", "--workers", "2", "--renderer", "fast"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(out / "episodes" / "episode_00000.npz", proc)
+        proc.kill()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(2)  # a worker that was writing its file finishes it; then the workers notice and quit
+    files = sorted((out / "episodes").glob("episode_*.npz"))
+    time.sleep(2)
+    assert sorted((out / "episodes").glob("episode_*.npz")) == files, "the workers stopped with their collector"
+    ds = demos.open_dataset(out)
+    for i in range(len(ds)):
+        assert ds.load(i)["frames"].shape == (30, 96, 96, 3)
+    ids = [m["episode_id"] for m in ds.episodes]
+    holes = sorted(set(range(max(ids) + 1)) - set(ids))
+    res = _collect(out, workers=1, episodes=len(holes) + 1, max_steps=30, renderer="fast")
+    assert res.episodes_added == len(holes) + 1
+    ds = demos.open_dataset(out)
+    assert [m["episode_id"] for m in ds.episodes] == list(range(max(ids) + 2)) and not demos.temp_files(out)
+    assert ds.card["counts"]["episodes"] == len(ds)
+
+
+# ----------------------------------------------------------------------------- shards
+def test_shard_ranges_split_the_run_exactly():
+    for episodes in (1, 2, 5, 7, 25, 100):
+        for count in range(1, min(episodes, 6) + 1):
+            parts = [shard_range(episodes, i, count) for i in range(1, count + 1)]
+            assert [i for a, b in parts for i in range(a, b)] == list(range(episodes))
+            assert max(b - a for a, b in parts) - min(b - a for a, b in parts) <= 1
+
+
+def test_a_shard_records_its_part_of_the_run_and_a_rerun_completes_it(dagger, tmp_path, capsys):
+    d, kw = dagger
+    argv = ["--episodes", "3", "--shard", "2/2", "--max-steps", str(STEPS), "--driver", str(kw["driver"]),
+            "--beta", "0.5", "--noise", "0.2", "--out", str(tmp_path / "run"), "--no-progress", "--workers", "1"]
+    assert collect_cli.main(argv) == 0
+    out = tmp_path / "run-shard-2-of-2"
+    ds = demos.open_dataset(out)
+    # shard 2 of 2 of 3 episodes = episodes 1 and 2 of the run: seeds DEFAULT_SEED+1.., ids from 0 in its folder
+    assert [m["track_seed"] for m in ds.episodes] == [DEFAULT_SEED + 1, DEFAULT_SEED + 2]
+    assert ds.card["config"]["seed"] == DEFAULT_SEED + 1 and "2/2" in ds.card["runs"][-1]["shard"]
+    _same_episodes(d / "serial", out, ids_a=[1, 2], ids_b=[0, 1])
+    capsys.readouterr()
+    assert collect_cli.main(argv) == 0
+    assert "saved 0 new episode(s)" in capsys.readouterr().out and len(demos.open_dataset(out)) == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shard", "0/3"], "1 <= I <= N"),
+    (["--shard", "4/3"], "1 <= I <= N"),
+    (["--shard", "half"], "--shard must look like I/N"),
+    (["--shard", "2/4", "--episodes", "3"], "give --episodes >= 4"),
+    (["--workers", "0"], "--workers must be an integer >= 1"),
+    (["--renderer", "vulkan"], "--renderer must be one of ['pygame', 'fast'] for carracing"),
+    (["--env", "udacity", "--renderer", "fast"], "--renderer must be one of ['native'] for udacity"),
+])
+def test_bad_parallel_arguments_are_one_line_errors(argv, message, tmp_path, capsys):
+    try:
+        code = collect_cli.main([*argv, "--out", str(tmp_path / "d"), "--no-progress"])
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not list(tmp_path.iterdir()), "a refused run creates nothing"
+
+
+def test_a_shard_of_another_run_is_refused(tmp_path):
+    _collect(tmp_path / "d-shard-1-of-2", episodes=1, max_steps=5, workers=1, renderer="fast")
+    with pytest.raises(CollectError, match="shard 1/2 of this run starts at seed 5000000"):
+        _collect(tmp_path / "d", episodes=4, shard="1/2", seed=5_000_000, max_steps=5, workers=1)
+
+
+# ----------------------------------------------------------------------------- the fast renderer
+def test_fast_renderer_frames_are_recorded_and_replay(tmp_path):
+    res = _collect(tmp_path / "d", episodes=1, max_steps=20, workers=1, renderer="fast", noise=0)
+    ds = demos.open_dataset(res.out)
+    assert ds.episodes[0]["renderer"] == "fast" and ds.card["counts"]["renderers"] == {"fast": 1}
+    assert ds.card["runs"][-1]["renderer"] == "fast" and ds.card["episodes"][0]["renderer"] == "fast"
+    ep = ds.load(0)
+    fast = make_carracing("continuous", max_episode_steps=20, renderer="fast")
+    pygame = make_carracing("continuous", max_episode_steps=20)
+    a, _ = fast.reset(seed=DEFAULT_SEED)
+    b, _ = pygame.reset(seed=DEFAULT_SEED)
+    fast.close(), pygame.close()
+    np.testing.assert_array_equal(ep["frames"][0], a)
+    assert 0 < np.abs(ep["frames"][0].astype(int) - b).mean() < 2, "the fast frame is close to, not equal to, pygame's"
+
+
+# ----------------------------------------------------------------------------- evaluation
+@pytest.fixture(scope="module")
+def student(tmp_path_factory) -> Path:
+    from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+    import torch
+
+    torch.manual_seed(0)
+    config = PolicyConfig.for_actions("continuous", core_options=dict(d_model=16, heads=4, topk=4), window=4,
+                                      frame_stride=2, feature_dim=16)
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "nac.pt", DrivingPolicy(config))
+
+
+def test_two_workers_give_the_serial_metrics_and_videos(student, tmp_path):
+    common = dict(checkpoint=[str(student)], with_expert=True, episodes=2, max_steps=25, seed=1234, video_episodes=2,
+                  progress=False, tensorboard=False, renderer="fast")
+    serial = evaluate(EvalArgs(out=str(tmp_path / "s"), workers=1, **common))
+    parallel = evaluate(EvalArgs(out=str(tmp_path / "p"), workers=2, **common))
+    assert list(parallel) == list(serial) == ["nac", "expert"]
+    for name in serial:
+        a, b = (json.loads((tmp_path / run / name / "metrics.json").read_text()) for run in ("s", "p"))
+        assert b["workers"] == 2 and b["renderer"] == "fast" and a["workers"] == 1
+        assert _untimed(a) == _untimed(b) and [e["seed"] for e in b["episodes"]] == [1234, 1235]
+        for seed in (1234, 1235):
+            video = f"{name}/videos/seed_{seed}.mp4"
+            assert (tmp_path / "s" / video).read_bytes() == (tmp_path / "p" / video).read_bytes()
+    a, b = (json.loads((tmp_path / run / "comparison.json").read_text()) for run in ("s", "p"))
+    assert _untimed(a) == _untimed(b)
+
+
+def test_ctrl_c_in_a_parallel_evaluation_keeps_the_finished_episodes(student, tmp_path, monkeypatch):
+    class CtrlCAfterFirstEpisode:  # the collector's stderr: Ctrl-C arrives as the first episode is reported
+        def write(self, text):
+            if "episode " in text:
+                raise KeyboardInterrupt
+            return len(text)
+
+        def flush(self):
+            pass
+
+        def isatty(self):
+            return False
+
+    monkeypatch.setattr(sys, "stderr", CtrlCAfterFirstEpisode())
+    out = tmp_path / "e"
+    with pytest.raises(Interrupted, match="interrupted: wrote 1 finished episode"):
+        evaluate(EvalArgs(policy="expert", episodes=6, max_steps=25, seed=1234, out=str(out), workers=2,
+                          tensorboard=False))
+    monkeypatch.undo()
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["interrupted"] is True and m["num_episodes"] == 1 and m["requested_seeds"] == list(range(1234, 1240))
+    assert not list((out / "videos").glob(".tmp-*")), "the unfinished episodes' videos were discarded"
+
+
+def test_evaluate_renderer_and_workers_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"--renderer must be one of \['native'\] for udacity"):
+        EvalArgs(env="udacity", policy="expert", renderer="fast").validate()
+    with pytest.raises(ValueError, match="--workers must be an integer >= 1"):
+        EvalArgs(policy="expert", workers=0).validate()
+    assert EvalArgs(policy="expert", episodes=1).validate().workers == 1
+    assert EvalArgs(policy="expert").validate().renderer == "pygame"
