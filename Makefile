@@ -56,6 +56,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.nac_runtime
+	$(PY) -m benchmarks.throughput
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -37,11 +37,24 @@ What makes this good BC data (and why each piece is here):
   error, heading error), and its ``jpeg_quality`` stores camera frames as JPEG (the three 160x320 cameras
   would take ~460 KB a step raw).
 
+* **Renderer** (``renderer``): who draws the frames, one of the spec's ``renderers`` (CarRacing: gymnasium's
+  ``pygame``, the default and the reference, or the ``fast`` OpenCV one of envs/carracing_render.py). Each
+  episode's meta and the card's counts record it; one dataset may hold both.
+
+Speed: ``workers`` > 1 records episodes in that many processes (agent.parallel), each with its own env, expert
+and student. An episode depends only on its track seed, so the files are byte for byte those of one process;
+each worker writes its episode files, this process writes the card (episodes in id order). ``workers`` = 1 is
+the plain loop in this process. ``shard`` = (I, N) records only the I-th of N contiguous parts of the run's
+seeds (``shard_range``) into ``OUT-shard-I-of-N``, e.g. one part per machine, to be merged afterwards.
+
 Robustness: each episode file and the card are written atomically (agent.demos); Ctrl-C or SIGTERM stops
-after discarding the unfinished episode; a SIGKILL can leave only a hidden ``.tmp`` that is never read and
-is removed by the next run. Re-running with the same ``out`` appends (episode ids and track seeds
-continue) if env, action space and expert (by SHA-256) match the dataset, and refuses otherwise. A lock
-file stops two collectors writing into one folder.
+after discarding the unfinished episode(s); a SIGKILL can leave only a hidden ``.tmp`` that is never read and
+is removed by the next run (worker processes notice their collector died and quit). Re-running with the same
+``out`` appends (episode ids and track seeds continue) if env, action space and expert (by SHA-256) match
+the dataset, and refuses otherwise; it first fills any hole among the ids (an episode an interrupted
+parallel run had not finished, or a damaged file someone deleted), so a resumed run ends up with the
+episodes of an uninterrupted one. A shard's re-run completes the shard. A lock file stops two collectors
+writing into one folder.
 """
 
 from __future__ import annotations

@@ -154,8 +154,12 @@ class EpisodePool:
         self._complete = False
 
     def __enter__(self) -> "EpisodePool":
-        for p in self.procs:
-            p.start()
+        try:
+            for p in self.procs:
+                p.start()
+        except BaseException:  # e.g. Ctrl-C while starting: stop the ones already running
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:

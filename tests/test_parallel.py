@@ -293,10 +293,16 @@ def test_ctrl_c_in_a_parallel_evaluation_keeps_the_finished_episodes(student, tm
     assert not list((out / "videos").glob(".tmp-*")), "the unfinished episodes' videos were discarded"
 
 
-def test_evaluate_renderer_and_workers_errors(tmp_path):
-    with pytest.raises(ValueError, match=r"--renderer must be one of \['native'\] for udacity"):
-        EvalArgs(env="udacity", policy="expert", renderer="fast").validate()
-    with pytest.raises(ValueError, match="--workers must be an integer >= 1"):
-        EvalArgs(policy="expert", workers=0).validate()
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "udacity", "--expert-drives", "--renderer", "fast"], "--renderer must be one of ['native'] for udacity"),
+    (["--expert-drives", "--workers", "0"], "--workers must be an integer >= 1"),
+])
+def test_evaluate_renderer_and_workers_errors(argv, message, tmp_path, capsys):
+    import evaluate as cli
+
+    assert cli.main([*argv, "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "o").exists()
     assert EvalArgs(policy="expert", episodes=1).validate().workers == 1
     assert EvalArgs(policy="expert").validate().renderer == "pygame"
