@@ -29,6 +29,12 @@ CarRacing's [steer, gas, brake]) drive with the expert's values for the missing 
 ``metrics.json`` records this as ``"filled_from_expert"``. Everything env-specific (how to make the env,
 step time, progress, on-road, HUD scale) comes from the env's ``envs.registry.EnvSpec``.
 
+Speed: ``workers`` > 1 drives the (policy, seed) episodes in that many processes (agent.parallel), each with
+its own env, expert and policies; ``renderer`` picks who draws the frames (CarRacing: gymnasium's ``pygame``,
+the reference, or ``fast``). An episode depends only on its seed, so rows and videos are those of one process;
+each policy's files are written, in seed order, once its last episode is in. Only the timings differ
+(latency is measured in whichever process drove). ``workers`` = 1 is the plain loop in this process.
+
 Ctrl-C stops after the current step: the finished episodes are written (``"interrupted": true``) and
 ``Interrupted`` is raised so the CLI can exit with 130.
 """
