@@ -5,6 +5,12 @@
     python train.py --data DATA --core nac,lstm,gru,cfc,mha,mlp --out runs/train/compare   # comparison table
     python train.py --data DATA --core nac --folds 5                                       # paper's 5-fold protocol
     python train.py --out runs/train/nac --resume                                          # continue a run
+    python train.py --data shard0 shard1 shard2 --out runs/train/all                       # several datasets as one
+    torchrun --nproc-per-node 2 train.py --data DATA --out runs/train/ddp                  # 2 processes, one policy
+
+Under torchrun (--nproc-per-node N, and --nnodes/--rdzv-* across machines) the processes train one policy with
+DistributedDataParallel (gloo on CPU, NCCL on GPU): each step's batch is shared out, rank 0 alone writes the
+run folder, --resume works the same (with any number of processes); see README "Scaling out".
 
 --core names the sequence core after the CNN (it was called --policy, which still works and says so).
 Every flag is a field of agent.cloning.TrainArgs (underscores become dashes; --core is the field policy). The
@@ -67,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
             action.help = text  # set afterwards: Python 3.11's BooleanOptionalAction appends its own "(default: ...)"
         else:
             base = {int: int, float: float, int | None: int}.get(kind, str)
-            metavar = "CORE[,CORE...]" if f.name == "policy" else None
-            parser.add_argument(flag, dest=f.name, type=base, default=default, metavar=metavar, help=text)
+            metavar = {"policy": "CORE[,CORE...]", "data": "DATA"}.get(f.name)
+            several = {"nargs": "+"} if f.name == "data" else {}
+            parser.add_argument(flag, dest=f.name, type=base, default=default, metavar=metavar, help=text, **several)
     for old, new in RENAMED.items():
         parser.add_argument(f"--{old}", dest=old, action=_OldSpelling, new=f"--{new}", default=argparse.SUPPRESS,
                             help=argparse.SUPPRESS)
@@ -76,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> TrainArgs:
-    return TrainArgs(**vars(build_parser().parse_args(argv)))
+    args = vars(build_parser().parse_args(argv))
+    if isinstance(args["data"], list) and len(args["data"]) == 1:  # one folder: the plain string it always was
+        args["data"] = args["data"][0]
+    return TrainArgs(**args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,9 +48,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from agent.demos import kfold_episodes, open_dataset, split_episodes, window_indices, write_json_atomic
+from agent.demos import (CACHE_DIR, DemoDataset, FrameFile, kfold_episodes, open_datasets, split_episodes, window_indices,
+                         write_json_atomic)
+from agent import distributed
+from agent.distributed import SINGLE, World, barrier, device_for, gather, step_seed
 from agent.driver import show_progress
 from envs.registry import EnvSpec, get_spec
 from policies.cores import CORES
@@ -60,6 +64,8 @@ from policies.policy import (DrivingPolicy, PolicyConfig, frames_to_float, polic
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LOSSES = ("huber", "mse")
+LOADING = ("auto", "memory", "lazy")
+LAZY_MEMORY_FRACTION = 0.4  # --data-loading auto: lazy when the prepared frames would exceed this share of the free memory
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -67,7 +73,7 @@ LOSSES = ("huber", "mse")
 class TrainArgs:
     """Behaviour-cloning arguments (CleanRL style: one typed dataclass, one flag per field)."""
 
-    data: str = "data/carracing_continuous"  # dataset folder written by collect.py
+    data: str | list[str] = "data/carracing_continuous"  # dataset folder written by collect.py; several (--data A B C, e.g. collection shards) train as one dataset, the episodes `python -m agent.demos merge` would write
     policy: str = "nac-focus"  # sequence core(s) after the CNN, comma separated; several train one after another on the same data and print a comparison table. Names: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)
     out: str | None = None  # run folder (default: runs/train/<core>, several cores joined by _)
     window: int = 8  # frames per window
@@ -105,7 +111,8 @@ class TrainArgs:
     nac_mode: str = "exact"  # exact | euler | steady (for plain "nac")
     hidden: int = 64  # lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)
     device: str = "auto"  # auto (cuda if available) | cpu | cuda
-    threads: int = 0  # torch CPU threads; 0 = auto: 2, or 1 when the machine is already busy
+    threads: int = 0  # torch CPU threads (per process under torchrun); 0 = auto: 2, or 1 when the machine is already busy (under torchrun: the machine's cores shared among its processes)
+    data_loading: str = "auto"  # where the prepared frames live: memory | lazy (prepared once into an uncompressed cache, DATA/.cache, and read per batch: memory stays bounded, results are identical) | auto (lazy when they would take over 40% of the free memory, or when torchrun runs several processes on the machine)
     log_every: int = 10  # optimizer steps between TensorBoard scalars
     progress: bool = True  # progress bars on stderr when it is a terminal (log files get the per-epoch lines only)
 
@@ -142,6 +149,10 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--loss must be one of {', '.join(LOSSES)}, got {a.loss!r}")
     if a.nac_mode not in NAC_MODES:
         raise ValueError(f"--nac-mode must be one of {', '.join(NAC_MODES)}, got {a.nac_mode!r}")
+    if a.data_loading not in LOADING:
+        raise ValueError(f"--data-loading must be one of {', '.join(LOADING)}, got {a.data_loading!r}")
+    if not data_paths(a.data):
+        raise ValueError("--data needs at least one dataset folder")
     if a.device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"--device must be auto, cpu or cuda, got {a.device!r}")
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -182,11 +193,13 @@ def core_options(a: TrainArgs, spec: str) -> tuple[str, dict[str, Any]]:
 # ----------------------------------------------------------------------------- data
 @dataclass
 class Data:
-    """Every episode in memory once, its frames already cropped and resized to the encoder's input (so a
-    batch is an index gather, and three 160x320 cameras fit in memory), plus what the split needs."""
+    """Every episode once, its frames already cropped and resized to the encoder's input (so a batch is an
+    index gather, and three 160x320 cameras fit in memory), plus what the split needs. The frames are arrays
+    in memory, or (``--data-loading lazy``) ``FrameFile``s that read a batch's rows from the prepared cache:
+    both answer ``len`` and ``[a:b]``, so nothing downstream tells them apart."""
 
-    frames: list[np.ndarray]  # per episode: uint8 [T, h, w, 3], the main (center) camera
-    side_frames: dict[str, list[np.ndarray]]  # "left"/"right" -> per episode, when the dataset has side cameras
+    frames: list[np.ndarray | FrameFile]  # per episode: uint8 [T, h, w, 3], the main (center) camera
+    side_frames: dict[str, list[np.ndarray | FrameFile]]  # "left"/"right" -> per episode, when the dataset has side cameras
     times: list[np.ndarray]  # per episode: float64 [T] seconds
     targets: list[np.ndarray]  # per episode: the expert's labels
     env: EnvSpec
@@ -197,10 +210,13 @@ class Data:
     crop: list[int] | None  # rows of the camera frame kept before the resize
     camera_width: int  # of the recorded frames (the shift augmentation is defined in camera pixels)
     num_episodes: int
+    lazy: bool = False  # frames read per batch from the prepared cache (--data-loading)
 
 
-def load_data(a: TrainArgs) -> Data:
-    dataset = open_dataset(a.data)
+def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> Data:
+    """The dataset's episodes, frames prepared for the encoder, in memory or (lazy) as cache files; under
+    torchrun the ranks of a machine prepare the cache together, each a share of the episodes."""
+    dataset = open_datasets(a.data)
     env = dataset_env(dataset.card, dataset.episodes)
     spaces = {m.get("action_space") for m in dataset.episodes} | ({dataset.card["action_space"]}
                                                                    if "action_space" in dataset.card else set())
@@ -208,27 +224,39 @@ def load_data(a: TrainArgs) -> Data:
     if len(spaces) > 1:
         raise ValueError(f"dataset {a.data!r} mixes action spaces {sorted(spaces)}")
     crop = parse_crop(a.crop) if a.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
-    size = parse_image_size(a.image_size) if a.image_size else None
+    size = parse_image_size(a.image_size) if a.image_size else encoder_size(env, crop, dataset.array_shape(0, "frames"))
     sides = [s for s in ("left", "right") if a.side_correction > 0 and env.first_person]
     frames, times, targets = [], [], []
     camera_width = 0
-    side_frames: dict[str, list[np.ndarray]] = {s: [] for s in sides}
-    for i in tqdm(range(len(dataset)), desc="loading episodes", unit="ep", leave=False,
-                  disable=len(dataset) < 4 or not show_progress(a.progress)):
-        arrays = dataset.load(i)
-        if "expert_action" not in arrays:
-            raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(arrays)}")
-        camera_width = arrays["frames"].shape[2]
-        if size is None:
-            h, w = arrays["frames"].shape[1:3]
-            size = list(env.default_image_size) if env.default_image_size else [
-                (crop[1] if crop else h) - (crop[0] if crop else 0), w]
-        frames.append(prepare_frames(arrays["frames"], crop, size))
+    side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in sides}
+    lazy = use_lazy_loading(a, dataset, size, sides, world)
+    if lazy:
+        cache = lazy_cache(dataset, crop, size, out)
+        if world.active:  # the ranks of a machine prepare their share of the cache, then all read all of it
+            for i in range(world.local_rank, len(dataset), world.local_size):
+                for name in ["frames", *[f"frames_{s}" for s in sides if f"frames_{s}" in dataset.array_names(i)]]:
+                    cache(i, name)
+            barrier(world)
+    for i in tqdm(range(len(dataset)), desc="preparing frames" if lazy else "loading episodes", unit="ep",
+                  leave=False, disable=len(dataset) < 4 or not show_progress(a.progress) or not world.main):
+        if lazy:  # the labels and times only; the frames stay on disk
+            names = dataset.array_names(i)
+            if "expert_action" not in names:
+                raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(names)}")
+            arrays = dataset.load(i, keys=["time", "expert_action"])
+            frame_shape = dataset.array_shape(i, "frames")
+        else:
+            arrays = dataset.load(i)
+            if "expert_action" not in arrays:
+                raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(arrays)}")
+            names, frame_shape = list(arrays), arrays["frames"].shape
+        camera_width = frame_shape[2]
+        frames.append(cache(i, "frames") if lazy else prepare_frames(arrays["frames"], crop, size))
         for s in list(side_frames):
-            if f"frames_{s}" not in arrays:  # a dataset without side cameras: train on the center one
+            if f"frames_{s}" not in names:  # a dataset without side cameras: train on the center one
                 side_frames.pop(s)
                 continue
-            side_frames[s].append(prepare_frames(arrays[f"frames_{s}"], crop, size))
+            side_frames[s].append(cache(i, f"frames_{s}") if lazy else prepare_frames(arrays[f"frames_{s}"], crop, size))
         times.append(arrays["time"].astype(np.float64))
         targets.append(arrays["expert_action"])
     if len(side_frames) == 1:  # one side camera alone would bias the steering: use both or none
@@ -242,7 +270,61 @@ def load_data(a: TrainArgs) -> Data:
         raise ValueError(f"dataset {a.data!r}: labels have {first_target.shape[-1]} columns but the env's action has "
                          f"{len(names)} ({names})")
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
-                camera_width, len(dataset))
+                camera_width, len(dataset), lazy)
+
+
+def encoder_size(env: EnvSpec, crop: list[int] | None, frame_shape: tuple[int, ...]) -> list[int]:
+    """The encoder input [h, w] when --image-size is not given: the env's, else the (cropped) camera frame."""
+    h, w = frame_shape[1:3]
+    return list(env.default_image_size) if env.default_image_size else [
+        (crop[1] if crop else h) - (crop[0] if crop else 0), w]
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the kernel could give without swapping (Linux MemAvailable), None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def use_lazy_loading(a: TrainArgs, dataset: DemoDataset, size: list[int], sides: list[str], world: World) -> bool:
+    """--data-loading: memory and lazy give the same numbers, so auto only weighs memory: lazy when the
+    prepared frames would take more than LAZY_MEMORY_FRACTION of the free memory, or when several ranks share
+    the machine (each would hold its own copy; lazy reads go through the one shared page cache)."""
+    if a.data_loading != "auto":
+        return a.data_loading == "lazy"
+    if world.local_size > 1:
+        return True
+    h, w = size
+    names = dataset.array_names(0)
+    cameras = 1 + sum(f"frames_{s}" in names for s in sides)
+    need = dataset.num_steps * h * w * 3 * cameras
+    free = available_memory()
+    lazy = free is not None and need > LAZY_MEMORY_FRACTION * free
+    if lazy and world.main:
+        tqdm.write(f"the prepared frames would take {need / 1e9:.1f} GB of {free / 1e9:.1f} GB free memory: reading them "
+                   f"per batch from a cache on disk (--data-loading memory to keep them in memory)")
+    return lazy
+
+
+def lazy_cache(dataset: DemoDataset, crop: list[int] | None, size: list[int], out: Path | None):
+    """``cache(i, name)`` -> episode i's camera ``name`` as a FrameFile over its prepared cache file (made on
+    first use). The cache sits in the dataset folder (DATA/.cache, shared by every run with the same crop and
+    size), or in the run folder when the dataset's is read-only."""
+    tag = f"prepared_{'crop%d-%d_' % tuple(crop) if crop else ''}{size[0]}x{size[1]}"
+
+    def cache(i: int, name: str) -> FrameFile:
+        root = dataset.paths[i].parent.parent
+        writable = os.access(root, os.W_OK) and (not (root / CACHE_DIR).exists() or os.access(root / CACHE_DIR, os.W_OK))
+        cache_root = None if writable or out is None else out / CACHE_DIR
+        return dataset.prepared(i, name, tag, lambda f: prepare_frames(f, crop, size), cache_root)
+
+    return cache
 
 
 def parse_crop(text: str | None) -> list[int] | None:
@@ -272,6 +354,12 @@ def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
     ``--resume`` and later runs read the same dataset."""
     from agent.udacity_format import CSV_NAME, import_udacity
 
+    if isinstance(a.data, list):
+        recordings = [d for d in a.data if (Path(d) / CSV_NAME).is_file() and not (Path(d) / "dataset.json").is_file()]
+        if recordings:
+            raise ValueError(f"{recordings[0]!r} is a Udacity simulator recording; several --data folders must be "
+                             f"datasets: import it first (python -m agent.udacity_format import ...)")
+        return a
     data = Path(a.data)
     if not (data / CSV_NAME).is_file() or (data / "dataset.json").is_file():
         return a
@@ -286,7 +374,7 @@ def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
     """Fill the arguments whose default depends on the dataset's env (encoder, frame stride)."""
     if a.encoder != "auto" and a.frame_stride:
         return a
-    dataset = open_dataset(a.data)
+    dataset = open_datasets(a.data)
     env = dataset_env(dataset.card, dataset.episodes)
     return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
                    frame_stride=a.frame_stride or env.default_frame_stride)
@@ -463,12 +551,15 @@ def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, a: T
 
 @torch.no_grad()
 def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArgs, cols: slice | None,
-             class_weight: torch.Tensor | None = None, chunk: int = 256) -> dict[str, float]:
-    """Loss and metrics over *every* window of ``episodes`` (each episode's frames encoded once)."""
+             class_weight: torch.Tensor | None = None, chunk: int = 256, world: World = SINGLE) -> dict[str, float]:
+    """Loss and metrics over *every* window of ``episodes`` (each episode's frames encoded once). Under
+    torchrun each rank scores its share of the episodes and every rank reduces all of them in episode order:
+    the numbers one process would get."""
     policy.eval()
     W, S = policy.config.window, policy.config.frame_stride
-    losses, outputs, targets = [], [], []
-    for e in episodes:
+    scored = {}
+    for e in world.part(episodes):
+        losses, outputs, targets = [], [], []
         n = len(data.frames[e])
         for start in range(0, n, chunk):
             frames, _, index, times, target = gather_segments(data, [(e, start, min(start + chunk, n))], W, S, cols)
@@ -479,7 +570,11 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArg
             losses.append(loss_fn(policy, raw, target_t, a, class_weight).item() * len(target))
             outputs.append(policy.postprocess(raw).cpu())
             targets.append(target_t.cpu())
-    out, tgt = torch.cat(outputs), torch.cat(targets)
+        scored[e] = (losses, outputs, targets)
+    if world.active:
+        scored = {e: v for part in gather(world, scored) for e, v in part.items()}
+    losses = [x for e in episodes for x in scored[e][0]]
+    out, tgt = torch.cat([x for e in episodes for x in scored[e][1]]), torch.cat([x for e in episodes for x in scored[e][2]])
     metrics = {"val_loss": sum(losses) / len(tgt), "val_windows": len(tgt)}
     if policy.config.head == "discrete":
         metrics["val_accuracy"] = (out.argmax(-1) == tgt).float().mean().item()
@@ -582,13 +677,37 @@ def make_optimizer(policy: DrivingPolicy, a: TrainArgs) -> torch.optim.AdamW:
                               {"params": rest, "weight_decay": 0.0}], lr=a.lr)
 
 
+class WindowsForward(torch.nn.Module):
+    """The training forward as one module: a batch's frames -> embeddings -> each window's head output.
+    DistributedDataParallel synchronises gradients of what runs through a module's forward(), so under
+    torchrun this is what it wraps; a single process calls it as it is."""
+
+    def __init__(self, policy: DrivingPolicy):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
+        emb = self.policy.encode(x[None])[0]
+        return self.policy.raw_from_embeddings(emb[index], times)
+
+
+class _NoWriter:
+    """TensorBoard for ranks other than 0: they compute the same scalars and write none."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
 def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps: list[int], run_dir: Path,
-              desc: str = "") -> dict[str, Any]:
-    """Train one policy on one split into ``run_dir``; returns its metrics (also written to metrics.json)."""
+              desc: str = "", world: World = SINGLE, device: torch.device | None = None) -> dict[str, Any]:
+    """Train one policy on one split into ``run_dir``; returns its metrics (also written to metrics.json).
+
+    Under torchrun every rank runs this with the same arguments: each step's segments are shared out among
+    the ranks (agent.distributed), gradients are averaged by DistributedDataParallel, validation is scored
+    by all and reduced in episode order, and rank 0 alone writes checkpoints, TensorBoard and metrics.json."""
     from torch.utils.tensorboard import SummaryWriter
 
-    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if a.device == "auto" else a.device))
+    device = device or device_for(a.device, world)
     head, names, cols = resolve_head(a, data)
     last_path, best_path = run_dir / "last.pt", run_dir / "best.pt"
     resumed = None
@@ -599,13 +718,14 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
     elif last_path.exists() and not a.overwrite:
         raise ValueError(f"{str(run_dir)!r} already holds a run (last.pt); pass --resume to continue it, "
                          f"--overwrite to start again, or another --out")
-    elif a.overwrite:  # a fresh start: old event files would mix two runs in TensorBoard
+    elif a.overwrite and world.main:  # a fresh start: old event files would mix two runs in TensorBoard
         for old in run_dir.glob("events.out.tfevents.*"):
             old.unlink()
     if resumed and resumed["train_state"].get("done"):
         metrics_path = run_dir / "metrics.json"
         if metrics_path.exists():
-            tqdm.write(f"{desc or spec}: already finished, reusing {metrics_path}")
+            if world.main:
+                tqdm.write(f"{desc or spec}: already finished, reusing {metrics_path}")
             return json.loads(metrics_path.read_text())
 
     seed_everything(a.seed)
@@ -644,24 +764,32 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
         scheduler.load_state_dict(ts["scheduler"])
         state.update({k: ts.get(k, state[k]) for k in state})
         set_rng_state(ts["rng"])
-        tqdm.write(f"{desc or spec}: resuming from {last_path} at epoch {state['epoch'] + 1}, batch {state['batch']}")
+        if world.main:
+            tqdm.write(f"{desc or spec}: resuming from {last_path} at epoch {state['epoch'] + 1}, batch {state['batch']}"
+                       + (f" on {world.size} processes" if world.active else ""))
 
-    metadata = {"data": str(a.data), "policy": spec, "train_episodes": train_eps, "val_episodes": val_eps,
+    metadata = {"data": a.data, "policy": spec, "train_episodes": train_eps, "val_episodes": val_eps,
                 "args": asdict(a)}
 
     def save_last(done: bool = False, rng: dict[str, Any] | None = None) -> None:
-        save_checkpoint(last_path, policy, metadata=metadata, train_state={
-            **state, "done": done, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": rng or rng_state()})
+        if world.main:
+            save_checkpoint(last_path, policy, metadata=metadata, train_state={
+                **state, "done": done, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "rng": rng or rng_state()})
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    writer = SummaryWriter(str(run_dir))
+    if world.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    writer = SummaryWriter(str(run_dir)) if world.main else _NoWriter()
     n_params = policy.num_parameters()
     if not resumed:
         writer.add_text("config", "```\n" + json.dumps({"args": asdict(a), "policy": policy.config.to_dict()},
                                                      indent=2) + "\n```")
+    forward: torch.nn.Module = WindowsForward(policy)
+    if world.active:  # also makes every rank start from rank 0's weights
+        forward = DistributedDataParallel(forward, device_ids=[device.index] if device.type == "cuda" else None,
+                                          forward_sync_buffers=False)
     if not resumed:  # the untrained policy's score: the baseline every later epoch is compared with
-        state["initial_val"] = evaluate(policy, data, val_eps, a, cols, class_weight)
+        state["initial_val"] = evaluate(policy, data, val_eps, a, cols, class_weight, world=world)
         writer.add_scalar("losses/val", state["initial_val"]["val_loss"], 0)
     batch_rng = None
     try:
@@ -670,11 +798,17 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
             plan = batch_plan(lengths, a, epoch)
             policy.train()
             bar = tqdm(total=len(plan), desc=f"{desc or spec} epoch {epoch + 1}/{a.epochs}", initial=state["batch"],
-                       leave=False, dynamic_ncols=True, disable=not show_progress(a.progress))
+                       leave=False, dynamic_ncols=True, disable=not show_progress(a.progress) or not world.main)
             window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
             for segments in plan[state["batch"]:]:
                 batch_rng = rng_state()  # an interrupted batch is replayed from here on resume
                 t0 = time.perf_counter()
+                n = sum(b - s for _, s, b in segments)  # windows in this step, over all ranks
+                if world.active:  # this rank's share of the step; draws seeded by (seed, epoch, batch, rank)
+                    torch.manual_seed(step_seed(a.seed, epoch, state["batch"], world.rank))
+                    mine = world.part(segments)
+                    share = sum(b - s for _, s, b in mine) / n * world.size  # DDP's mean over ranks -> the step's mean
+                    segments = mine or segments[:1]  # too few segments for every rank: compute one, weigh it 0
                 if a.augment and data.env.first_person:  # picks a camera per segment, adjusts the targets
                     x, index, times, target = augment_first_person(data, segments, a, cols, policy.config.color, device)
                 else:
@@ -683,24 +817,24 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
                     frames = torch.from_numpy(frames)
                     x = (augment(frames, slices, policy.config.image_size, device, policy.config.color) if a.augment
                          else frames_to_float(frames, policy.config.image_size, device, policy.config.color))
-                emb = policy.encode(x[None])[0]
-                raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(device)],
-                                                 torch.from_numpy(times).to(device))
+                raw = forward(x, torch.from_numpy(index).to(device), torch.from_numpy(times).to(device))
                 loss = loss_fn(policy, raw, torch.from_numpy(target).to(device), a, class_weight)
+                if world.active:
+                    loss = loss * share
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                step_loss = distributed.mean(world, loss.detach()).item()  # the whole step's loss, on every rank
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), a.grad_clip).item()
                 optimizer.step()
                 scheduler.step()
-                n = len(target)
                 state["batch"] += 1
                 batch_rng = None
                 state["global_step"] += n
                 state["train_samples"] += n
                 state["train_time"] += time.perf_counter() - t0
-                state["epoch_loss_sum"] += loss.item() * n
+                state["epoch_loss_sum"] += step_loss * n
                 state["epoch_samples"] += n
-                window_loss, window_n, n_log = window_loss + loss.item() * n, window_n + n, n_log + 1
+                window_loss, window_n, n_log = window_loss + step_loss * n, window_n + n, n_log + 1
                 bar.update(1)
                 if n_log >= a.log_every:
                     now = time.perf_counter()
@@ -715,28 +849,35 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
             if window_n:
                 writer.add_scalar("losses/train", window_loss / window_n, state["global_step"])
             train_loss = state["epoch_loss_sum"] / max(1, state["epoch_samples"])
-            val = evaluate(policy, data, val_eps, a, cols, class_weight)
+            val = evaluate(policy, data, val_eps, a, cols, class_weight, world=world)
             gs = state["global_step"]
             writer.add_scalar("losses/val", val["val_loss"], gs)
             writer.add_scalar("losses/train_epoch", train_loss, gs)
             for k, v in val.items():
                 if k not in ("val_loss", "val_windows"):
                     writer.add_scalar(f"metrics/{k}", v, gs)
-            val.update(log_nac_internals(writer, policy, data, val_eps[0], gs, cols))
+            if world.main:  # attention diagnostics: rank 0's TensorBoard and history alone
+                val.update(log_nac_internals(writer, policy, data, val_eps[0], gs, cols))
             writer.flush()
             state["history"].append({"epoch": epoch + 1, "train_loss": train_loss, **val})
             state.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_samples=0)
             if val["val_loss"] < state["best_val_loss"]:
                 state.update(best_val_loss=val["val_loss"], best_epoch=epoch + 1)
-                save_checkpoint(best_path, policy, metadata={**metadata, "epoch": epoch + 1, "val": val})
+                if world.main:
+                    save_checkpoint(best_path, policy, metadata={**metadata, "epoch": epoch + 1, "val": val})
             save_last(done=state["epoch"] >= a.epochs)
-            tqdm.write(f"{desc or spec} epoch {epoch + 1}/{a.epochs}: train {train_loss:.4f} "
-                       + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows"))
-    except KeyboardInterrupt:
+            if world.main:
+                tqdm.write(f"{desc or spec} epoch {epoch + 1}/{a.epochs}: train {train_loss:.4f} "
+                           + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows"))
+    except (KeyboardInterrupt, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and not (world.active and distributed.is_peer_failure(e)):
+            raise
         save_last(rng=batch_rng)  # mid-batch: the RNG as that batch began; else the current one
         writer.close()
-        raise Interrupted(f"interrupted at epoch {state['epoch'] + 1}, batch {state['batch']}; "
-                          f"saved {last_path}; continue with --resume --out {a.out}") from None
+        why = "interrupted" if isinstance(e, KeyboardInterrupt) else "another process of the run stopped"
+        saved = f"saved {last_path}" if world.main else f"rank 0 saves {last_path}"
+        raise Interrupted(f"{why} at epoch {state['epoch'] + 1}, batch {state['batch']}; "
+                          f"{saved}; continue with --resume --out {a.out}") from None
     writer.close()
 
     best = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
@@ -747,11 +888,12 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
         "param_count": n_params, "train_time_s": state["train_time"],
         "samples_per_sec": state["train_samples"] / max(state["train_time"], 1e-9),
         "train_windows": sum(lengths.values()), "val_windows": best["val_windows"], "device": str(device),
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "processes": world.size, "data_loading": "lazy" if data.lazy else "memory",
         "history": state["history"], "args": asdict(a), "policy_config": policy.config.to_dict(),
         "train_episodes": train_eps, "val_episodes": val_eps,
     }
-    write_json_atomic(run_dir / "metrics.json", metrics)
+    if world.main:
+        write_json_atomic(run_dir / "metrics.json", metrics)
     return metrics
 
 
@@ -802,10 +944,11 @@ def comparison_table(summaries: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def auto_threads() -> int:
+def auto_threads(processes: int = 1) -> int:
     """2 threads on an idle 2-core machine; 1 when other jobs already load it (measured: with a load
-    average of ~5 on 2 cores, 1 thread trains ~1.9x faster than 2, which wait on each other)."""
-    cores = os.cpu_count() or 1
+    average of ~5 on 2 cores, 1 thread trains ~1.9x faster than 2, which wait on each other). Under
+    torchrun the ``processes`` of a machine share its cores."""
+    cores = (os.cpu_count() or 1) // max(1, processes)
     try:
         busy = os.getloadavg()[0] >= cores - 0.5
     except OSError:
@@ -817,8 +960,19 @@ def default_out(a: TrainArgs) -> str:
     return str(Path("runs/train") / a.policy.replace(",", "_"))
 
 
+def data_paths(data: str | list[str]) -> list[str]:
+    return [data] if isinstance(data, str) else list(data)
+
+
+def data_label(data: str | list[str]) -> str:
+    return " + ".join(data_paths(data))
+
+
 def run(a: TrainArgs) -> dict[str, Any]:
-    """The whole command: one or several policies, one split or k folds. Returns the summaries."""
+    """The whole command: one or several policies, one split or k folds. Returns the summaries.
+
+    Under torchrun (agent.distributed) every rank runs this: the checks and the data on each, one process
+    group around the training runs, the files written by rank 0."""
     specs = check_args(a)
     out = Path(a.out or default_out(a))
     a.out = str(out)
@@ -829,46 +983,57 @@ def run(a: TrainArgs) -> dict[str, Any]:
         if not args_path.exists():
             raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
         saved = json.loads(args_path.read_text())
-        keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads, "progress": a.progress}
+        keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads, "progress": a.progress,
+                "data_loading": a.data_loading}
         a = TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
         specs = check_args(a)
     elif args_path.exists() and not a.overwrite:
-        open_dataset(a.data)  # a mistyped --data is the likelier mistake: say that first
+        open_datasets(a.data)  # a mistyped --data is the likelier mistake: say that first
         raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
                          f"start again, or another --out")
-    torch.set_num_threads(a.threads or auto_threads())
-    a = use_recording(a, out)
-    a = resolve_env_defaults(a)
-    data = load_data(a)
-    resolve_head(a, data)  # fail early on a head the data cannot feed
-    if a.folds:
-        splits = kfold_episodes(data.num_episodes, a.folds, a.seed if a.split_seed is None else a.split_seed)
-    else:
-        splits = [split_episodes(data.num_episodes, a.val_fraction, a.seed if a.split_seed is None else a.split_seed)]
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(args_path, asdict(a))
-
-    summaries = []
-    for spec in specs:
-        spec_dir = out / spec if len(specs) > 1 else out
-        runs = []
-        for k, (train_eps, val_eps) in enumerate(splits):
-            run_dir = spec_dir / f"fold_{k}" if a.folds else spec_dir
-            desc = f"{spec} fold {k + 1}/{a.folds}" if a.folds else spec
-            runs.append(train_run(a, spec, data, train_eps, val_eps, run_dir, desc))
-        summary = summarize(runs)
-        summaries.append(summary)
+    world = distributed.from_env()
+    device = device_for(a.device, world)
+    with distributed.joined(world, device) as world:
+        barrier(world)  # every rank has read and checked the folder before rank 0 writes into it
+        torch.set_num_threads(a.threads or auto_threads(world.local_size))
+        if world.main:  # a raw recording is imported once, by rank 0; the others then read the import
+            a = use_recording(a, out)
+        barrier(world)
+        if not world.main:
+            a = use_recording(a, out)
+        a = resolve_env_defaults(a)
+        data = load_data(a, world, out)
+        resolve_head(a, data)  # fail early on a head the data cannot feed
         if a.folds:
-            write_json_atomic(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
-        print(one_line(summary, runs, a))
-    if len(specs) > 1 or a.folds:
-        table = comparison_table(summaries)
-        (out / "comparison.md").write_text(
-            f"Behaviour cloning on `{a.data}` (seed {a.seed}, window {a.window}, stride {a.frame_stride}, "
-            f"{a.epochs} epochs{f', {a.folds} folds' if a.folds else ''}); validation metrics at the best epoch.\n\n"
-            + table)
-        write_json_atomic(out / "comparison.json", {"args": asdict(a), "summaries": summaries})
-        print("\n" + table)
+            splits = kfold_episodes(data.num_episodes, a.folds, a.seed if a.split_seed is None else a.split_seed)
+        else:
+            splits = [split_episodes(data.num_episodes, a.val_fraction, a.seed if a.split_seed is None else a.split_seed)]
+        if world.main:
+            out.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(args_path, asdict(a))
+
+        summaries = []
+        for spec in specs:
+            spec_dir = out / spec if len(specs) > 1 else out
+            runs = []
+            for k, (train_eps, val_eps) in enumerate(splits):
+                run_dir = spec_dir / f"fold_{k}" if a.folds else spec_dir
+                desc = f"{spec} fold {k + 1}/{a.folds}" if a.folds else spec
+                runs.append(train_run(a, spec, data, train_eps, val_eps, run_dir, desc, world, device))
+            summary = summarize(runs)
+            summaries.append(summary)
+            if a.folds and world.main:
+                write_json_atomic(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
+            if world.main:
+                print(one_line(summary, runs, a))
+        if (len(specs) > 1 or a.folds) and world.main:
+            table = comparison_table(summaries)
+            (out / "comparison.md").write_text(
+                f"Behaviour cloning on `{data_label(a.data)}` (seed {a.seed}, window {a.window}, stride {a.frame_stride}, "
+                f"{a.epochs} epochs{f', {a.folds} folds' if a.folds else ''}); validation metrics at the best epoch.\n\n"
+                + table)
+            write_json_atomic(out / "comparison.json", {"args": asdict(a), "summaries": summaries})
+            print("\n" + table)
     return {"out": str(out), "summaries": summaries}
 
 

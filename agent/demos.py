@@ -38,18 +38,26 @@ of 160x320 is 150 KB per frame raw and three of them do not compress well lossle
 
 ``DemoDataset.load`` decodes them back to uint8 RGB ``[T, H, W, C]``, so readers see the same arrays
 either way; ``DemoDataset.jpeg_frames`` hands out the stored bytes (exporters copy them, no re-encode).
+
+Beyond one folder and one machine's memory:
+* ``open_datasets([A, B])`` reads several datasets (collection shards over disjoint track-seed ranges) as one,
+  episodes ordered by track seed; ``merge_datasets`` / ``python -m agent.demos merge A B --out C`` writes that
+  join as one dataset with one card that collect.py appends to (DAgger).
+* ``DemoDataset.prepared`` keeps an episode's frames, prepared for training, uncompressed in ``DATA/.cache``
+  and hands out a ``FrameFile`` that reads rows on demand (``train.py --data-loading lazy``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import cv2
 import numpy as np
@@ -62,6 +70,7 @@ REQUIRED_ARRAYS = ("frames", "action", "expert_action", "reward", "speed", "priv
 FINAL_PREFIX = "final_"
 JPEG_SUFFIX = "__jpeg"
 OFFSETS_SUFFIX = "__jpeg_offsets"
+CACHE_DIR = ".cache"  # prepared frames for training (DemoDataset.prepared); hidden: collect.py ignores dot entries
 RESERVED_MARK = "__jpeg"  # user arrays may not contain it: it would collide with the stored JPEG members
 # Quality for first-person camera frames, three 160x320 cameras per step: 33-37 MB per 1000 steps at a
 # mean absolute error of about 1 grey level on envs/udacity frames (lossless npz: 89-116 MB); 55-60 MB
@@ -352,6 +361,71 @@ def _array_names(files: Sequence[str]) -> list[str]:
     return names
 
 
+def _npy_header(f: Any) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, header length in bytes) of the .npy stream ``f`` (left just past the header)."""
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    if fortran:
+        raise ValueError("Fortran-ordered .npy arrays are not read here")
+    return tuple(int(x) for x in shape), np.dtype(dtype), f.tell()
+
+
+class FrameFile:
+    """A C-ordered ``.npy`` file whose rows are read on demand: ``len``, ``shape``, ``dtype`` and ``[a:b]``
+    (also ``[t]``), as an array would answer, but each slice is one ``os.preadv`` into a fresh array.
+
+    Why not ``np.load(mmap_mode="r")``: every page a memory map touches counts in the process's resident
+    memory until the kernel needs it back, so over an epoch a mapped dataset looks (and is accounted) as
+    large as an in-memory one. Reads into fresh arrays leave the pages in the OS page cache, shared by
+    every process on the machine (torchrun's ranks) and never charged to one of them."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        with open(self.path, "rb") as f:
+            self.shape, self.dtype, self.offset = _npy_header(f)
+        if len(self.shape) < 1:
+            raise ValueError(f"{self.path!r} holds a scalar, not rows")
+        self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        expected = self.offset + self.shape[0] * self.row_bytes
+        if os.path.getsize(self.path) < expected:
+            raise ValueError(f"{self.path!r} is truncated ({os.path.getsize(self.path)} bytes, {expected} expected)")
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, key: int | slice) -> np.ndarray:
+        if isinstance(key, (int, np.integer)):
+            t = int(key) + (len(self) if key < 0 else 0)
+            if not 0 <= t < len(self):
+                raise IndexError(f"row {int(key)} of {len(self)}")
+            return self[t:t + 1][0]
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError(f"FrameFile reads rows a:b (step 1) or one row, got {key!r}")
+        start, stop, _ = key.indices(len(self))
+        out = np.empty((max(0, stop - start), *self.shape[1:]), dtype=self.dtype)
+        if len(out):
+            view, done = memoryview(out).cast("B"), 0
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                while done < len(view):
+                    got = os.preadv(fd, [view[done:]], self.offset + start * self.row_bytes + done)
+                    if got <= 0:
+                        raise OSError(f"{self.path!r}: short read at row {start} ({done} of {len(view)} bytes)")
+                    done += got
+            finally:
+                os.close(fd)
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        rows = self[:]
+        return rows if dtype is None else rows.astype(dtype)
+
+
 @dataclass
 class DemoDataset:
     """A dataset folder: its card and the metadata of every complete episode file."""
@@ -372,6 +446,49 @@ class DemoDataset:
         """Names of episode ``i``'s arrays (what ``load`` returns), without reading any of them."""
         with np.load(self.paths[i], allow_pickle=False) as z:
             return _array_names(z.files)
+
+    def array_shape(self, i: int, name: str = "frames") -> tuple[int, ...]:
+        """Shape of episode ``i``'s array ``name`` as ``load`` returns it, read from the file's headers alone
+        (no decompression, no JPEG decoding): a trainer sizes its frames before reading any."""
+        path = self.paths[i]
+        with zipfile.ZipFile(path) as zf:
+            members = set(zf.namelist())
+            if name + JPEG_SUFFIX + ".npy" in members:
+                with zf.open(name + OFFSETS_SUFFIX + ".npy") as f:
+                    n = _npy_header(f)[0][0] - 1
+                meta = json.loads(str(np.load(path, allow_pickle=False)["meta"]))
+                shape = tuple(int(x) for x in meta["frame_shapes"][name])
+                return shape if name.startswith(FINAL_PREFIX) else (n, *shape)
+            if name + ".npy" not in members:
+                raise ValueError(f"episode file {str(path)!r} has no array {name!r}; it has {_array_names([m[:-4] for m in members])}")
+            with zf.open(name + ".npy") as f:
+                return tuple(_npy_header(f)[0])
+
+    def prepared(self, i: int, name: str, tag: str, prepare: Callable[[np.ndarray], np.ndarray],
+                 cache_root: str | Path | None = None) -> FrameFile:
+        """Episode ``i``'s array ``name`` after ``prepare`` (crop + resize for training), kept uncompressed in a
+        cache file and handed out as a ``FrameFile`` that reads rows on demand.
+
+        Why: a dataset larger than memory can still be trained on; each batch reads just its frames. The
+        cache lives in ``DATA/.cache/<tag>/`` (hidden, so collect.py still appends to the folder) unless
+        ``cache_root`` is given; ``tag`` names the preparation, and the file name carries the episode file's
+        size and modification time, so a re-collected episode is prepared again (its old cache file goes)."""
+        src = self.paths[i]
+        st = src.stat()
+        if cache_root is None:
+            folder = src.parent.parent / CACHE_DIR / tag
+        else:  # one cache folder for episodes of several datasets: keep them apart by their folder
+            import hashlib
+
+            folder = Path(cache_root) / tag / hashlib.sha1(str(src.parent.resolve()).encode()).hexdigest()[:12]
+        path = folder / f"{src.stem}.{name}.{st.st_size}-{st.st_mtime_ns}.npy"
+        if not path.exists():
+            frames = np.ascontiguousarray(prepare(self.load(i, keys=name)[name]))
+            atomic_write(path, lambda f: np.save(f, frames, allow_pickle=False))
+            for old in folder.glob(f"{src.stem}.{name}.*.npy"):
+                if old != path:
+                    old.unlink(missing_ok=True)
+        return FrameFile(path)
 
     def load(self, i: int, keys: Sequence[str] | str | None = None) -> dict[str, np.ndarray]:
         """Arrays of episode ``i`` (position in ``episodes``), decompressed; JPEG frames decoded to uint8 RGB.
@@ -451,6 +568,138 @@ def open_dataset(root: str | Path) -> DemoDataset:
             raise ValueError(f"episode file {str(f)!r} is unreadable ({e}); delete it and collect again") from None
         paths.append(f)
     return DemoDataset(root=root, card=card, episodes=metas, paths=paths)
+
+
+# ----------------------------------------------------------------------------- several datasets as one
+def _identity(ds: DemoDataset) -> dict[str, Any]:
+    """What two datasets must share to be one: env, action space, expert (by SHA-256), the arrays of a step."""
+    first = ds.episodes[0]
+    return {"env": ds.card.get("env") or first.get("env") or "carracing",
+            "action space": ds.card.get("action_space") or first.get("action_space"),
+            "expert": first.get("expert_sha256"),
+            "arrays": sorted(ds.array_names(0))}
+
+
+def _join(roots: Sequence[str | Path]) -> tuple[list[DemoDataset], list[tuple[DemoDataset, dict, Path]]]:
+    """The datasets and their episodes as one list: by track seed when every episode has one (shards are seed
+    ranges, so this is the order one collection over all the seeds has), else in the order given."""
+    if len({Path(r).resolve() for r in roots}) < len(roots):
+        raise ValueError(f"the same dataset folder is named twice in {[str(r) for r in roots]}")
+    parts = [open_dataset(r) for r in roots]
+    want = _identity(parts[0])
+    for ds in parts[1:]:
+        have = _identity(ds)
+        for key, value in want.items():
+            if have[key] != value:
+                raise ValueError(f"{str(ds.root)!r} differs from {str(parts[0].root)!r} in its {key} ({have[key]} vs "
+                                 f"{value}); datasets of different envs, action spaces or experts are not joined")
+    rows = [(ds, m, p) for ds in parts for m, p in zip(ds.episodes, ds.paths)]
+    if all(isinstance(m.get("track_seed"), int) for _, m, _ in rows):
+        where: dict[int, str] = {}
+        for ds, m, _ in rows:
+            seed = m["track_seed"]
+            if seed in where:
+                raise ValueError(f"track seed {seed} is in both {where[seed]} and {str(ds.root)!r} (episode "
+                                 f"{m['episode_id']}); shards must cover disjoint seed ranges")
+            where[seed] = repr(str(ds.root))
+        rows.sort(key=lambda r: r[1]["track_seed"])
+    return parts, rows
+
+
+def open_datasets(roots: str | Path | Sequence[str | Path]) -> DemoDataset:
+    """One dataset folder (``open_dataset``), or several read as one without copying anything (``train.py
+    --data A B``): the episodes ``merge_datasets`` would write, in the same order, with the first folder's card.
+    Several folders must hold one env, action space and expert, and never the same track seed twice."""
+    if isinstance(roots, (str, Path)):
+        return open_dataset(roots)
+    roots = list(roots)
+    if not roots:
+        raise ValueError("no dataset folder given")
+    if len(roots) == 1:
+        return open_dataset(roots[0])
+    parts, rows = _join(roots)
+    return DemoDataset(root=parts[0].root, card=parts[0].card, episodes=[m for _, m, _ in rows],
+                       paths=[p for _, _, p in rows])
+
+
+def _copy_episode(src: Path, dst: Path, meta: dict) -> None:
+    """Copy an episode file, atomically; with a new ``meta`` every array member is copied as it is stored
+    (deflated, or raw JPEG bytes) and only ``meta`` is written anew."""
+    def write(f: Any) -> None:
+        if meta == read_episode_meta(src):
+            with open(src, "rb") as r:
+                shutil.copyfileobj(r, f, 1 << 20)
+            return
+        with zipfile.ZipFile(src) as zin, zipfile.ZipFile(f, "w", allowZip64=True) as zout:
+            for info in zin.infolist():
+                member = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+                member.compress_type = info.compress_type
+                with zout.open(member, "w", force_zip64=True) as w:
+                    if info.filename == "meta.npy":
+                        np.lib.format.write_array(w, np.array(json.dumps(meta)), allow_pickle=False)
+                    else:
+                        with zin.open(info) as r:
+                            shutil.copyfileobj(r, w, 1 << 20)
+
+    atomic_write(dst, write)
+
+
+def merge_datasets(roots: Sequence[str | Path], out: str | Path, *, command: str | None = None) -> DemoDataset:
+    """Write the episodes of several datasets (collection shards: disjoint track-seed ranges) as one new
+    dataset with one card, into ``out`` (new or empty; it appears complete or not at all).
+
+    Episode ids become ``track_seed - lowest seed``, so the collector's rule "episode k is track seed + k"
+    holds for the merged folder and ``collect.py --out MERGED`` (a DAgger round, more episodes) appends
+    after the highest seed. The card is the collector's, rebuilt from every episode's metadata (counts,
+    returns, action histograms are those of one collection over all the seeds); its ``runs`` keep every
+    source's runs (with their ``dataset``) and end with this merge. Folders that are not collect.py output
+    (no track seeds) are renumbered 0.. in the order given, under a card that sums their counts."""
+    from agent.udacity_format import _Staging
+
+    roots = list(roots)
+    if len(roots) < 2:
+        raise ValueError(f"merge needs at least two dataset folders, got {len(roots)}")
+    out = Path(out)
+    if any(out.resolve() == Path(r).resolve() for r in roots):
+        raise ValueError(f"--out {str(out)!r} is one of the datasets to merge; choose a new folder")
+    parts, rows = _join(roots)
+    seeds = [m.get("track_seed") for _, m, _ in rows]
+    base = min(seeds) if all(isinstance(s, int) for s in seeds) else None
+    metas = [{**m, "episode_id": (m["track_seed"] - base) if base is not None else k} for k, (_, m, _) in enumerate(rows)]
+    with _Staging(out) as tmp:
+        for (_, _, src), meta in zip(rows, metas):
+            _copy_episode(src, episode_path(tmp, meta["episode_id"]), meta)
+        write_json_atomic(tmp / CARD_NAME, _merged_card(parts, rows, metas, base, command))
+    return open_dataset(out)
+
+
+def _merged_card(parts: list[DemoDataset], rows: list[tuple[DemoDataset, dict, Path]], metas: list[dict],
+                 base: int | None, command: str | None) -> dict[str, Any]:
+    import time
+
+    first = rows[0][0].card
+    steps = int(sum(m["length"] for m in metas))
+    runs = [{**r, "dataset": str(ds.root)} for ds in parts for r in ds.card.get("runs", [])]
+    sources = []
+    for ds in parts:
+        seeds = [m["track_seed"] for m in ds.episodes] if base is not None else []
+        sources.append({"dataset": str(ds.root), "episodes": len(ds), "steps": ds.num_steps,
+                        "track_seeds": [min(seeds), max(seeds)] if seeds else None})
+    runs.append({"command": command or "merge", "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "merged_from": sources,
+                 "episodes_added": len(metas), "steps_added": steps, "interrupted": False})
+    config = first.get("config")
+    if config and base is not None:
+        from agent.collector import build_card
+        from envs.registry import get_spec
+
+        try:
+            return build_card({**config, "seed": base}, first.get("expert") or {}, runs, metas, get_spec(config["env"]))
+        except (KeyError, TypeError, ValueError):  # episodes without the collector's metadata: the plain card below
+            pass
+    dt = first.get("dt")
+    counts = {"episodes": len(metas), "steps": steps, **({"hours_of_driving": steps * dt / 3600} if dt else {})}
+    return {**first, "counts": counts, "runs": runs,
+            "episodes": [{k: m.get(k) for k in ("episode_id", "track_seed", "length")} for m in metas]}
 
 
 def split_episodes(n_episodes: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -535,3 +784,45 @@ class WindowDataset(Dataset):
     def targets_array(self) -> np.ndarray:
         """All targets stacked (for normalisation statistics and class weights)."""
         return np.concatenate(self.targets)
+
+
+# ----------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agent.demos merge A B ... --out C``: one dataset from collection shards."""
+    import argparse
+    import shlex
+    import sys
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
+            self.exit(2, f"error: {message} (see python -m agent.demos --help)\n")
+
+    parser = Parser(prog="python -m agent.demos", description="Demonstration datasets (the format: agent/demos.py).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{merge}")
+    m = sub.add_parser("merge", help="several datasets -> one, with one card",
+                       description="Write the episodes of several collect.py datasets (e.g. the shards of collect.py "
+                                   "--shard I/N, or runs over disjoint --seed ranges) as one new dataset with one card. "
+                                   "They must share env, action space and expert, and never repeat a track seed. "
+                                   "Episode ids become track seed - lowest seed, so collect.py --out MERGED (DAgger, "
+                                   "more episodes) appends to it. train.py --data A B reads several folders as one "
+                                   "without this copy.")
+    m.add_argument("sources", nargs="+", metavar="DATA", help="dataset folders (collect.py --out)")
+    m.add_argument("--out", required=True, metavar="OUT", help="the merged dataset folder (new or empty)")
+    args = parser.parse_args(argv)
+    try:
+        merged = merge_datasets(args.sources, args.out,
+                                command="python -m agent.demos " + shlex.join(list(argv if argv is not None else sys.argv[1:])))
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the staging folder is removed: nothing half-written stays
+        print("interrupted", file=sys.stderr)
+        return 130
+    seeds = [m.get("track_seed") for m in merged.episodes]
+    span = f", track seeds {min(seeds)}..{max(seeds)}" if all(isinstance(x, int) for x in seeds) else ""
+    print(f"merged {len(args.sources)} datasets into {merged.root}: {len(merged)} episodes, {merged.num_steps} steps{span}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
