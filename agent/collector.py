@@ -62,6 +62,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import math
 import os
 import re
@@ -92,6 +93,18 @@ OFF_ROAD_SECONDS = 5.0  # with the car off the road (short excursions and their 
 NOISE_STREAM = 0xDA27  # mixed into the track seed for the DART generator
 MIX_STREAM = 0xDA66  # mixed into the track seed for the DAgger expert/student coin
 FORMAT_VERSION = 1
+
+
+def existing_action_space(out: str | Path | None) -> str | None:
+    """The action space named by the card of an existing --out dataset (None when there is none), so that a
+    DAgger round appended to a discrete dataset needs no --action-space."""
+    card = Path(out) / "dataset.json" if out is not None else None
+    if card is None or not card.is_file():
+        return None
+    try:
+        return json.loads(card.read_text()).get("action_space")
+    except (OSError, ValueError):
+        return None  # a broken card is reported later, with the rest of the dataset checks
 
 
 class CollectError(ValueError):
@@ -125,8 +138,8 @@ class CollectConfig:
             spec = get_spec(self.env)
         except ValueError as e:
             raise CollectError(str(e)) from None
-        if self.action_space is None:
-            self.action_space = spec.action_spaces[0]
+        if self.action_space is None:  # appending: the dataset's own action space, else the env's first
+            self.action_space = existing_action_space(self.out) or spec.action_spaces[0]
         if self.action_space not in spec.action_spaces:
             raise CollectError(f"--action-space must be one of {list(spec.action_spaces)} for {self.env}, "
                                f"got {self.action_space!r}")

@@ -370,3 +370,18 @@ def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], (argv, err)
         assert not (tmp_path / "d").exists(), "a refused run creates nothing"
+
+
+def test_appending_takes_the_datasets_action_space(tmp_path):
+    """A DAgger round on a discrete dataset needs no --action-space: the card names it."""
+    from agent.collector import CollectConfig
+
+    out = tmp_path / "disc"
+    out.mkdir()
+    (out / demos.CARD_NAME).write_text(json.dumps({"env": "carracing", "action_space": "discrete"}))
+    cfg = CollectConfig(out=str(out))
+    cfg.validate()
+    assert cfg.action_space == "discrete"
+    fresh = CollectConfig(out=str(tmp_path / "new"))
+    fresh.validate()
+    assert fresh.action_space == "continuous"
