@@ -19,13 +19,19 @@ Numerical choices the spec leaves open (all deliberate):
   own AutoNCP sensory mask (seeds ``seed``, ``seed+1``, ``seed+2``); no nonlinearity, as in the spec.
 * Backbone: per-head weights ``[H, in, out]`` (``shared_backbone=True``: one set, ``[1, in, out]``),
   head h wired with seed ``seed + 3 + h``; sizes in ``policies.wiring`` (d_head=16: 32 -> 20 -> 12 -> 8).
-  Nonlinearity tanh (bounded, so huge inputs saturate instead of overflowing), computed as
-  ``2 sigmoid(2z) - 1`` because torch's CPU tanh kernel is several times slower. The command layer's
+  Nonlinearity tanh (bounded, so huge inputs saturate instead of overflowing). The command layer's
   recurrent synapses are unrolled ``COMMAND_UNROLL = 1`` time: ``c = tanh(W_ic h + b)``, then
   ``c = tanh(W_ic h + W_cc c + b)``. The first layer is linear in ``p = [q_i; k_j]``, so it is split
   into a query part and a key part computed once per token and added per pair (same maths as
   concatenating, ``T`` instead of ``T*K`` matmuls). ``alpha`` and ``beta`` are dense affine maps of the
   pair, split the same way.
+* How the backbone is computed (the same function, only round-off differs; see "Performance" in
+  docs/nac.md for what each choice saved): head-major, ``[H, pairs, features]``, so each layer is one
+  batched matmul over the heads whatever the batch size; in sigmoid form, each layer keeping
+  ``s = sigmoid(2z) = (tanh(z) + 1) / 2`` and the next reading ``tanh = 2s - 1`` through weights ``2W``
+  and bias ``b - 1^T W`` (and the 2 of ``2z`` folded in as well), so a layer is one ``baddbmm`` and one
+  sigmoid (torch's CPU tanh kernel is several times slower than its sigmoid); the key side and v are
+  gathered in one pass whose backward accumulates with ``index_put_``.
 * Masks are persistent buffers (a checkpoint carries its wiring); weights are multiplied by them each
   call (tiny tensors), so masked weights get exactly zero gradient. Init: LeCun-uniform with each
   unit's *actual* fan-in under its mask, zero biases, all drawn from ``torch.Generator(seed)`` so the
@@ -98,6 +104,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -182,12 +189,6 @@ def check_mode(mode: object) -> str:
 
 
 # ----------------------------------------------------------------------------- masked layers
-def fast_tanh(z: torch.Tensor) -> torch.Tensor:
-    """tanh(z) written as 2 sigmoid(2z) - 1: the same function, ~4x faster than torch.tanh on this CPU
-    build (its tanh kernel is ~7x slower than its sigmoid); saturates to +-1 for huge |z|."""
-    return 2.0 * torch.sigmoid(2.0 * z) - 1.0
-
-
 def _lecun_uniform_(weight: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> None:
     """U(-sqrt(3/fan_in), +) per output unit, fan_in counted under the mask (weight/mask [..., in, out])."""
     fan_in = mask.sum(-2, keepdim=True).clamp(min=1).to(weight.dtype)
@@ -221,6 +222,7 @@ class PairBackbone(nn.Module):
                  phi_activation: str, tau_epsilon: float, generator: torch.Generator):
         super().__init__()
         self.d_head, self.phi_activation, self.tau_epsilon = d_head, phi_activation, tau_epsilon
+        self.num_heads = num_heads
         self.sizes = backbone_sizes(2 * d_head)
         wirings = [backbone_masks(2 * d_head, sparsity, seed + 3 + h) for h in range(1 if shared else num_heads)]
         for name in ("inter", "command", "recurrent", "motor"):
@@ -241,28 +243,104 @@ class PairBackbone(nn.Module):
         _lecun_uniform_(self.w_time, torch.ones_like(self.w_time), generator)
         _lecun_uniform_(self.w_heads, torch.ones_like(self.w_heads), generator)
 
-    def token_features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Query-side and key-side halves of the pair's affine layers: [B, H, T, inter + 2] each."""
-        w = torch.cat([self.w_inter * self.mask_inter, self.w_time], dim=-1)  # [G, 2*d_head, inter+2]
-        w_q, w_k = w[:, : self.d_head], w[:, self.d_head:]
-        bias = torch.cat([self.b_inter, self.b_time], dim=-1)  # [G, 1, inter+2]
-        return torch.matmul(q, w_q) + bias, torch.matmul(k, w_k)
+    def folded(self) -> "_Folded":
+        """The weights in the sigmoid form of ``forward``, expanded to [H, in, out].
 
-    def forward(self, pre: torch.Tensor, tau: torch.Tensor | float) -> tuple[torch.Tensor, ...]:
-        """pre: [B, H, P, inter + 2] summed pair pre-activations -> phi, omega, t: [B, H, P]."""
-        inter = fast_tanh(pre[..., :-2])
-        alpha, beta = pre[..., -2], pre[..., -1]
-        drive = torch.matmul(inter, self.w_command * self.mask_command) + self.b_command
-        command = fast_tanh(drive)
-        for _ in range(COMMAND_UNROLL):
-            command = fast_tanh(drive + torch.matmul(command, self.w_recurrent * self.mask_recurrent))
-        motor = fast_tanh(torch.matmul(command, self.w_motor * self.mask_motor) + self.b_motor)
-        heads = torch.matmul(motor, self.w_heads) + self.b_heads
-        phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[self.phi_activation](
-            heads[..., 0])
-        omega = F.softplus(heads[..., 1]) + self.tau_epsilon
+        Recomputed on every call under autograd (so gradients reach the parameters); under ``no_grad``
+        cached until a parameter or mask changes (in place or replaced), which saves streaming ~20 small ops.
+        """
+        tensors = (*self.parameters(), *self.buffers())
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return self._fold()
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+        if getattr(self, "_folded_key", None) != key:
+            self._folded_cache, self._folded_key = self._fold(), key
+        return self._folded_cache
+
+    def _fold(self) -> "_Folded":
+        H, d = self.num_heads, self.d_head
+
+        def masked(name: str) -> torch.Tensor:
+            return getattr(self, f"w_{name}") * getattr(self, f"mask_{name}")
+
+        def twice(weight: torch.Tensor, bias: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+            """(4W, 2(b - 1^T W)): twice the pre-activation of a layer whose input tanh = 2s - 1 is given as s."""
+            return (4.0 * weight).expand(H, -1, -1), 2.0 * (bias - weight.sum(1, keepdim=True))
+
+        w_token = torch.cat([2.0 * masked("inter"), self.w_time], dim=-1).expand(H, -1, -1)
+        w_command, b_command = twice(masked("command"), self.b_command)
+        w_recurrent, b_recurrent = twice(masked("recurrent"), 0.0)  # the recurrent synapses have no bias
+        w_motor, b_motor = twice(masked("motor"), self.b_motor)
+        return _Folded(  # the gate heads read tanh = 2s - 1 and are stored transposed ([H, 2, motor])
+            w_token[:, :d], w_token[:, d:], torch.cat([2.0 * self.b_inter, self.b_time], dim=-1),
+            w_command, b_command, w_recurrent, b_recurrent, w_motor, b_motor,
+            (2.0 * self.w_heads).transpose(1, 2).expand(H, -1, -1),
+            (self.b_heads - self.w_heads.sum(1, keepdim=True)).transpose(1, 2))
+
+    def token_features(self, q: torch.Tensor, k: torch.Tensor, w: "_Folded") -> tuple[torch.Tensor, torch.Tensor]:
+        """Query-side and key-side halves of the pair's affine layers, head-major.
+
+        ``q`` [H, Nq, d_head], ``k`` [H, Nk, d_head] -> [H, Nq, inter + 2], [H, Nk, inter + 2]: the inter
+        columns hold *twice* the pre-activation (the sigmoid form of ``forward``), the last two alpha and beta;
+        the biases ride on the query side.
+        """
+        return torch.baddbmm(w.b_token, q, w.w_query), torch.bmm(k, w.w_key)
+
+    def forward(self, pre: torch.Tensor, tau: torch.Tensor | float, w: "_Folded") -> tuple[torch.Tensor, ...]:
+        """``pre`` [H, P, inter + 2] summed pair halves (``token_features``) -> phi, omega, t: [H, P] each.
+
+        Sigmoid form: each tanh layer keeps ``s = sigmoid(2z) = (tanh(z) + 1) / 2`` and the next layer reads
+        ``tanh(z) = 2s - 1`` through weights ``2W`` and bias ``b - 1^T W``, so a layer is one ``baddbmm`` and
+        one sigmoid (the same function as tanh; only round-off differs). ``tau`` broadcasts to [H, P].
+        """
+        u, time = pre.split([self.sizes.inter, 2], dim=-1)
+        drive = torch.baddbmm(w.b_command, torch.sigmoid(u), w.w_command)  # twice the command drive
+        s = torch.sigmoid(drive)
+        if COMMAND_UNROLL:  # c = tanh(drive + W_cc c)
+            drive = drive + w.b_recurrent
+            for _ in range(COMMAND_UNROLL):
+                s = torch.baddbmm(drive, s, w.w_recurrent).sigmoid_()
+        s = torch.baddbmm(w.b_motor, s, w.w_motor).sigmoid_()
+        # transposed, [H, 2, P], so that phi and omega come out contiguous (strided softplus is ~7x slower)
+        phi, omega = torch.baddbmm(w.b_heads, w.w_heads, s.transpose(1, 2)).unbind(1)
+        phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[self.phi_activation](phi)
+        omega = F.softplus(omega) + self.tau_epsilon
+        alpha, beta = time.unbind(-1)
         t = torch.sigmoid(alpha * tau + beta)
         return phi, omega, t
+
+
+class _Folded(NamedTuple):
+    """``PairBackbone.folded()``: the backbone's weights in sigmoid form, [H, in, out] (heads: [H, out, in])."""
+
+    w_query: torch.Tensor
+    w_key: torch.Tensor
+    b_token: torch.Tensor
+    w_command: torch.Tensor
+    b_command: torch.Tensor
+    w_recurrent: torch.Tensor
+    b_recurrent: torch.Tensor
+    w_motor: torch.Tensor
+    b_motor: torch.Tensor
+    w_heads: torch.Tensor
+    b_heads: torch.Tensor
+
+
+class _GatherRows(torch.autograd.Function):
+    """``table[rows]`` for a 2-D table; the backward accumulates with ``index_put_`` (about 2x faster on the
+    CPU than the ``index_add_`` of ``index_select``'s own backward, which first expands the index)."""
+
+    @staticmethod
+    def forward(ctx, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(rows)
+        ctx.table_rows = table.shape[0]
+        return table.index_select(0, rows)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (rows,) = ctx.saved_tensors
+        table_grad = grad.new_zeros(ctx.table_rows, grad.shape[1]).index_put_((rows,), grad, accumulate=True)
+        return table_grad, None
 
 
 # ----------------------------------------------------------------------------- top-K selection
@@ -532,47 +610,53 @@ class NAC(nn.Module):
         Tq = q_pos.shape[1]
 
         # 2. top-K keys per query
-        sel = self.select(q, k, key_valid, q_pos)
+        sel = self.select(q, k, key_valid, q_pos)  # [B, H, Tq, K]
         K = sel.index.shape[-1]
-        index = sel.index.clamp(min=0)  # filler slots read key 0 as a placeholder
+        index = sel.index.clamp(min=0).transpose(0, 1)  # head-major [H, B, Tq, K]; filler slots read key 0
+        valid = sel.valid.transpose(0, 1)
 
-        # 3. pair backbone: per-token halves of the affine layers, key side gathered once with v
-        q_side, k_side = self.backbone.token_features(q, k)
-        keys = torch.cat([k_side, v], dim=-1)  # [B, H, T, F]
-        Fk = keys.shape[-1]
-        rows = (torch.arange(B * H, device=x.device) * T).view(B, H, 1, 1)
-        picked = F.embedding((index + rows).flatten(), keys.reshape(B * H * T, Fk)).view(B, H, Tq, K, Fk)
-        pre = (q_side[:, :, :, None, :] + picked[..., : -dh]).view(B, H, Tq * K, -1)
-        v_sel = picked[..., -dh:]  # [B, H, Tq, K, d_head]
+        # 3. pair backbone, head-major ([H, tokens or pairs, features]: one bmm per layer, whatever B is):
+        # per-token halves of the affine layers, the key side gathered once together with v
+        def head_major(z: torch.Tensor) -> torch.Tensor:
+            return z.transpose(0, 1).reshape(H, -1, z.shape[-1])
+
+        folded = self.backbone.folded()
+        q_side, k_side = self.backbone.token_features(head_major(q), head_major(k), folded)
+        keys = torch.cat([k_side, head_major(v)], dim=-1).view(H * B * T, -1)  # [H*B*T, inter + 2 + d_head]
+        rows = index + (torch.arange(H * B, device=x.device) * T).view(H, B, 1, 1)
+        k_pre, v_sel = _GatherRows.apply(keys, rows.flatten()).view(H, B * Tq, K, -1).split(
+            [keys.shape[-1] - dh, dh], dim=-1)
+        pre = (k_pre + q_side[:, :, None, :]).view(H, B * Tq * K, -1)
 
         if time is None:
             tau: torch.Tensor | float = 1.0
         elif time.dim() == 1:
-            tau = time.to(x.dtype).view(B, 1, 1)
+            tau = time.to(x.dtype).view(1, B, 1).expand(1, B, Tq * K).reshape(1, -1)
         else:  # elapsed time t_i - t_j, differenced in the timestamps' dtype
-            t_query = time.gather(1, q_pos)[:, None, :, None]
-            t_key = time.gather(1, index.flatten(1)).view(B, H, Tq, K)
-            tau = (t_query - t_key).to(x.dtype).view(B, H, Tq * K)
-        phi, omega, t = (z.view(B, H, Tq, K) for z in self.backbone(pre, tau))
+            t_query = time.gather(1, q_pos)[:, :, None]
+            t_key = time.gather(1, index.transpose(0, 1).flatten(1)).view(B, H, Tq, K).transpose(0, 1)
+            tau = (t_query - t_key).to(x.dtype).reshape(H, -1)
+        phi, omega, t = (z.view(H, B, Tq, K) for z in self.backbone(pre, tau, folded))
 
         # 4. logits from the ODE, softmax over the selected keys (-inf on filler slots); with logit_scale the
         # softmax reads s_h * a (s_h > 0 keeps -inf at -inf), "logits" stays the ODE's a
         # (scaled before masking: d(-inf * s)/ds would be -inf * 0 = NaN)
         ode = self.ode_logits(phi, omega, t)
-        logits = ode.masked_fill(~sel.valid, -math.inf)
+        logits = ode.masked_fill(~valid, -math.inf)
         scaled = logits if self.log_logit_scale is None else (
-            ode * self.log_logit_scale.exp().view(1, H, 1, 1)).masked_fill(~sel.valid, -math.inf)
-        empty = ~sel.valid.any(-1, keepdim=True)  # a query without any valid key
-        attn = torch.softmax(scaled.masked_fill(empty, 0.0), dim=-1).masked_fill(~sel.valid, 0.0)
+            ode * self.log_logit_scale.exp().view(H, 1, 1, 1)).masked_fill(~valid, -math.inf)
+        empty = ~valid.any(-1, keepdim=True)  # a query without any valid key (the same for every head)
+        attn = torch.softmax(scaled.masked_fill(empty, 0.0), dim=-1).masked_fill(~valid, 0.0)
         attn = self.attn_dropout(attn)
 
         # 5. quadrature of the attention-weighted values, heads concatenated, projection
-        context = self.dt * (attn[..., None] * v_sel).sum(-2)  # [B, H, Tq, d_head]
-        y = self.out_proj(context.transpose(1, 2).reshape(B, Tq, self.d_model))
-        y = y.masked_fill(empty[:, 0], 0.0)
+        context = self.dt * (attn[..., None] * v_sel.view(H, B, Tq, K, dh)).sum(-2)  # [H, B, Tq, d_head]
+        y = self.out_proj(context.permute(1, 2, 0, 3).reshape(B, Tq, self.d_model))
+        y = y.masked_fill(empty[0], 0.0)
         if not self.return_sequences:
             y = y[:, 0]
         if not return_internals:
             return y
+        phi, omega, t, logits, attn = (z.transpose(0, 1) for z in (phi, omega, t, logits, attn))
         internals = {"phi": phi, "omega": omega, "t": t, "logits": logits, "attn": attn, "index": sel.index}
         return y, internals
