@@ -31,7 +31,7 @@ Numerical choices the spec leaves open (all deliberate):
   ``s = sigmoid(2z) = (tanh(z) + 1) / 2`` and the next reading ``tanh = 2s - 1`` through weights ``2W``
   and bias ``b - 1^T W`` (and the 2 of ``2z`` folded in as well), so a layer is one ``baddbmm`` and one
   sigmoid (torch's CPU tanh kernel is several times slower than its sigmoid); the key side and v are
-  gathered in one pass whose backward accumulates with ``index_put_``.
+  gathered in one pass.
 * Masks are persistent buffers (a checkpoint carries its wiring); weights are multiplied by them each
   call (tiny tensors), so masked weights get exactly zero gradient. Init: LeCun-uniform with each
   unit's *actual* fan-in under its mask, zero biases, all drawn from ``torch.Generator(seed)`` so the
@@ -264,54 +264,56 @@ class PairBackbone(nn.Module):
             return getattr(self, f"w_{name}") * getattr(self, f"mask_{name}")
 
         def twice(weight: torch.Tensor, bias: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
-            """(4W, 2(b - 1^T W)): twice the pre-activation of a layer whose input tanh = 2s - 1 is given as s."""
-            return (4.0 * weight).expand(H, -1, -1), 2.0 * (bias - weight.sum(1, keepdim=True))
+            """Transposed (4W, 2(b - 1^T W)): twice the pre-activation of a layer whose input tanh = 2s - 1
+            is given as s."""
+            return (4.0 * weight).transpose(1, 2).expand(H, -1, -1), \
+                (2.0 * (bias - weight.sum(1, keepdim=True))).transpose(1, 2)
 
-        w_token = torch.cat([2.0 * masked("inter"), self.w_time], dim=-1).expand(H, -1, -1)
+        w_token = torch.cat([2.0 * masked("inter"), self.w_time], dim=-1).transpose(1, 2).expand(H, -1, -1)
         w_command, b_command = twice(masked("command"), self.b_command)
         w_recurrent, b_recurrent = twice(masked("recurrent"), 0.0)  # the recurrent synapses have no bias
         w_motor, b_motor = twice(masked("motor"), self.b_motor)
-        return _Folded(  # the gate heads read tanh = 2s - 1 and are stored transposed ([H, 2, motor])
-            w_token[:, :d], w_token[:, d:], torch.cat([2.0 * self.b_inter, self.b_time], dim=-1),
+        return _Folded(  # the gate heads read tanh = 2s - 1 as well
+            w_token[..., :d], w_token[..., d:], torch.cat([2.0 * self.b_inter, self.b_time], dim=-1).transpose(1, 2),
             w_command, b_command, w_recurrent, b_recurrent, w_motor, b_motor,
             (2.0 * self.w_heads).transpose(1, 2).expand(H, -1, -1),
             (self.b_heads - self.w_heads.sum(1, keepdim=True)).transpose(1, 2))
 
     def token_features(self, q: torch.Tensor, k: torch.Tensor, w: "_Folded") -> tuple[torch.Tensor, torch.Tensor]:
-        """Query-side and key-side halves of the pair's affine layers, head-major.
+        """Query-side and key-side halves of the pair's affine layers, feature-major.
 
-        ``q`` [H, Nq, d_head], ``k`` [H, Nk, d_head] -> [H, Nq, inter + 2], [H, Nk, inter + 2]: the inter
-        columns hold *twice* the pre-activation (the sigmoid form of ``forward``), the last two alpha and beta;
+        ``q`` [H, Nq, d_head], ``k`` [H, Nk, d_head] -> [H, inter + 2, Nq], [H, inter + 2, Nk]: the inter
+        rows hold *twice* the pre-activation (the sigmoid form of ``forward``), the last two alpha and beta;
         the biases ride on the query side.
         """
-        return torch.baddbmm(w.b_token, q, w.w_query), torch.bmm(k, w.w_key)
+        return torch.baddbmm(w.b_token, w.w_query, q.transpose(1, 2)), torch.bmm(w.w_key, k.transpose(1, 2))
 
     def forward(self, pre: torch.Tensor, tau: torch.Tensor | float, w: "_Folded") -> tuple[torch.Tensor, ...]:
-        """``pre`` [H, P, inter + 2] summed pair halves (``token_features``) -> phi, omega, t: [H, P] each.
+        """``pre`` [H, inter + 2, P] summed pair halves (``token_features``) -> phi, omega, t: [H, P] each.
 
         Sigmoid form: each tanh layer keeps ``s = sigmoid(2z) = (tanh(z) + 1) / 2`` and the next layer reads
         ``tanh(z) = 2s - 1`` through weights ``2W`` and bias ``b - 1^T W``, so a layer is one ``baddbmm`` and
-        one sigmoid (the same function as tanh; only round-off differs). ``tau`` broadcasts to [H, P].
+        one sigmoid (the same function as tanh; only round-off differs). Feature-major ([H, features, P]):
+        every matmul has the P pairs as its long output dimension. ``tau`` broadcasts to [H, P].
         """
-        u, time = pre.split([self.sizes.inter, 2], dim=-1)
-        drive = torch.baddbmm(w.b_command, torch.sigmoid(u), w.w_command)  # twice the command drive
+        u, time = pre.split([self.sizes.inter, 2], dim=1)
+        drive = torch.baddbmm(w.b_command, w.w_command, torch.sigmoid(u))  # twice the command drive
         s = torch.sigmoid(drive)
         if COMMAND_UNROLL:  # c = tanh(drive + W_cc c)
             drive = drive + w.b_recurrent
             for _ in range(COMMAND_UNROLL):
-                s = torch.baddbmm(drive, s, w.w_recurrent).sigmoid_()
-        s = torch.baddbmm(w.b_motor, s, w.w_motor).sigmoid_()
-        # transposed, [H, 2, P], so that phi and omega come out contiguous (strided softplus is ~7x slower)
-        phi, omega = torch.baddbmm(w.b_heads, w.w_heads, s.transpose(1, 2)).unbind(1)
+                s = torch.baddbmm(drive, w.w_recurrent, s).sigmoid_()
+        s = torch.baddbmm(w.b_motor, w.w_motor, s).sigmoid_()
+        phi, omega = torch.baddbmm(w.b_heads, w.w_heads, s).unbind(1)
         phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[self.phi_activation](phi)
         omega = F.softplus(omega) + self.tau_epsilon
-        alpha, beta = time.unbind(-1)
+        alpha, beta = time.unbind(1)
         t = torch.sigmoid(alpha * tau + beta)
         return phi, omega, t
 
 
 class _Folded(NamedTuple):
-    """``PairBackbone.folded()``: the backbone's weights in sigmoid form, [H, in, out] (heads: [H, out, in])."""
+    """``PairBackbone.folded()``: the backbone's weights in sigmoid form, transposed: [H, out, in], [H, out, 1]."""
 
     w_query: torch.Tensor
     w_key: torch.Tensor
@@ -324,23 +326,6 @@ class _Folded(NamedTuple):
     b_motor: torch.Tensor
     w_heads: torch.Tensor
     b_heads: torch.Tensor
-
-
-class _GatherRows(torch.autograd.Function):
-    """``table[rows]`` for a 2-D table; the backward accumulates with ``index_put_`` (about 2x faster on the
-    CPU than the ``index_add_`` of ``index_select``'s own backward, which first expands the index)."""
-
-    @staticmethod
-    def forward(ctx, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(rows)
-        ctx.table_rows = table.shape[0]
-        return table.index_select(0, rows)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (rows,) = ctx.saved_tensors
-        table_grad = grad.new_zeros(ctx.table_rows, grad.shape[1]).index_put_((rows,), grad, accumulate=True)
-        return table_grad, None
 
 
 # ----------------------------------------------------------------------------- top-K selection
@@ -615,18 +600,19 @@ class NAC(nn.Module):
         index = sel.index.clamp(min=0).transpose(0, 1)  # head-major [H, B, Tq, K]; filler slots read key 0
         valid = sel.valid.transpose(0, 1)
 
-        # 3. pair backbone, head-major ([H, tokens or pairs, features]: one bmm per layer, whatever B is):
-        # per-token halves of the affine layers, the key side gathered once together with v
+        # 3. pair backbone, head-major and feature-major ([H, features, tokens or pairs]: one bmm per layer
+        # whatever B is, the pairs as the long dimension): per-token halves of the affine layers, the key side
+        # gathered once together with v
         def head_major(z: torch.Tensor) -> torch.Tensor:
             return z.transpose(0, 1).reshape(H, -1, z.shape[-1])
 
         folded = self.backbone.folded()
         q_side, k_side = self.backbone.token_features(head_major(q), head_major(k), folded)
-        keys = torch.cat([k_side, head_major(v)], dim=-1).view(H * B * T, -1)  # [H*B*T, inter + 2 + d_head]
-        rows = index + (torch.arange(H * B, device=x.device) * T).view(H, B, 1, 1)
-        k_pre, v_sel = _GatherRows.apply(keys, rows.flatten()).view(H, B * Tq, K, -1).split(
-            [keys.shape[-1] - dh, dh], dim=-1)
-        pre = (k_pre + q_side[:, :, None, :]).view(H, B * Tq * K, -1)
+        keys = torch.cat([k_side, head_major(v).transpose(1, 2)], dim=1)  # [H, inter + 2 + d_head, B*T]
+        rows = index + (torch.arange(B, device=x.device) * T).view(1, B, 1, 1)  # [H, B, Tq, K] into B*T
+        picked = keys.gather(2, rows.reshape(H, 1, -1).expand(-1, keys.shape[1], -1))
+        k_pre, v_sel = picked.split([keys.shape[1] - dh, dh], dim=1)  # [H, features, B*Tq*K]
+        pre = (k_pre.view(H, -1, B * Tq, K) + q_side[..., None]).view(H, -1, B * Tq * K)
 
         if time is None:
             tau: torch.Tensor | float = 1.0
@@ -650,8 +636,8 @@ class NAC(nn.Module):
         attn = self.attn_dropout(attn)
 
         # 5. quadrature of the attention-weighted values, heads concatenated, projection
-        context = self.dt * (attn[..., None] * v_sel.view(H, B, Tq, K, dh)).sum(-2)  # [H, B, Tq, d_head]
-        y = self.out_proj(context.permute(1, 2, 0, 3).reshape(B, Tq, self.d_model))
+        context = self.dt * (attn.view(H, 1, B, Tq, K) * v_sel.view(H, dh, B, Tq, K)).sum(-1)  # [H, dh, B, Tq]
+        y = self.out_proj(context.permute(2, 3, 0, 1).reshape(B, Tq, self.d_model))
         y = y.masked_fill(empty[0], 0.0)
         if not self.return_sequences:
             y = y[:, 0]
