@@ -597,8 +597,10 @@ class NAC(nn.Module):
         # 2. top-K keys per query
         sel = self.select(q, k, key_valid, q_pos)  # [B, H, Tq, K]
         K = sel.index.shape[-1]
-        index = sel.index.clamp(min=0).transpose(0, 1)  # head-major [H, B, Tq, K]; filler slots read key 0
-        valid = sel.valid.transpose(0, 1)
+        # the pairs are laid out [H, K, B, Tq] (head-major, then slot-major: reductions over the K slots run
+        # along an outer axis, which vectorises); filler slots read key 0 as a placeholder
+        index = sel.index.clamp(min=0).permute(1, 3, 0, 2)
+        invalid = ~sel.valid.permute(1, 3, 0, 2)
 
         # 3. pair backbone, head-major and feature-major ([H, features, tokens or pairs]: one bmm per layer
         # whatever B is, the pairs as the long dimension): per-token halves of the affine layers, the key side
@@ -609,40 +611,40 @@ class NAC(nn.Module):
         folded = self.backbone.folded()
         q_side, k_side = self.backbone.token_features(head_major(q), head_major(k), folded)
         keys = torch.cat([k_side, head_major(v).transpose(1, 2)], dim=1)  # [H, inter + 2 + d_head, B*T]
-        rows = index + (torch.arange(B, device=x.device) * T).view(1, B, 1, 1)  # [H, B, Tq, K] into B*T
+        rows = index + (torch.arange(B, device=x.device) * T).view(1, 1, B, 1)  # [H, K, B, Tq] into B*T
         picked = keys.gather(2, rows.reshape(H, 1, -1).expand(-1, keys.shape[1], -1))
-        k_pre, v_sel = picked.split([keys.shape[1] - dh, dh], dim=1)  # [H, features, B*Tq*K]
-        pre = (k_pre.view(H, -1, B * Tq, K) + q_side[..., None]).view(H, -1, B * Tq * K)
+        k_pre, v_sel = picked.split([keys.shape[1] - dh, dh], dim=1)  # [H, features, K*B*Tq]
+        pre = (k_pre.view(H, -1, K, B * Tq) + q_side[:, :, None, :]).view(H, -1, K * B * Tq)
 
         if time is None:
             tau: torch.Tensor | float = 1.0
         elif time.dim() == 1:
-            tau = time.to(x.dtype).view(1, B, 1).expand(1, B, Tq * K).reshape(1, -1)
+            tau = time.to(x.dtype).view(1, 1, B, 1).expand(1, K, B, Tq).reshape(1, -1)
         else:  # elapsed time t_i - t_j, differenced in the timestamps' dtype
-            t_query = time.gather(1, q_pos)[:, :, None]
-            t_key = time.gather(1, index.transpose(0, 1).flatten(1)).view(B, H, Tq, K).transpose(0, 1)
+            t_query = time.gather(1, q_pos)  # [B, Tq], broadcasts over [H, K, B, Tq]
+            t_key = time.gather(1, index.permute(2, 0, 1, 3).reshape(B, -1)).view(B, H, K, Tq).permute(1, 2, 0, 3)
             tau = (t_query - t_key).to(x.dtype).reshape(H, -1)
-        phi, omega, t = (z.view(H, B, Tq, K) for z in self.backbone(pre, tau, folded))
+        phi, omega, t = (z.view(H, K, B, Tq) for z in self.backbone(pre, tau, folded))
 
         # 4. logits from the ODE, softmax over the selected keys (-inf on filler slots); with logit_scale the
         # softmax reads s_h * a (s_h > 0 keeps -inf at -inf), "logits" stays the ODE's a
         # (scaled before masking: d(-inf * s)/ds would be -inf * 0 = NaN)
         ode = self.ode_logits(phi, omega, t)
-        logits = ode.masked_fill(~valid, -math.inf)
+        logits = ode.masked_fill(invalid, -math.inf)
         scaled = logits if self.log_logit_scale is None else (
-            ode * self.log_logit_scale.exp().view(H, 1, 1, 1)).masked_fill(~valid, -math.inf)
-        empty = ~valid.any(-1, keepdim=True)  # a query without any valid key (the same for every head)
-        attn = torch.softmax(scaled.masked_fill(empty, 0.0), dim=-1).masked_fill(~valid, 0.0)
+            ode * self.log_logit_scale.exp().view(H, 1, 1, 1)).masked_fill(invalid, -math.inf)
+        empty = invalid.all(1, keepdim=True)  # a query without any valid key (the same for every head)
+        attn = torch.softmax(scaled.masked_fill(empty, 0.0), dim=1).masked_fill(invalid, 0.0)
         attn = self.attn_dropout(attn)
 
         # 5. quadrature of the attention-weighted values, heads concatenated, projection
-        context = self.dt * (attn.view(H, 1, B, Tq, K) * v_sel.view(H, dh, B, Tq, K)).sum(-1)  # [H, dh, B, Tq]
-        y = self.out_proj(context.permute(2, 3, 0, 1).reshape(B, Tq, self.d_model))
-        y = y.masked_fill(empty[0], 0.0)
+        context = self.dt * (attn.view(H, 1, K, B * Tq) * v_sel.view(H, dh, K, B * Tq)).sum(2)  # [H, dh, B*Tq]
+        y = self.out_proj(context.view(H, dh, B, Tq).permute(2, 3, 0, 1).reshape(B, Tq, self.d_model))
+        y = y.masked_fill(empty[0, 0, :, :, None], 0.0)
         if not self.return_sequences:
             y = y[:, 0]
         if not return_internals:
             return y
-        phi, omega, t, logits, attn = (z.transpose(0, 1) for z in (phi, omega, t, logits, attn))
+        phi, omega, t, logits, attn = (z.permute(2, 0, 3, 1) for z in (phi, omega, t, logits, attn))
         internals = {"phi": phi, "omega": omega, "t": t, "logits": logits, "attn": attn, "index": sel.index}
         return y, internals
