@@ -110,6 +110,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from policies import nac_native
 from policies.wiring import backbone_masks, backbone_sizes, check_sparsity, sensory_mask
 
 MODES = ("exact", "euler", "steady")
@@ -282,11 +283,11 @@ class PairBackbone(nn.Module):
     def token_features(self, q: torch.Tensor, k: torch.Tensor, w: "_Folded") -> tuple[torch.Tensor, torch.Tensor]:
         """Query-side and key-side halves of the pair's affine layers, feature-major.
 
-        ``q`` [H, Nq, d_head], ``k`` [H, Nk, d_head] -> [H, inter + 2, Nq], [H, inter + 2, Nk]: the inter
+        ``q`` [H, d_head, Nq], ``k`` [H, d_head, Nk] -> [H, inter + 2, Nq], [H, inter + 2, Nk]: the inter
         rows hold *twice* the pre-activation (the sigmoid form of ``forward``), the last two alpha and beta;
         the biases ride on the query side.
         """
-        return torch.baddbmm(w.b_token, w.w_query, q.transpose(1, 2)), torch.bmm(w.w_key, k.transpose(1, 2))
+        return torch.baddbmm(w.b_token, w.w_query, q), torch.bmm(w.w_key, k)
 
     def forward(self, pre: torch.Tensor, tau: torch.Tensor | float, w: "_Folded") -> tuple[torch.Tensor, ...]:
         """``pre`` [H, inter + 2, P] summed pair halves (``token_features``) -> phi, omega, t: [H, P] each.
@@ -353,7 +354,8 @@ def _scoring_inputs(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def _finish(scores: torch.Tensor, positions: torch.Tensor | None, k: int) -> Selection:
     """Top-k of -inf-masked scores; -inf winners become filler slots."""
-    values, top = scores.topk(k, dim=-1)
+    native = nac_native.topk_rows(scores, k)
+    values, top = native if native is not None else scores.topk(k, dim=-1)
     index = top if positions is None else positions.gather(-1, top)
     valid = values != -math.inf  # (a NaN score from NaN inputs still marks a visible key)
     return Selection(index.masked_fill(~valid, -1), valid)
@@ -396,6 +398,8 @@ def select_exact(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_po
         if needs_mask:
             scores.masked_fill_(~visible_keys(key_valid, q_pos[:, c], causal), -math.inf)
         parts.append(_finish(scores, None, topk))
+    if len(parts) == 1:
+        return parts[0]
     return Selection(torch.cat([p.index for p in parts], 2), torch.cat([p.valid for p in parts], 2))
 
 
@@ -605,12 +609,12 @@ class NAC(nn.Module):
         # 3. pair backbone, head-major and feature-major ([H, features, tokens or pairs]: one bmm per layer
         # whatever B is, the pairs as the long dimension): per-token halves of the affine layers, the key side
         # gathered once together with v
-        def head_major(z: torch.Tensor) -> torch.Tensor:
-            return z.transpose(0, 1).reshape(H, -1, z.shape[-1])
+        def feature_major(z: torch.Tensor) -> torch.Tensor:  # [B, H, N, d_head] -> [H, d_head, B*N]
+            return z.permute(1, 3, 0, 2).reshape(H, dh, -1)  # (a view for the sensory outputs: no copy)
 
         folded = self.backbone.folded()
-        q_side, k_side = self.backbone.token_features(head_major(q), head_major(k), folded)
-        keys = torch.cat([k_side, head_major(v).transpose(1, 2)], dim=1)  # [H, inter + 2 + d_head, B*T]
+        q_side, k_side = self.backbone.token_features(feature_major(q), feature_major(k), folded)
+        keys = torch.cat([k_side, feature_major(v)], dim=1)  # [H, inter + 2 + d_head, B*T]
         rows = index + (torch.arange(B, device=x.device) * T).view(1, 1, B, 1)  # [H, K, B, Tq] into B*T
         picked = keys.gather(2, rows.reshape(H, 1, -1).expand(-1, keys.shape[1], -1))
         k_pre, v_sel = picked.split([keys.shape[1] - dh, dh], dim=1)  # [H, features, K*B*Tq]
