@@ -48,8 +48,10 @@ Numerical choices the spec leaves open (all deliberate):
   computed without gradient (top-K is not differentiable), on overflow-proof stand-ins: each query row
   divided by its max-abs (same ranking) and keys clamped to +-1e15, so scores never overflow and no
   pass over the T x T matrix is needed to clean them. Exact selection scores queries in chunks of
-  ``CHUNK_ELEMENTS`` scores. Invalid keys (causal: j > i; padded) get -inf before top-K and before the
-  softmax, never a multiplied 0.
+  ``CHUNK_ELEMENTS`` scores; the top K of each score row come from ``policies.nac_native`` (a small C
+  kernel built on first use, ~3x faster than ``torch.topk``; ties go to the lower key index) or, where it
+  cannot be built or ``NAC_NATIVE=0``, from ``torch.topk``. Invalid keys (causal: j > i; padded) get -inf
+  before top-K and before the softmax, never a multiplied 0.
 * Slots: ``K_eff = min(topk, T)``. Slots left over when fewer than ``K_eff`` keys are valid are
   "filler": ``index = -1``, ``logits = -inf``, ``attn = 0`` exactly; their phi/omega/t are computed on
   key 0 as a placeholder and mean nothing. ``topk >= T`` skips scoring and pairs every query with
