@@ -110,6 +110,27 @@ void nac_topk_rows(const float *scores, int64_t rows, int64_t n, int64_t k, floa
     #pragma omp parallel for schedule(static) if (rows * n >= min_parallel)
     for (int64_t r = 0; r < rows; ++r) topk_row(scores + r * n, n, k, values + r * k, indices + r * k);
 }
+
+/* The pair inputs of the NAC backbone: out[h, f, s*M + i] = keys[h, f, rows[h, s*M + i]], plus
+   query[h, f, i] for the first Fq features (one pass instead of torch's gather, then a broadcast add). */
+void nac_gather_pairs(const float *keys, const float *query, const int64_t *rows, int64_t H, int64_t F,
+                      int64_t Fq, int64_t N, int64_t K, int64_t M, float *out, int64_t min_parallel) {
+    const int64_t P = K * M;
+    #pragma omp parallel for schedule(static) if (H * F * P >= min_parallel)
+    for (int64_t hf = 0; hf < H * F; ++hf) {
+        const int64_t h = hf / F, f = hf % F;
+        const float *src = keys + hf * N;
+        const int64_t *r = rows + h * P;
+        float *dst = out + hf * P;
+        if (f < Fq) {
+            const float *q = query + (h * Fq + f) * M;
+            for (int64_t s = 0; s < K; ++s)
+                for (int64_t i = 0; i < M; ++i) dst[s * M + i] = src[r[s * M + i]] + q[i];
+        } else {
+            for (int64_t p = 0; p < P; ++p) dst[p] = src[r[p]];
+        }
+    }
+}
 """
 
 _lock = threading.Lock()
@@ -159,6 +180,9 @@ def _build() -> ctypes.CDLL | None:
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                        ctypes.c_void_p, ctypes.c_int64]
+        fn = lib.nac_gather_pairs
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 6 + [ctypes.c_void_p, ctypes.c_int64]
         return lib
     return None
 
@@ -194,3 +218,21 @@ def topk_rows(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
     lib.nac_topk_rows(scores.data_ptr(), scores.numel() // n, n, k, values.data_ptr(), indices.data_ptr(),
                       MIN_PARALLEL_SCORES)
     return values, indices
+
+
+def gather_pairs(keys: torch.Tensor, query: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
+    """``keys.gather(2, rows)`` with ``query`` added to the first ``query.shape[1]`` features, broadcast over
+    the K slots: keys [H, F, N], query [H, Fq, M], rows [H, K, M] (int64, into N) -> [H, F, K*M]; None when
+    the kernel does not apply (not float32 CPU tensors, or not built here)."""
+    if keys.dtype != torch.float32 or query.dtype != torch.float32 or keys.device.type != "cpu" \
+            or query.device.type != "cpu" or rows.dtype != torch.int64:
+        return None
+    lib = _library()
+    if lib is None:
+        return None
+    keys, query, rows = keys.contiguous(), query.contiguous(), rows.contiguous()
+    (H, F, N), (K, M) = keys.shape, rows.shape[1:]
+    out = torch.empty(H, F, K * M, dtype=torch.float32)
+    lib.nac_gather_pairs(keys.data_ptr(), query.data_ptr(), rows.data_ptr(), H, F, query.shape[1], N, K, M,
+                         out.data_ptr(), MIN_PARALLEL_SCORES)
+    return out
