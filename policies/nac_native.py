@@ -1,4 +1,6 @@
-"""Optional native kernel for the NAC layer's exact top-K selection (``policies.nac.select_exact``).
+"""Optional native kernels for the NAC layer: the exact top-K selection (``policies.nac.select_exact``) and
+the gather of the pair inputs (``gather_pairs``, one pass instead of a gather and a broadcast add, the same
+bits). Everything below is about the top-K, the one that matters.
 
 Why: at T=1024 (4 heads, K=8) ``torch.topk`` on the CPU took ~14 ms of a ~35 ms forward pass (a partial
 sort per row, ~3 ns per score). This kernel reads each score row twice instead: a vectorised pass takes the
