@@ -17,6 +17,12 @@ and input, resets the kernel's peak-RSS mark (``/proc/self/clear_refs``), reads 
 before (MB = 2^20 bytes). This counts every page the pass touches (tensors, allocator slack, library
 buffers), not only tensors, and misses no short-lived peak (the kernel tracks it, nothing polls).
 
+``--vs-mha`` prints only the head-to-head the speed target is stated in: NAC exact (``selection="auto"``,
+top-K 8) against ``nn.MultiheadAttention`` at ``--seq-len``, forward and forward+backward, for each thread
+count in ``--vs-mha-threads`` (default 1 and 2), medians over ``--repeats`` passes in which the two models
+alternate (so load from other jobs hits both alike), and the ratios NAC / MHA. Other benchmarks can call
+``nac_vs_mha(seq_len, threads, ...)`` for the same figures as a dict.
+
 A measurement whose estimated time exceeds ``--budget`` seconds is skipped with a note (estimated from a
 pass on a max(64, T/8)-step prefix, scaled by T for RNNs and NAC, T^2 for MHA and NAC-PW); slow models get fewer
 repeats so one measurement stays within the budget (a pass over half the budget is reported alone);
@@ -25,6 +31,7 @@ the "runs" column says how many passes the median is over.
     python -m benchmarks.nac_runtime                 # full run, a few minutes on 2 cores
     python -m benchmarks.nac_runtime --quick         # fewer repeats, sweep up to 4096
     python -m benchmarks.nac_runtime --models nac-exact,mha --sweep 1024,16384 --no-memory
+    python -m benchmarks.nac_runtime --vs-mha        # NAC exact vs MHA, T=1024, 1 and 2 threads (~1 min)
 """
 from __future__ import annotations
 
@@ -69,6 +76,8 @@ class Args:
     clock: str = "wall"
     memory: bool = True
     quick: bool = False
+    vs_mha: bool = False
+    vs_mha_threads: str = "1,2"
     seed: int = 0
     out: str = ""
 
@@ -90,6 +99,9 @@ HELP = {
              "idle machine and is far less disturbed by other jobs on a loaded one)",
     "memory": "measure peak memory in spawned processes (--no-memory to skip)",
     "quick": "3 repeats, 1 warm-up, sweep 256..4096, 10 s budget",
+    "vs_mha": "print only NAC exact vs nn.MultiheadAttention at --seq-len (forward, forward+backward, ratios), "
+              "the two measured alternately, for each of --vs-mha-threads",
+    "vs_mha_threads": "comma list of torch thread counts for --vs-mha",
     "seed": "seed for inputs and weights",
     "out": "also write all results as JSON to this path (atomically)",
 }
@@ -136,6 +148,16 @@ def sweep_lengths(args: Args) -> list[int]:
     return lengths
 
 
+def thread_counts(args: Args) -> list[int]:
+    try:
+        counts = [int(s) for s in args.vs_mha_threads.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--vs-mha-threads must be a comma list of integers; got {args.vs_mha_threads!r}") from None
+    if not counts or any(n < 1 for n in counts):
+        raise ValueError(f"--vs-mha-threads needs thread counts >= 1; got {args.vs_mha_threads!r}")
+    return counts
+
+
 def validate(args: Args) -> None:
     for name in ("seq_len", "features", "heads", "batch", "topk", "repeats", "threads"):
         if getattr(args, name) < 1:
@@ -149,6 +171,7 @@ def validate(args: Args) -> None:
     _names(args.models, ALL_MODELS, "models")
     _names(args.sweep_models, SWEEP_MODELS + ALL_MODELS, "sweep-models")
     sweep_lengths(args)
+    thread_counts(args)
 
 
 # ----------------------------------------------------------------------------- models
@@ -217,6 +240,60 @@ def timed(name: str, T: int, args: Args, backward: bool) -> dict:
         _step(call, x, model, backward)
     times = [_seconds(lambda: _step(call, x, model, backward), args.clock) for _ in range(runs)]
     return {"ms": 1e3 * statistics.median(times), "runs": runs, "params": params}
+
+
+def nac_vs_mha(seq_len: int = 1024, threads: int = 1, *, batch: int = 1, features: int = 64, heads: int = 4,
+               topk: int = 8, repeats: int = 15, warmup: int = 2, clock: str = "wall", seed: int = 0) -> dict:
+    """NAC exact vs ``nn.MultiheadAttention`` on the same input, measured alternately in one process.
+
+    Each repeat times, in turn, a NAC forward (``torch.no_grad``), an MHA forward, a NAC forward+backward
+    and an MHA forward+backward (loss = mean of squared outputs), so the two models share whatever load
+    other jobs put on the machine. Runs with ``threads`` torch threads (restored afterwards). Returns
+    ``{"seq_len", "threads", "repeats", "clock", "native_topk", "nac": {"fwd", "fwd_bwd"}, "mha": {...},
+    "ratio": {"fwd", "fwd_bwd"}}``: medians in ms, ratios NAC / MHA of the medians. ``native_topk`` says
+    whether the selection ran on the native kernel (``policies.nac_native``) or on ``torch.topk``.
+    """
+    from policies import nac_native
+
+    args = Args(seq_len=seq_len, features=features, heads=heads, batch=batch, topk=topk, seed=seed)
+    validate(args)
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be wall or cpu; got {clock!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        models = {name: build(name, seq_len, args) for name in ("nac", "mha")}
+        x = _input(seq_len, args)
+        steps = [(name, backward) for backward in (False, True) for name in models]
+        times: dict = {step: [] for step in steps}
+        for i in range(warmup + repeats):
+            for name, backward in steps:
+                model, call = models[name]
+                ms = 1e3 * _seconds(lambda: _step(call, x, model, backward), clock)
+                if i >= warmup:
+                    times[(name, backward)].append(ms)
+    finally:
+        torch.set_num_threads(before)
+    medians = {name: {"fwd": statistics.median(times[(name, False)]),
+                      "fwd_bwd": statistics.median(times[(name, True)])} for name in models}
+    return {"seq_len": seq_len, "threads": threads, "repeats": repeats, "clock": clock,
+            "native_topk": nac_native.available(), **medians,
+            "ratio": {k: medians["nac"][k] / medians["mha"][k] for k in ("fwd", "fwd_bwd")}}
+
+
+def render_vs_mha(rows: list[dict], args: Args) -> str:
+    first = rows[0]
+    lines = [f"### NAC exact (top-K {args.topk}) vs nn.MultiheadAttention: B={args.batch}, T={args.seq_len}, "
+             f"{args.features} features, {args.heads} heads, {first['clock']} clock, medians of {first['repeats']} "
+             f"alternating passes, torch {torch.__version__}", "",
+             "| threads | NAC fwd ms | MHA fwd ms | fwd NAC/MHA | NAC fwd+bwd ms | MHA fwd+bwd ms | fwd+bwd NAC/MHA |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['threads']} | {r['nac']['fwd']:.1f} | {r['mha']['fwd']:.1f} | {r['ratio']['fwd']:.2f}x "
+                     f"| {r['nac']['fwd_bwd']:.1f} | {r['mha']['fwd_bwd']:.1f} | {r['ratio']['fwd_bwd']:.2f}x |")
+    lines += ["", "Top-K selection: " + ("native kernel (policies/nac_native.py)." if first["native_topk"] else
+                                         "torch.topk (the native kernel could not be built here).")]
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- memory (spawned process)
@@ -357,6 +434,14 @@ def write_json(path: str, results: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.vs_mha:
+        rows = [nac_vs_mha(args.seq_len, n, batch=args.batch, features=args.features, heads=args.heads,
+                           topk=args.topk, repeats=args.repeats, warmup=args.warmup, clock=args.clock, seed=args.seed)
+                for n in tqdm(thread_counts(args), desc="threads", file=sys.stderr)]
+        print(render_vs_mha(rows, args))
+        if args.out:
+            write_json(args.out, {"args": asdict(args), "vs_mha": rows})
+        return 0
     results = run(args)
     print(render(results, args))
     if args.out:

@@ -19,13 +19,19 @@ Numerical choices the spec leaves open (all deliberate):
   own AutoNCP sensory mask (seeds ``seed``, ``seed+1``, ``seed+2``); no nonlinearity, as in the spec.
 * Backbone: per-head weights ``[H, in, out]`` (``shared_backbone=True``: one set, ``[1, in, out]``),
   head h wired with seed ``seed + 3 + h``; sizes in ``policies.wiring`` (d_head=16: 32 -> 20 -> 12 -> 8).
-  Nonlinearity tanh (bounded, so huge inputs saturate instead of overflowing), computed as
-  ``2 sigmoid(2z) - 1`` because torch's CPU tanh kernel is several times slower. The command layer's
+  Nonlinearity tanh (bounded, so huge inputs saturate instead of overflowing). The command layer's
   recurrent synapses are unrolled ``COMMAND_UNROLL = 1`` time: ``c = tanh(W_ic h + b)``, then
   ``c = tanh(W_ic h + W_cc c + b)``. The first layer is linear in ``p = [q_i; k_j]``, so it is split
   into a query part and a key part computed once per token and added per pair (same maths as
   concatenating, ``T`` instead of ``T*K`` matmuls). ``alpha`` and ``beta`` are dense affine maps of the
   pair, split the same way.
+* How the backbone is computed (the same function, only round-off differs; see "Performance" in
+  docs/nac.md for what each choice saved): head-major, ``[H, pairs, features]``, so each layer is one
+  batched matmul over the heads whatever the batch size; in sigmoid form, each layer keeping
+  ``s = sigmoid(2z) = (tanh(z) + 1) / 2`` and the next reading ``tanh = 2s - 1`` through weights ``2W``
+  and bias ``b - 1^T W`` (and the 2 of ``2z`` folded in as well), so a layer is one ``baddbmm`` and one
+  sigmoid (torch's CPU tanh kernel is several times slower than its sigmoid); the key side and v are
+  gathered in one pass.
 * Masks are persistent buffers (a checkpoint carries its wiring); weights are multiplied by them each
   call (tiny tensors), so masked weights get exactly zero gradient. Init: LeCun-uniform with each
   unit's *actual* fan-in under its mask, zero biases, all drawn from ``torch.Generator(seed)`` so the
@@ -42,8 +48,10 @@ Numerical choices the spec leaves open (all deliberate):
   computed without gradient (top-K is not differentiable), on overflow-proof stand-ins: each query row
   divided by its max-abs (same ranking) and keys clamped to +-1e15, so scores never overflow and no
   pass over the T x T matrix is needed to clean them. Exact selection scores queries in chunks of
-  ``CHUNK_ELEMENTS`` scores. Invalid keys (causal: j > i; padded) get -inf before top-K and before the
-  softmax, never a multiplied 0.
+  ``CHUNK_ELEMENTS`` scores; the top K of each score row come from ``policies.nac_native`` (a small C
+  kernel built on first use, ~3x faster than ``torch.topk``; ties go to the lower key index) or, where it
+  cannot be built or ``NAC_NATIVE=0``, from ``torch.topk``. Invalid keys (causal: j > i; padded) get -inf
+  before top-K and before the softmax, never a multiplied 0.
 * Slots: ``K_eff = min(topk, T)``. Slots left over when fewer than ``K_eff`` keys are valid are
   "filler": ``index = -1``, ``logits = -inf``, ``attn = 0`` exactly; their phi/omega/t are computed on
   key 0 as a placeholder and mean nothing. ``topk >= T`` skips scoring and pairs every query with
@@ -98,11 +106,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from policies import nac_native
 from policies.wiring import backbone_masks, backbone_sizes, check_sparsity, sensory_mask
 
 MODES = ("exact", "euler", "steady")
@@ -182,12 +192,6 @@ def check_mode(mode: object) -> str:
 
 
 # ----------------------------------------------------------------------------- masked layers
-def fast_tanh(z: torch.Tensor) -> torch.Tensor:
-    """tanh(z) written as 2 sigmoid(2z) - 1: the same function, ~4x faster than torch.tanh on this CPU
-    build (its tanh kernel is ~7x slower than its sigmoid); saturates to +-1 for huge |z|."""
-    return 2.0 * torch.sigmoid(2.0 * z) - 1.0
-
-
 def _lecun_uniform_(weight: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> None:
     """U(-sqrt(3/fan_in), +) per output unit, fan_in counted under the mask (weight/mask [..., in, out])."""
     fan_in = mask.sum(-2, keepdim=True).clamp(min=1).to(weight.dtype)
@@ -221,6 +225,7 @@ class PairBackbone(nn.Module):
                  phi_activation: str, tau_epsilon: float, generator: torch.Generator):
         super().__init__()
         self.d_head, self.phi_activation, self.tau_epsilon = d_head, phi_activation, tau_epsilon
+        self.num_heads = num_heads
         self.sizes = backbone_sizes(2 * d_head)
         wirings = [backbone_masks(2 * d_head, sparsity, seed + 3 + h) for h in range(1 if shared else num_heads)]
         for name in ("inter", "command", "recurrent", "motor"):
@@ -241,28 +246,115 @@ class PairBackbone(nn.Module):
         _lecun_uniform_(self.w_time, torch.ones_like(self.w_time), generator)
         _lecun_uniform_(self.w_heads, torch.ones_like(self.w_heads), generator)
 
-    def token_features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Query-side and key-side halves of the pair's affine layers: [B, H, T, inter + 2] each."""
-        w = torch.cat([self.w_inter * self.mask_inter, self.w_time], dim=-1)  # [G, 2*d_head, inter+2]
-        w_q, w_k = w[:, : self.d_head], w[:, self.d_head:]
-        bias = torch.cat([self.b_inter, self.b_time], dim=-1)  # [G, 1, inter+2]
-        return torch.matmul(q, w_q) + bias, torch.matmul(k, w_k)
+    def folded(self) -> "_Folded":
+        """The weights in the sigmoid form of ``forward``, expanded to [H, in, out].
 
-    def forward(self, pre: torch.Tensor, tau: torch.Tensor | float) -> tuple[torch.Tensor, ...]:
-        """pre: [B, H, P, inter + 2] summed pair pre-activations -> phi, omega, t: [B, H, P]."""
-        inter = fast_tanh(pre[..., :-2])
-        alpha, beta = pre[..., -2], pre[..., -1]
-        drive = torch.matmul(inter, self.w_command * self.mask_command) + self.b_command
-        command = fast_tanh(drive)
-        for _ in range(COMMAND_UNROLL):
-            command = fast_tanh(drive + torch.matmul(command, self.w_recurrent * self.mask_recurrent))
-        motor = fast_tanh(torch.matmul(command, self.w_motor * self.mask_motor) + self.b_motor)
-        heads = torch.matmul(motor, self.w_heads) + self.b_heads
-        phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[self.phi_activation](
-            heads[..., 0])
-        omega = F.softplus(heads[..., 1]) + self.tau_epsilon
+        Recomputed on every call under autograd (so gradients reach the parameters); under ``no_grad``
+        cached until a parameter or mask changes (in place or replaced), which saves streaming ~20 small ops.
+        """
+        tensors = (*self.parameters(), *self.buffers())
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return self._fold()
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
+        if getattr(self, "_folded_key", None) != key:
+            self._folded_cache, self._folded_key = self._fold(), key
+        return self._folded_cache
+
+    def _fold(self) -> "_Folded":
+        H, d = self.num_heads, self.d_head
+
+        def masked(name: str) -> torch.Tensor:
+            return getattr(self, f"w_{name}") * getattr(self, f"mask_{name}")
+
+        def twice(weight: torch.Tensor, bias: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+            """Transposed (4W, 2(b - 1^T W)): twice the pre-activation of a layer whose input tanh = 2s - 1
+            is given as s."""
+            return (4.0 * weight).transpose(1, 2).expand(H, -1, -1), \
+                (2.0 * (bias - weight.sum(1, keepdim=True))).transpose(1, 2)
+
+        w_token = torch.cat([2.0 * masked("inter"), self.w_time], dim=-1).transpose(1, 2).expand(H, -1, -1)
+        w_command, b_command = twice(masked("command"), self.b_command)
+        w_recurrent, b_recurrent = twice(masked("recurrent"), 0.0)  # the recurrent synapses have no bias
+        w_motor, b_motor = twice(masked("motor"), self.b_motor)
+        return _Folded(  # the gate heads read tanh = 2s - 1 as well
+            w_token[..., :d], w_token[..., d:], torch.cat([2.0 * self.b_inter, self.b_time], dim=-1).transpose(1, 2),
+            w_command, b_command, w_recurrent, b_recurrent, w_motor, b_motor,
+            (2.0 * self.w_heads).transpose(1, 2).expand(H, -1, -1),
+            (self.b_heads - self.w_heads.sum(1, keepdim=True)).transpose(1, 2))
+
+    def token_features(self, q: torch.Tensor, k: torch.Tensor, w: "_Folded") -> tuple[torch.Tensor, torch.Tensor]:
+        """Query-side and key-side halves of the pair's affine layers, feature-major.
+
+        ``q`` [H, d_head, Nq], ``k`` [H, d_head, Nk] -> [H, inter + 2, Nq], [H, inter + 2, Nk]: the inter
+        rows hold *twice* the pre-activation (the sigmoid form of ``forward``), the last two alpha and beta;
+        the biases ride on the query side.
+        """
+        return torch.baddbmm(w.b_token, w.w_query, q), torch.bmm(w.w_key, k)
+
+    def forward(self, pre: torch.Tensor, tau: torch.Tensor | float, w: "_Folded") -> tuple[torch.Tensor, ...]:
+        """``pre`` [H, inter + 2, P] summed pair halves (``token_features``) -> phi, omega, t: [H, P] each.
+
+        Sigmoid form: each tanh layer keeps ``s = sigmoid(2z) = (tanh(z) + 1) / 2`` and the next layer reads
+        ``tanh(z) = 2s - 1`` through weights ``2W`` and bias ``b - 1^T W``, so a layer is one ``baddbmm`` and
+        one sigmoid (the same function as tanh; only round-off differs). Feature-major ([H, features, P]):
+        every matmul has the P pairs as its long output dimension. ``tau`` broadcasts to [H, P].
+        """
+        u, time = pre.split([self.sizes.inter, 2], dim=1)
+        drive = torch.baddbmm(w.b_command, w.w_command, torch.sigmoid(u))  # twice the command drive
+        s = torch.sigmoid(drive)
+        if COMMAND_UNROLL:  # c = tanh(drive + W_cc c)
+            drive = drive + w.b_recurrent
+            for _ in range(COMMAND_UNROLL):
+                s = torch.baddbmm(drive, w.w_recurrent, s).sigmoid_()
+        s = torch.baddbmm(w.b_motor, w.w_motor, s).sigmoid_()
+        phi, omega = torch.baddbmm(w.b_heads, w.w_heads, s).unbind(1)
+        phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[self.phi_activation](phi)
+        omega = F.softplus(omega) + self.tau_epsilon
+        alpha, beta = time.unbind(1)
         t = torch.sigmoid(alpha * tau + beta)
         return phi, omega, t
+
+
+class _Folded(NamedTuple):
+    """``PairBackbone.folded()``: the backbone's weights in sigmoid form, transposed: [H, out, in], [H, out, 1]."""
+
+    w_query: torch.Tensor
+    w_key: torch.Tensor
+    b_token: torch.Tensor
+    w_command: torch.Tensor
+    b_command: torch.Tensor
+    w_recurrent: torch.Tensor
+    b_recurrent: torch.Tensor
+    w_motor: torch.Tensor
+    b_motor: torch.Tensor
+    w_heads: torch.Tensor
+    b_heads: torch.Tensor
+
+
+class _PairInputs(torch.autograd.Function):
+    """The key side and v of every pair, gathered, with the query side added to the key side's features:
+    ``keys`` [H, F, N], ``query`` [H, Fq, M], ``rows`` [H, K, M] -> [H, F, K*M]. One native pass where
+    ``policies.nac_native`` is built (bit-identical to the torch ops it replaces, ~1.5x faster), otherwise
+    a gather and a broadcast add; the backward is torch's in both cases."""
+
+    @staticmethod
+    def forward(ctx, keys: torch.Tensor, query: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        (H, F, N), (Fq, K, M) = keys.shape, (query.shape[1], *rows.shape[1:])
+        ctx.save_for_backward(rows)
+        ctx.sizes = (N, Fq)
+        out = nac_native.gather_pairs(keys, query, rows)
+        if out is None:
+            out = keys.gather(2, rows.reshape(H, 1, K * M).expand(-1, F, -1))
+            out[:, :Fq] += query[:, :, None, :].expand(-1, -1, K, -1).reshape(H, Fq, K * M)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (rows,), (N, Fq) = ctx.saved_tensors, ctx.sizes
+        H, F, P = grad.shape
+        K, M = rows.shape[1:]
+        keys_grad = grad.new_zeros(H, F, N).scatter_add_(2, rows.reshape(H, 1, P).expand(-1, F, -1), grad)
+        return keys_grad, grad[:, :Fq].reshape(H, Fq, K, M).sum(2), None
 
 
 # ----------------------------------------------------------------------------- top-K selection
@@ -290,7 +382,8 @@ def _scoring_inputs(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def _finish(scores: torch.Tensor, positions: torch.Tensor | None, k: int) -> Selection:
     """Top-k of -inf-masked scores; -inf winners become filler slots."""
-    values, top = scores.topk(k, dim=-1)
+    native = nac_native.topk_rows(scores, k)
+    values, top = native if native is not None else scores.topk(k, dim=-1)
     index = top if positions is None else positions.gather(-1, top)
     valid = values != -math.inf  # (a NaN score from NaN inputs still marks a visible key)
     return Selection(index.masked_fill(~valid, -1), valid)
@@ -333,6 +426,8 @@ def select_exact(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_po
         if needs_mask:
             scores.masked_fill_(~visible_keys(key_valid, q_pos[:, c], causal), -math.inf)
         parts.append(_finish(scores, None, topk))
+    if len(parts) == 1:
+        return parts[0]
     return Selection(torch.cat([p.index for p in parts], 2), torch.cat([p.valid for p in parts], 2))
 
 
@@ -532,47 +627,55 @@ class NAC(nn.Module):
         Tq = q_pos.shape[1]
 
         # 2. top-K keys per query
-        sel = self.select(q, k, key_valid, q_pos)
+        sel = self.select(q, k, key_valid, q_pos)  # [B, H, Tq, K]
         K = sel.index.shape[-1]
-        index = sel.index.clamp(min=0)  # filler slots read key 0 as a placeholder
+        # the pairs are laid out [H, K, B, Tq] (head-major, then slot-major: reductions over the K slots run
+        # along an outer axis, which vectorises); filler slots read key 0 as a placeholder
+        index = sel.index.clamp(min=0).permute(1, 3, 0, 2)
+        invalid = ~sel.valid.permute(1, 3, 0, 2)
 
-        # 3. pair backbone: per-token halves of the affine layers, key side gathered once with v
-        q_side, k_side = self.backbone.token_features(q, k)
-        keys = torch.cat([k_side, v], dim=-1)  # [B, H, T, F]
-        Fk = keys.shape[-1]
-        rows = (torch.arange(B * H, device=x.device) * T).view(B, H, 1, 1)
-        picked = F.embedding((index + rows).flatten(), keys.reshape(B * H * T, Fk)).view(B, H, Tq, K, Fk)
-        pre = (q_side[:, :, :, None, :] + picked[..., : -dh]).view(B, H, Tq * K, -1)
-        v_sel = picked[..., -dh:]  # [B, H, Tq, K, d_head]
+        # 3. pair backbone, head-major and feature-major ([H, features, tokens or pairs]: one bmm per layer
+        # whatever B is, the pairs as the long dimension): per-token halves of the affine layers, the key side
+        # gathered once together with v
+        def feature_major(z: torch.Tensor) -> torch.Tensor:  # [B, H, N, d_head] -> [H, d_head, B*N]
+            return z.permute(1, 3, 0, 2).reshape(H, dh, -1)  # (a view for the sensory outputs: no copy)
+
+        folded = self.backbone.folded()
+        q_side, k_side = self.backbone.token_features(feature_major(q), feature_major(k), folded)
+        keys = torch.cat([k_side, feature_major(v)], dim=1)  # [H, inter + 2 + d_head, B*T]
+        rows = index + (torch.arange(B, device=x.device) * T).view(1, 1, B, 1)  # [H, K, B, Tq] into B*T
+        pre, v_sel = _PairInputs.apply(keys, q_side, rows.reshape(H, K, B * Tq)).split(
+            [keys.shape[1] - dh, dh], dim=1)  # [H, features, K*B*Tq]
 
         if time is None:
             tau: torch.Tensor | float = 1.0
         elif time.dim() == 1:
-            tau = time.to(x.dtype).view(B, 1, 1)
+            tau = time.to(x.dtype).view(1, 1, B, 1).expand(1, K, B, Tq).reshape(1, -1)
         else:  # elapsed time t_i - t_j, differenced in the timestamps' dtype
-            t_query = time.gather(1, q_pos)[:, None, :, None]
-            t_key = time.gather(1, index.flatten(1)).view(B, H, Tq, K)
-            tau = (t_query - t_key).to(x.dtype).view(B, H, Tq * K)
-        phi, omega, t = (z.view(B, H, Tq, K) for z in self.backbone(pre, tau))
+            t_query = time.gather(1, q_pos)  # [B, Tq], broadcasts over [H, K, B, Tq]
+            t_key = time.gather(1, index.permute(2, 0, 1, 3).reshape(B, -1)).view(B, H, K, Tq).permute(1, 2, 0, 3)
+            tau = (t_query - t_key).to(x.dtype).reshape(H, -1)
+        phi, omega, t = (z.view(H, K, B, Tq) for z in self.backbone(pre, tau, folded))
 
         # 4. logits from the ODE, softmax over the selected keys (-inf on filler slots); with logit_scale the
         # softmax reads s_h * a (s_h > 0 keeps -inf at -inf), "logits" stays the ODE's a
         # (scaled before masking: d(-inf * s)/ds would be -inf * 0 = NaN)
         ode = self.ode_logits(phi, omega, t)
-        logits = ode.masked_fill(~sel.valid, -math.inf)
+        logits = ode.masked_fill(invalid, -math.inf)
         scaled = logits if self.log_logit_scale is None else (
-            ode * self.log_logit_scale.exp().view(1, H, 1, 1)).masked_fill(~sel.valid, -math.inf)
-        empty = ~sel.valid.any(-1, keepdim=True)  # a query without any valid key
-        attn = torch.softmax(scaled.masked_fill(empty, 0.0), dim=-1).masked_fill(~sel.valid, 0.0)
+            ode * self.log_logit_scale.exp().view(H, 1, 1, 1)).masked_fill(invalid, -math.inf)
+        empty = invalid.all(1, keepdim=True)  # a query without any valid key (the same for every head)
+        attn = torch.softmax(scaled.masked_fill(empty, 0.0), dim=1).masked_fill(invalid, 0.0)
         attn = self.attn_dropout(attn)
 
         # 5. quadrature of the attention-weighted values, heads concatenated, projection
-        context = self.dt * (attn[..., None] * v_sel).sum(-2)  # [B, H, Tq, d_head]
-        y = self.out_proj(context.transpose(1, 2).reshape(B, Tq, self.d_model))
-        y = y.masked_fill(empty[:, 0], 0.0)
+        context = self.dt * (attn.view(H, 1, K, B * Tq) * v_sel.view(H, dh, K, B * Tq)).sum(2)  # [H, dh, B*Tq]
+        y = self.out_proj(context.view(H, dh, B, Tq).permute(2, 3, 0, 1).reshape(B, Tq, self.d_model))
+        y = y.masked_fill(empty[0, 0, :, :, None], 0.0)
         if not self.return_sequences:
             y = y[:, 0]
         if not return_internals:
             return y
+        phi, omega, t, logits, attn = (z.permute(2, 0, 3, 1) for z in (phi, omega, t, logits, attn))
         internals = {"phi": phi, "omega": omega, "t": t, "logits": logits, "attn": attn, "index": sel.index}
         return y, internals

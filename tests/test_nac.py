@@ -1,11 +1,17 @@
 """NAC layer: the ODE identities and bounds (docs/nac.md), masks, selection, gradients, errors, and the
 options that depart from the paper (learnable logit scale), off by default."""
 
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-import math
-
+import policies.nac as nac_module
+from policies import nac_native
 from policies.nac import NAC, attention_stats, select_blocks, select_exact
 
 
@@ -472,3 +478,207 @@ def test_attention_stats_of_the_paper_layer_are_near_uniform():
     assert stats["entropy_norm"] > 0.98
     ratio = inner["attn"].amax(-1) / inner["attn"].masked_fill(inner["index"] < 0, 2.0).amin(-1)
     assert (ratio[..., 1:] < math.e).all()  # no key is ever preferred over another by more than a factor e
+
+
+# ----------------------------------------------------------------------------- optimised path vs a plain reference
+def reference_nac(layer: NAC, x, time=None, key_padding_mask=None, index=None):
+    """The layer's maths written the plain way (docs/nac.md): concatenated pairs p = [q_i; k_j], torch.tanh,
+    explicit masks, per-head weights picked by head, no folding, no layout tricks. ``index`` [B, H, Tq, K]
+    (-1 = filler) is the selection to use (top-K is checked on its own below). Returns (y, internals)."""
+    B, T, _ = x.shape
+    H, dh, bb = layer.num_heads, layer.d_head, layer.backbone
+    qkv = x @ (layer.sensory.weight * layer.sensory.mask) + layer.sensory.bias
+    q, k, v = (qkv[..., i * layer.d_model:(i + 1) * layer.d_model].view(B, T, H, dh).transpose(1, 2) for i in range(3))
+    valid_key = torch.ones(B, T, dtype=torch.bool) if key_padding_mask is None else ~key_padding_mask
+    if layer.return_sequences:
+        q_pos = torch.arange(T).expand(B, T)
+    else:
+        q_pos = torch.stack([torch.nonzero(r).max() if r.any() else torch.tensor(T - 1) for r in valid_key])[:, None]
+        q = q.gather(2, q_pos[:, None, :, None].expand(B, H, 1, dh))
+    valid = index >= 0
+    j = index.clamp(min=0)
+    k_sel = k[torch.arange(B)[:, None, None, None], torch.arange(H)[None, :, None, None], j]  # [B, H, Tq, K, dh]
+    v_sel = v[torch.arange(B)[:, None, None, None], torch.arange(H)[None, :, None, None], j]
+    p = torch.cat([q[:, :, :, None, :].expand_as(k_sel), k_sel], -1)  # the pair, [B, H, Tq, K, 2 dh]
+
+    def per_head(name):  # a backbone tensor [G, a, b] -> [H, a, b] (G = 1 for a shared backbone)
+        w = getattr(bb, name)
+        return w.expand(H, *w.shape[1:])
+
+    def affine(h, weight, bias):  # h [B, H, Tq, K, a] times the head's weight [H, a, b], plus bias [H, 1, b]
+        return torch.einsum("bhqka,hac->bhqkc", h, weight) + bias[None, :, None]
+
+    W = {n: per_head(f"w_{n}") * per_head(f"mask_{n}") for n in ("inter", "command", "recurrent", "motor")}
+    inter = torch.tanh(affine(p, W["inter"], per_head("b_inter")))
+    drive = affine(inter, W["command"], per_head("b_command"))
+    command = torch.tanh(drive)
+    for _ in range(nac_module.COMMAND_UNROLL):
+        command = torch.tanh(drive + affine(command, W["recurrent"], torch.zeros(H, 1, 1)))
+    motor = torch.tanh(affine(command, W["motor"], per_head("b_motor")))
+    heads = affine(motor, per_head("w_heads"), per_head("b_heads"))
+    phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[bb.phi_activation](heads[..., 0])
+    omega = torch.nn.functional.softplus(heads[..., 1]) + bb.tau_epsilon
+    alpha_beta = affine(p, per_head("w_time"), per_head("b_time"))
+    if time is None:
+        tau = torch.ones(())
+    elif time.dim() == 1:
+        tau = time.to(x.dtype).view(B, 1, 1, 1)
+    else:
+        t_query = time.gather(1, q_pos)[:, None, :, None]
+        tau = (t_query - time.gather(1, j.flatten(1)).view(j.shape)).to(x.dtype)
+    t = torch.sigmoid(alpha_beta[..., 0] * tau + alpha_beta[..., 1])
+    if layer.mode == "exact":
+        a = phi / omega * (1 - torch.exp(-omega * t))
+    elif layer.mode == "steady":
+        a = phi / omega
+    else:
+        a, h = torch.zeros_like(phi), t / layer.euler_steps
+        for _ in range(layer.euler_steps):
+            a = a + h * (phi - omega * a)
+    scale = 1.0 if layer.log_logit_scale is None else layer.log_logit_scale.exp().view(1, H, 1, 1)
+    logits = a.masked_fill(~valid, -math.inf)
+    empty = ~valid.any(-1, keepdim=True)
+    attn = torch.softmax((a * scale).masked_fill(~valid, -math.inf).masked_fill(empty, 0.0), -1).masked_fill(~valid, 0)
+    context = layer.dt * (attn[..., None] * v_sel).sum(-2)  # [B, H, Tq, dh]
+    y = layer.out_proj(context.transpose(1, 2).reshape(B, -1, layer.d_model)).masked_fill(empty[:, 0], 0.0)
+    y = y if layer.return_sequences else y[:, 0]
+    return y, {"phi": phi, "omega": omega, "t": t, "logits": logits, "attn": attn}
+
+REFERENCE_CASES = {
+    "exact, selection": (dict(topk=5), 40, {}),
+    "euler, causal, padded, per-step time": (dict(mode="euler", causal=True, topk=4), 33, dict(pad=True, time="step")),
+    "steady, logit scale, per-sample time": (dict(mode="steady", logit_scale=True, logit_scale_init=7.0), 30,
+                                             dict(time="sample")),
+    "blocks, shared backbone, tanh phi": (dict(selection="blocks", shared_backbone=True, phi_activation="tanh",
+                                               topk=6), 50, dict(pad=True)),
+    "pairwise, last step (the driving core)": (dict(topk=8, causal=True, return_sequences=False, num_heads=4), 8,
+                                               dict(pad=True, time="step")),
+    "identity phi, euler, dt": (dict(mode="euler", phi_activation="identity", dt=0.5, euler_steps=3), 20, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(REFERENCE_CASES))
+def test_optimised_layer_matches_the_plain_reference(case):
+    """Values, internals and gradients of the optimised forward equal the plain maths up to float round-off."""
+    kwargs, T, inputs = REFERENCE_CASES[case]
+    torch.manual_seed(11)
+    layer = make(**kwargs)
+    with torch.no_grad():  # non-zero biases, so every folded bias term is exercised
+        for name, param in layer.named_parameters():
+            if "b_" in name or name.endswith("bias"):
+                param.normal_(0, 0.3)
+    B = 3
+    x = torch.randn(B, T, 6, requires_grad=True)
+    pad = None
+    if inputs.get("pad"):
+        pad = torch.zeros(B, T, dtype=torch.bool)
+        pad[0, -5:] = True
+        pad[1, :3] = True
+        pad[2] = True  # a sample without any valid key
+    time = {"step": torch.cumsum(torch.rand(B, T), 1), "sample": torch.tensor([0.5, 2.0, 1.0]), None: None}[
+        inputs.get("time")]
+    y, inner = layer(x, time=time, key_padding_mask=pad, return_internals=True)
+    y_ref, ref = reference_nac(layer, x, time, pad, inner["index"])
+    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    valid = inner["index"] >= 0
+    for key in ("phi", "omega", "t", "attn"):
+        torch.testing.assert_close(inner[key][valid], ref[key][valid], atol=1e-5, rtol=1e-5)
+    assert torch.isneginf(inner["logits"][~valid]).all() and (inner["attn"][~valid] == 0).all()
+    weights = torch.randn_like(y)
+    grads = torch.autograd.grad((y * weights).sum(), [x, *layer.parameters()], allow_unused=True)
+    grads_ref = torch.autograd.grad((y_ref * weights).sum(), [x, *layer.parameters()], allow_unused=True)
+    for (name, param), g, g_ref in zip([("x", x), *layer.named_parameters()], grads, grads_ref):
+        g = torch.zeros_like(param) if g is None else g  # (steady mode never reads the internal time)
+        g_ref = torch.zeros_like(param) if g_ref is None else g_ref
+        scale = max(1.0, g_ref.abs().max().item())  # round-off grows with the terms summed
+        torch.testing.assert_close(g, g_ref, atol=1e-5 * scale, rtol=1e-4, msg=name)
+
+
+def test_exact_selection_is_the_top_k_of_the_scores():
+    """select_exact (native kernel or torch.topk) keeps exactly the K best visible keys of every query."""
+    torch.manual_seed(12)
+    for B, H, T, d, K, causal in ((2, 3, 300, 4, 8, True), (1, 2, 513, 8, 5, False), (2, 1, 70, 4, 32, True)):
+        q, k = torch.randn(B, H, T, d), torch.randn(B, H, T, d)
+        pad = torch.rand(B, T) < 0.2
+        sel = select_exact(q, k, ~pad, torch.arange(T).expand(B, T), causal, K)
+        scores = q @ k.transpose(-1, -2)
+        scores = scores.masked_fill(~_visible(T, pad, causal)[:, None], -math.inf)
+        best = scores.topk(K, -1)
+        expected = best.indices.masked_fill(torch.isneginf(best.values), -1)
+        torch.testing.assert_close(sel.index.sort(-1).values, expected.sort(-1).values)
+        assert torch.equal(sel.valid, sel.index >= 0)
+
+
+@pytest.mark.parametrize("name", ["carracing_nac", "udacity_nac"])
+def test_shipped_checkpoints_match_the_reference(name):
+    """The shipped policies' NAC layers (state_dict unchanged) give the plain maths' outputs within 1e-5."""
+    from policies.policy import load_checkpoint
+
+    path = Path(__file__).resolve().parents[1] / "checkpoints" / f"{name}.pt"
+    layer = load_checkpoint(path).core.nac
+    W = layer.topk  # the driving window: topk >= W pairs every query with every key
+    torch.manual_seed(13)
+    x = torch.randn(4, W, layer.input_dim)
+    time = torch.arange(1.0 - W, 1.0).expand(4, W).clone()
+    time[1, :3] = time[1, 3]  # repeated frames at an episode start
+    with torch.no_grad():
+        y, inner = layer(x, time=time, return_internals=True)
+        y_ref, _ = reference_nac(layer, x, time, None, inner["index"])
+    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=0)
+
+
+def test_folded_weights_follow_in_place_changes_under_no_grad():
+    """Inference caches the backbone's folded weights; changing a parameter or a mask must still take effect."""
+    layer = make(topk=4)
+    x = torch.randn(2, 9, 6)
+    with torch.no_grad():
+        before = layer(x)
+        torch.testing.assert_close(layer(x), before)  # cached: same values
+        layer.backbone.b_heads[..., 0] += 1.0
+        after = layer(x)
+        assert not torch.allclose(after, before)
+        layer.backbone.load_state_dict(make(topk=4, seed=99).backbone.state_dict())
+        assert not torch.allclose(layer(x), after)
+        torch.testing.assert_close(layer(x), reference_nac(layer, x, None, None, run(layer, x)[1]["index"])[0],
+                                   atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- the native top-K kernel
+def test_native_top_k_equals_torch_topk():
+    """Values equal torch.topk's exactly; indices too, except that ties go to the lower index."""
+    if not nac_native.available():
+        pytest.skip("no C compiler here: the layer uses torch.topk (covered by every other test)")
+    torch.manual_seed(14)
+    for shape, k in (((3, 5, 1024), 8), ((2, 300), 1), ((4, 777), 32), ((6, 40), 7), ((1, 64 * 4), 8)):
+        s = torch.randn(shape)
+        s[..., ::7] = -math.inf  # masked keys
+        s[0, 0, ] = -math.inf  # a row of masked keys only: every slot is filler
+        s[-1, :3] = math.nan  # NaN ranks first, as in torch
+        values, index = nac_native.topk_rows(s, k)
+        expected = s.topk(k, -1)
+        torch.testing.assert_close(values, expected.values, equal_nan=True)
+        number, filler = ~torch.isneginf(values) & ~values.isnan(), torch.isneginf(values)
+        assert torch.equal(index[number], expected.indices[number]) and (index[filler] == -1).all()
+        nan_rows = values.isnan().any(-1)  # NaNs tie with each other: compare them as sets
+        assert torch.equal(index[nan_rows].sort(-1).values, expected.indices[nan_rows].sort(-1).values)
+    ties = torch.zeros(2, 512)
+    ties[1, 100:] = 1.0
+    assert nac_native.topk_rows(ties, 4)[1].tolist() == [[0, 1, 2, 3], [100, 101, 102, 103]]
+    assert nac_native.topk_rows(torch.randn(2, 50).double(), 4) is None  # not float32: the caller uses torch
+    assert nac_native.topk_rows(torch.randn(2, 50), 33) is None  # k above MAX_K
+
+
+def test_layer_without_the_native_kernel_gives_the_same_outputs(tmp_path):
+    """NAC_NATIVE=0 (as on a machine without a compiler): torch.topk selects and the outputs are the same."""
+    script = ("import sys, torch; from policies import nac_native; from policies.nac import NAC\n"
+              "torch.manual_seed(0); x = torch.randn(2, 300, 6)\n"
+              "torch.save((nac_native.available(), NAC(6, 16, 2, topk=5, causal=True)(x)), sys.argv[1])\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "NAC_NATIVE": "0", "PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "out.pt")], check=True, cwd=root, env=env,
+                   timeout=120)
+    available, y = torch.load(tmp_path / "out.pt")
+    assert available is False
+    torch.manual_seed(0)
+    x = torch.randn(2, 300, 6)
+    torch.testing.assert_close(y, NAC(6, 16, 2, topk=5, causal=True)(x), atol=1e-6, rtol=1e-6)
