@@ -691,7 +691,8 @@ class CollectResult:
         ret = f", mean return {self.mean_return_added:.1f}, laps {self.laps_added}/{self.episodes_added}" if self.episodes_added else ""
         return (
             f"{what}saved {self.episodes_added} new episode(s) ({self.steps_added} steps{seeds}{ret}) at "
-            f"{self.steps_per_s:.0f} steps/s{f' ({self.workers} workers)' if self.workers > 1 else ''}; {self.out} now holds {self.episodes_total} episodes, {self.steps_total} steps{dropped}"
+            f"{self.steps_per_s:.0f} steps/s{f' ({self.workers} workers)' if self.workers > 1 else ''}; "
+            f"{self.out} now holds {self.episodes_total} episodes, {self.steps_total} steps{dropped}"
         )
 
 

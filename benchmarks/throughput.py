@@ -19,7 +19,7 @@ Worker rows are timed with the fork server already running (agent.parallel start
 `collect.py`/`evaluate.py` run pays it once, a few seconds, before its first episode. Best of `--repeats`
 for the whole-command rows (the least disturbed by other jobs), median for the per-step rows.
 
-    python -m benchmarks.throughput            # about 5 minutes on 2 cores
+    python -m benchmarks.throughput            # about 13 minutes on a loaded 2-core machine
     python -m benchmarks.throughput --quick    # a smoke test, well under a minute of driving
 """
 from __future__ import annotations
@@ -87,7 +87,8 @@ def collection_rows(root: Path, episodes: int, steps: int, repeats: int) -> tupl
                     out.rename(keep)  # the training row reuses these episodes
                 return rate
 
-            rows.append(("collection (expert, files written)", f"{renderer}, {workers} worker(s)",
+            setting = f"{renderer}, {workers} worker{'s' if workers > 1 else ''}"
+            rows.append(("collection (expert, files written)", setting,
                          _best(once, repeats)))
     return rows, keep
 
@@ -106,8 +107,8 @@ def evaluation_rows(root: Path, episodes: int, steps: int, repeats: int) -> list
                 done = sum(e["length"] for m in res.values() for e in m["episodes"])
                 return done / (time.perf_counter() - t)
 
-            rows.append(("evaluation (shipped NAC student + expert shadow, no video)",
-                         f"{renderer}, {workers} worker(s)", _best(once, repeats)))
+            rows.append(("evaluation (NAC student + expert shadow, no video)",
+                         f"{renderer}, {workers} worker{'s' if workers > 1 else ''}", _best(once, repeats)))
     return rows
 
 
@@ -139,7 +140,8 @@ def nac_rows(quick: bool) -> list[tuple[str, str, float]]:
         out = []
         for name in ("nac-exact", "mha"):
             cell = nr.timed(name, 1024, args, backward=False)
-            out.append(("forward, T=1024, batch 1 (ms, 1 thread)", name, float(cell.get("ms", float("nan")))))
+            label = {"nac-exact": "NAC exact", "mha": "MHA"}[name]
+            out.append(("forward, T=1024, batch 1 (ms, 1 thread)", label, float(cell.get("ms", float("nan")))))
         return out
     except Exception as e:  # noqa: BLE001 - benchmarks.nac_runtime is being optimised elsewhere
         print(f"TODO(lead): NAC vs MHA row failed ({type(e).__name__}: {e}); adapt nac_rows to "
@@ -200,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         print("measuring NAC vs MHA ...", file=sys.stderr, flush=True)
         rows += nac_rows(args.quick)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    text = (f"{usable_cores()} usable cores, load average {load:.1f} at the end; {episodes} episodes x {steps} steps per "
-            f"collection/evaluation row, best of {repeats}; {time.time() - started:.0f} s in all\n\n" + table(rows))
+    text = (f"{usable_cores()} usable cores, load average {load:.1f} at the end; {episodes} episodes x {steps} steps "
+            f"per collection/evaluation row, best of {repeats}; {time.time() - started:.0f} s in all\n\n" + table(rows))
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
