@@ -101,6 +101,40 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
+def refuse_nonempty(out_dir: Path) -> None:
+    """ValueError unless out_dir is absent or an empty folder: a new dataset never lands on old files."""
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ValueError(f"output folder {str(out_dir)!r} exists and is not empty; choose a new folder")
+
+
+@dataclass
+class StagingFolder:
+    """Write into a hidden sibling folder, rename it to ``out_dir`` at the end: a failed or interrupted
+    run leaves nothing behind, and ``out_dir`` never holds half a result."""
+
+    out_dir: Path
+    tmp: Path | None = None
+
+    def __enter__(self) -> Path:
+        refuse_nonempty(self.out_dir)
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(dir=self.out_dir.parent, prefix=f".{self.out_dir.name}.", suffix=".tmp"))
+        os.chmod(self.tmp, 0o755)  # mkdtemp makes 0700; the result is meant to be shared
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        assert self.tmp is not None
+        try:
+            if exc_type is None:
+                refuse_nonempty(self.out_dir)  # someone may have written there meanwhile
+                if self.out_dir.exists():
+                    self.out_dir.rmdir()
+                os.replace(self.tmp, self.out_dir)
+        finally:
+            if self.tmp.exists():
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     atomic_write(Path(path), lambda f: f.write(json.dumps(obj, indent=2).encode()))
 
@@ -654,7 +688,6 @@ def merge_datasets(roots: Sequence[str | Path], out: str | Path, *, command: str
     returns, action histograms are those of one collection over all the seeds); its ``runs`` keep every
     source's runs (with their ``dataset``) and end with this merge. Folders that are not collect.py output
     (no track seeds) are renumbered 0.. in the order given, under a card that sums their counts."""
-    from agent.udacity_format import _Staging
 
     roots = list(roots)
     if len(roots) < 2:
@@ -666,7 +699,7 @@ def merge_datasets(roots: Sequence[str | Path], out: str | Path, *, command: str
     seeds = [m.get("track_seed") for _, m, _ in rows]
     base = min(seeds) if all(isinstance(s, int) for s in seeds) else None
     metas = [{**m, "episode_id": (m["track_seed"] - base) if base is not None else k} for k, (_, m, _) in enumerate(rows)]
-    with _Staging(out) as tmp:
+    with StagingFolder(out) as tmp:
         for (_, _, src), meta in zip(rows, metas):
             _copy_episode(src, episode_path(tmp, meta["episode_id"]), meta)
         write_json_atomic(tmp / CARD_NAME, _merged_card(parts, rows, metas, base, command))

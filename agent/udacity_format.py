@@ -36,9 +36,7 @@ import argparse
 import csv
 import os
 import re
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path, PureWindowsPath
@@ -91,39 +89,6 @@ def _dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _refuse_nonempty(out_dir: Path) -> None:
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise ValueError(f"output folder {str(out_dir)!r} exists and is not empty; choose a new folder")
-
-
-@dataclass
-class _Staging:
-    """Write into a hidden sibling folder, rename it to ``out_dir`` at the end: a failed or interrupted
-    run leaves nothing behind, and ``out_dir`` never holds half a result."""
-
-    out_dir: Path
-    tmp: Path | None = None
-
-    def __enter__(self) -> Path:
-        _refuse_nonempty(self.out_dir)
-        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(dir=self.out_dir.parent, prefix=f".{self.out_dir.name}.", suffix=".tmp"))
-        os.chmod(self.tmp, 0o755)  # mkdtemp makes 0700; the result is meant to be shared
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        assert self.tmp is not None
-        try:
-            if exc_type is None:
-                _refuse_nonempty(self.out_dir)  # someone may have written there meanwhile
-                if self.out_dir.exists():
-                    self.out_dir.rmdir()
-                os.replace(self.tmp, self.out_dir)
-        finally:
-            if self.tmp.exists():
-                shutil.rmtree(self.tmp, ignore_errors=True)
-
-
 # ------------------------------------------------------------------------------------------- export
 def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "expert_action",
                    jpeg_quality: int = demos.RECOMMENDED_JPEG_QUALITY) -> Path:
@@ -153,7 +118,7 @@ def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "e
             raise ValueError(f"episode file {str(ds.paths[i])!r} lacks {what} {missing}; a Udacity log needs "
                              f"three cameras (frames, frames_left, frames_right), {label}, throttle, speed and time")
     final = out_dir.resolve() / IMG_DIR
-    with _Staging(out_dir) as tmp:
+    with demos.StagingFolder(out_dir) as tmp:
         (tmp / IMG_DIR).mkdir()
         start_ms = 0
         with open(tmp / CSV_NAME, "w", newline="") as f:
@@ -325,7 +290,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     period = DEFAULT_FRAME_PERIOD_S if frame_period is None else float(frame_period)
     csv_path, img_dir = locate_log(log_dir)
     out_dir = Path(out_dir)
-    _refuse_nonempty(out_dir)
+    demos.refuse_nonempty(out_dir)
     rows = read_log(csv_path, img_dir)
     undated = next((r for r in rows if r.stamp is None), None)
     if undated is None:
@@ -341,7 +306,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     where = csv_path.name
     frame_shape: list[int] = []
     episodes = []
-    with _Staging(out_dir) as tmp:
+    with demos.StagingFolder(out_dir) as tmp:
         for e, (a, b) in enumerate(sessions):
             part = rows[a:b]
             T = len(part)
