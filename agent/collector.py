@@ -66,7 +66,6 @@ import json
 import math
 import os
 import re
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +74,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from agent import demos
-from agent.parallel import check_workers, default_workers, warm_up
+from agent.parallel import check_workers, default_workers, sigterm_as_interrupt, warm_up
 from envs.registry import EnvSpec, SeedRanges, get_spec
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
@@ -648,23 +647,6 @@ def folder_lock(out: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """`kill PID` stops like Ctrl-C: the unfinished episode is dropped and the summary printed."""
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 # ----------------------------------------------------------------------------------------------- the run

@@ -21,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import signal
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from agent.parallel import sigterm_as_interrupt
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 TIMEOUT = datetime.timedelta(hours=2)  # long: ranks wait in a barrier while the frames cache of a huge dataset is prepared
@@ -102,16 +103,11 @@ def joined(world: World, device: torch.device) -> Iterator[World]:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=TIMEOUT)
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        yield replace(world, backend=backend)
+        with sigterm_as_interrupt():
+            yield replace(world, backend=backend)
     finally:
-        signal.signal(signal.SIGTERM, old)
         dist.destroy_process_group()
-
-
-def _raise_interrupt(signum, frame) -> None:  # noqa: ARG001
-    raise KeyboardInterrupt
 
 
 def barrier(world: World) -> None:

@@ -27,11 +27,30 @@ import queue
 import signal
 import time
 import traceback
+from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 MAX_WORKERS = 8  # the default's cap: past this, the machine's memory and disk, not cores, set the pace
 CHECK_EVERY = 25  # steps between a worker's progress reports (and its check that the caller still lives)
 STOP_TIMEOUT_S = 20.0  # how long stopped workers get to clean up before they are killed
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """`kill PID` (or torchrun stopping a rank) stops like Ctrl-C: the caller's KeyboardInterrupt handling runs
+    (the collector drops the unfinished episode and prints its summary; a training rank saves last.pt)."""
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 class WorkerFailed(RuntimeError):
