@@ -287,8 +287,12 @@ class VideoWriter:
         self.frames += 1
 
     def close(self) -> Path:
-        self._writer.close()
-        os.replace(self._tmp, self.path)
+        try:
+            self._writer.close()  # ffmpeg finishes encoding here: the longest moment for a Ctrl-C to land
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)  # an interrupted close leaves no half video either
+            raise
         return self.path
 
     def abort(self) -> None:

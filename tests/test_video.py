@@ -35,6 +35,22 @@ def test_video_writer_abort_and_shape_check(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_video_writer_ctrl_c_during_close_leaves_no_file(tmp_path):
+    """Ctrl-C while ffmpeg finishes the file (the close at the end of an episode) must not leave its temp file."""
+    w = vid.VideoWriter(tmp_path / "c.mp4")
+    w.append(np.zeros((32, 32, 3), np.uint8))
+    finish = w._writer.close
+
+    def interrupted_close():
+        finish()
+        raise KeyboardInterrupt
+
+    w._writer.close = interrupted_close
+    with pytest.raises(KeyboardInterrupt):
+        w.close()
+    assert list(tmp_path.iterdir()) == []
+
+
 def _bar_pixels(hud: np.ndarray, y: int, color) -> np.ndarray:
     """x coordinates of the bar colour in the bar row at height y+7."""
     return np.flatnonzero(np.all(hud[y + 7] == np.array(color, np.uint8), axis=-1))
