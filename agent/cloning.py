@@ -88,6 +88,7 @@ class TrainArgs:
     seed: int = 1  # seed of the weights, batches and augmentations (and of the split, unless --split-seed)
     split_seed: int | None = None  # seed of the split by episode (default: --seed); fix it to compare --seed runs
     resume: bool = False  # continue the run in --out from its last.pt, with the arguments it started with
+    init: str | None = None  # start from this checkpoint's weights and architecture (fine-tuning, e.g. a DAgger round from the previous round's best.pt); --core and the architecture flags are then taken from it
     overwrite: bool = False  # allow starting a fresh run in a folder that holds one
     folds: int = 0  # >= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split
     val_fraction: float = 0.2  # fraction of the episodes held out for validation (without --folds)
@@ -149,6 +150,10 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--loss must be one of {', '.join(LOSSES)}, got {a.loss!r}")
     if a.nac_mode not in NAC_MODES:
         raise ValueError(f"--nac-mode must be one of {', '.join(NAC_MODES)}, got {a.nac_mode!r}")
+    if a.init is not None:
+        if len(specs) > 1 or a.folds:
+            raise ValueError("--init fine-tunes one checkpoint: it takes one --core and no --folds")
+        read_checkpoint(a.init)  # a missing or foreign file is refused here, before any data is read
     if a.data_loading not in LOADING:
         raise ValueError(f"--data-loading must be one of {', '.join(LOADING)}, got {a.data_loading!r}")
     if not data_paths(a.data):
@@ -370,6 +375,16 @@ def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
     return replace(a, data=str(target))
 
 
+def init_architecture(a: TrainArgs) -> TrainArgs:
+    """--init: the arguments that shape the policy and its input come from the checkpoint, not the flags."""
+    payload = read_checkpoint(a.init)
+    c = PolicyConfig.from_dict(payload["config"])
+    label = (payload.get("metadata") or {}).get("policy") or c.core
+    return replace(a, policy=str(label), window=c.window, frame_stride=c.frame_stride, encoder=c.encoder,
+                   feature_dim=c.feature_dim, image_size=f"{c.image_size[0]}x{c.image_size[1]}",
+                   crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color)
+
+
 def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
     """Fill the arguments whose default depends on the dataset's env (encoder, frame stride)."""
     if a.encoder != "auto" and a.frame_stride:
@@ -393,6 +408,24 @@ def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice
     if head == "steer":
         return "continuous", names[:1], slice(0, 1)
     return "continuous", names, slice(0, len(names))
+
+
+def initial_policy(path: str, data: Data, head: str, names: list[str] | None) -> DrivingPolicy:
+    """--init: the checkpoint's policy, checked to read this dataset's frames and predict its actions.
+
+    Its target normalisation is kept: the weights were trained against it."""
+    policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
+    c = policy.config
+    expected = {"env": data.env.gym_id, "head": head, "image_size": list(data.image_size),
+                "crop": None if data.crop is None else list(data.crop)}
+    if head == "continuous":
+        expected["action_names"] = list(names or [])
+    got = {"env": c.env, "head": c.head, "image_size": list(c.image_size),
+           "crop": None if c.crop is None else list(c.crop), "action_names": list(c.action_names)}
+    wrong = [f"{k} {got[k]!r} (the data needs {v!r})" for k, v in expected.items() if got[k] != v]
+    if wrong:
+        raise ValueError(f"--init {path!r} cannot be fine-tuned on this dataset: its " + "; ".join(wrong))
+    return policy
 
 
 def episode_targets(data: Data, e: int, cols: slice | None) -> np.ndarray:
@@ -733,6 +766,8 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
     class_weight = None
     if resumed:
         policy = policy_from_checkpoint(resumed, f"checkpoint {str(last_path)!r}")
+    elif a.init is not None:
+        policy = initial_policy(a.init, data, head, names)
     else:
         core, options = core_options(a, spec)
         extra: dict[str, Any] = {}
@@ -1001,6 +1036,8 @@ def run(a: TrainArgs) -> dict[str, Any]:
         barrier(world)
         if not world.main:
             a = use_recording(a, out)
+        if a.init is not None and not a.resume:
+            a = init_architecture(a)
         a = resolve_env_defaults(a)
         data = load_data(a, world, out)
         resolve_head(a, data)  # fail early on a head the data cannot feed

@@ -195,3 +195,26 @@ def test_cli_trains_and_prints_a_summary(data_dir, tmp_path):
     assert again.returncode == 2 and "--resume" in again.stderr
     typo = cli("--data", str(tmp_path / "nope"), "--core", "mlp", "--out", str(out))  # the data error wins
     assert typo.returncode == 2 and "does not exist" in typo.stderr and "--resume" not in typo.stderr
+
+
+def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
+    """--init starts from the checkpoint's weights (its untrained score is the checkpoint's best) and architecture."""
+    first = tmp_path / "first"
+    run(tiny_args(data_dir, first, policy="gru", epochs=3, split_seed=1))
+    best = json.loads((first / "metrics.json").read_text())["best"]["val_loss"]
+    again = tmp_path / "again"
+    # the flags' architecture differs (window 5, mlp): --init overrides it with the checkpoint's
+    run(tiny_args(data_dir, again, policy="mlp", window=5, epochs=1, split_seed=1, init=str(first / "best.pt")))
+    metrics = json.loads((again / "metrics.json").read_text())
+    assert metrics["initial"]["val_loss"] == pytest.approx(best, rel=1e-4)
+    tuned = load_checkpoint(again / "best.pt")
+    assert tuned.config.core == "gru" and tuned.config.window == 3
+    assert tuned.config.target_mean == load_checkpoint(first / "best.pt").config.target_mean
+
+
+def test_init_refuses_a_checkpoint_for_other_actions(data_dir, tmp_path):
+    discrete = write_synthetic(tmp_path / "d", episodes=3, action_space="discrete")
+    run(tiny_args(discrete, tmp_path / "disc", policy="mlp", epochs=1))
+    r = cli("--data", str(data_dir), "--init", str(tmp_path / "disc" / "best.pt"), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "cannot be fine-tuned" in r.stderr and "head 'discrete'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
