@@ -94,10 +94,11 @@ def device_for(requested: str, world: World) -> torch.device:
 @contextlib.contextmanager
 def joined(world: World, device: torch.device) -> Iterator[World]:
     """The process group for the duration of a command (nothing for a single process): NCCL when the device
-    is a GPU, gloo otherwise; torn down however the command ends. SIGTERM (what torchrun sends the other ranks
-    when one fails or is stopped) stops a rank like Ctrl-C, so rank 0 still saves last.pt."""
+    is a GPU, gloo otherwise; torn down however the command ends. SIGTERM (`kill PID`, a batch scheduler, or
+    torchrun stopping the other ranks when one fails) stops training like Ctrl-C, so (rank 0) saves last.pt."""
     if not world.active:
-        yield world
+        with sigterm_as_interrupt():
+            yield world
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":

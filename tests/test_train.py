@@ -218,3 +218,26 @@ def test_init_refuses_a_checkpoint_for_other_actions(data_dir, tmp_path):
     r = cli("--data", str(data_dir), "--init", str(tmp_path / "disc" / "best.pt"), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "cannot be fine-tuned" in r.stderr and "head 'discrete'" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_sigterm_saves_a_resumable_checkpoint(data_dir, tmp_path):
+    """`kill PID` (a scheduler, a shell script) stops a single-process run like Ctrl-C: last.pt is saved mid-epoch
+    and --resume finishes the run."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--data", str(data_dir), "--core", "gru",
+                             "--epochs", "500", "--window", "2", "--batch-size", "8", "--segment", "4",
+                             "--threads", "1", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while not list(out.glob("events.out.tfevents.*")) and time.monotonic() < deadline:  # training has begun
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted at epoch" in err and "--resume" in err and "Traceback" not in err
+    state = read_checkpoint(out / "last.pt")["train_state"]
+    assert not state["done"] and state["global_step"] > 0
