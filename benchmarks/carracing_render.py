@@ -41,7 +41,7 @@ MODES = {
 }
 
 
-def _run(mode: str, steps: int, seed: int) -> float:
+def step_rate(mode: str, steps: int, seed: int) -> float:
     """Steps per second of env.step over `steps` steps, driven by the scripted teacher from track `seed`."""
     from envs.carracing import ScriptedDriver, make_carracing
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {m: [] for m in MODES}
     for k in range(args.repeats):
         for mode in MODES:
-            rates[mode].append(_run(mode, args.steps, args.seed + k))
+            rates[mode].append(step_rate(mode, args.steps, args.seed + k))
     med = {m: statistics.median(r) for m, r in rates.items()}
     physics_us = 1e6 / med["physics-only"]
     print("| renderer | steps/s | us/step | min..max steps/s | render us/step (minus physics) |")

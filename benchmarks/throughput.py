@@ -48,23 +48,23 @@ def _median_rate(run: Callable[[int], float], repeats: int) -> float:
 def carracing_rows(steps: int, repeats: int) -> list[tuple[str, str, float]]:
     import cv2
 
-    from benchmarks.carracing_render import MODES, _run
+    from benchmarks.carracing_render import MODES, step_rate
 
     cv2.setNumThreads(1)
     rows = []
     for mode in MODES:  # pygame, fast, physics-only
-        rows.append(("CarRacing env.step (1 thread)", mode, _median_rate(lambda k: _run(mode, steps, k), repeats)))
+        rows.append(("CarRacing env.step (1 thread)", mode, _median_rate(lambda k: step_rate(mode, steps, k), repeats)))
     return rows
 
 
 def udacity_rows(steps: int, repeats: int) -> list[tuple[str, str, float]]:
     import cv2
 
-    from benchmarks.udacity_sim import MODES, _run
+    from benchmarks.udacity_sim import MODES, step_rate
 
     cv2.setNumThreads(1)
     return [("Udacity-style sim env.step (1 thread, lake)", mode,
-             _median_rate(lambda k: _run("lake", mode, steps, 1000 + k)[0], repeats)) for mode in MODES]
+             _median_rate(lambda k: step_rate("lake", mode, steps, 1000 + k)[0], repeats)) for mode in MODES]
 
 
 def _best(run: Callable[[int], float], repeats: int) -> float:

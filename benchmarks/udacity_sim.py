@@ -27,7 +27,7 @@ MODES = {
 }
 
 
-def _run(theme: str, mode: str, steps: int, seed: int) -> tuple[float, float]:
+def step_rate(theme: str, mode: str, steps: int, seed: int) -> tuple[float, float]:
     """(steps per second of env.step, seconds of the first reset) for one run."""
     from envs.udacity import StanleyDriver, UdacityStyleEnv
     from envs.udacity.env import _track
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES:
             rates, resets = [], []
             for k in range(args.repeats):
-                rate, reset_s = _run(theme, mode, args.steps, args.seed + k)
+                rate, reset_s = step_rate(theme, mode, args.steps, args.seed + k)
                 rates.append(rate)
                 resets.append(reset_s)
             med = statistics.median(rates)
