@@ -415,11 +415,24 @@ def select_pairwise(key_valid: torch.Tensor, q_pos: torch.Tensor, causal: bool, 
 @torch.no_grad()
 def select_exact(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
                  causal: bool, topk: int) -> Selection:
-    """Full q.k score rows (queries in chunks), -inf on invisible keys, top K per row."""
+    """Full q.k score rows (queries in chunks), -inf on invisible keys, top K per row.
+
+    Where every key is valid (no padding; causal or not) the native fused kernel scores and selects in one
+    pass without the score matrix (``nac_native.scores_topk``); otherwise, or where it is not built, the
+    score rows are computed with matmul and masked, and their top K taken.
+    """
     Tq, Tk = q.shape[2], k.shape[2]
     q, k = _scoring_inputs(q, k)
+    all_valid = bool(key_valid.all())
+    if all_valid:
+        lengths = (q_pos + 1).clamp(max=Tk) if causal else None  # causal: query i sees keys 0..i
+        fused = nac_native.scores_topk(q, k, lengths, topk)
+        if fused is not None:
+            values, index = fused
+            valid = values != -math.inf
+            return Selection(index.masked_fill(~valid, -1), valid)
     k_t = k.transpose(-1, -2).contiguous()
-    needs_mask = causal or not bool(key_valid.all())
+    needs_mask = causal or not all_valid
     parts = []
     for c in _chunks(Tq, q.shape[0] * q.shape[1] * Tk):
         scores = torch.matmul(q[:, :, c], k_t)
