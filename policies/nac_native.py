@@ -204,15 +204,31 @@ static void scan_avx2(const float *s, int64_t len, int64_t k, float th0, float *
     SCAN(mask16_avx2(s + j0, th));
 }
 
-static void (*scan)(const float *, int64_t, int64_t, float, float *, int64_t *) = scan_plain;
+typedef void (*scan_fn)(const float *, int64_t, int64_t, float, float *, int64_t *);
+static scan_fn scan = scan_plain;
+
+static int best_level(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("x86-64-v4") ? 2 : __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
+}
 
 __attribute__((constructor)) static void pick_scan(void) {
-    __builtin_cpu_init();
-    scan = __builtin_cpu_supports("x86-64-v4") ? scan_avx512
-           : __builtin_cpu_supports("x86-64-v3") ? scan_avx2 : scan_plain;
+    const scan_fn by_level[3] = {scan_plain, scan_avx2, scan_avx512};
+    scan = by_level[best_level()];
+}
+
+/* For tests: use the scan of instruction-set level `level` (0 plain C, 1 AVX2, 2 AVX-512; capped at what
+   this CPU has; -1 the best) and return the level now in use. Not to be called while a kernel runs. */
+int nac_scan_level(int level) {
+    const scan_fn by_level[3] = {scan_plain, scan_avx2, scan_avx512};
+    const int best = best_level();
+    level = level < 0 || level > best ? best : level;
+    scan = by_level[level];
+    return level;
 }
 #else
 #define scan scan_plain
+int nac_scan_level(int level) { (void)level; return 0; }
 #endif
 
 /* Top k of one row s[0..n) into v/ix (sorted). Pass 1 (vectorised) takes the maxima of the G strided groups
@@ -431,6 +447,9 @@ def _build() -> ctypes.CDLL | None:
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 6 + [ctypes.c_void_p, ctypes.c_int64] \
             + [ctypes.c_void_p] * 2 + [ctypes.c_int64]
+        fn = lib.nac_scan_level
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int]
         fn = lib.nac_gather_pairs
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 6 + [ctypes.c_void_p, ctypes.c_int64]
@@ -449,6 +468,14 @@ def _library() -> ctypes.CDLL | None:
 def available() -> bool:
     """Whether the native kernel is (or can be) built and loaded here."""
     return _library() is not None
+
+
+def scan_level(level: int = -1) -> int | None:
+    """For tests: make the top-K scan use instruction-set level ``level`` (0 plain C, 1 AVX2, 2 AVX-512,
+    capped at what this CPU has; -1 the best, the default at load) and return the level now in use; None
+    when the kernel is not built. Process-wide: not to be called while another thread runs a kernel."""
+    lib = _library()
+    return None if lib is None else int(lib.nac_scan_level(level))
 
 
 def topk_rows(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
