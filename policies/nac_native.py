@@ -1,21 +1,40 @@
-"""Optional native kernels for the NAC layer: the exact top-K selection (``policies.nac.select_exact``) and
-the gather of the pair inputs (``gather_pairs``, one pass instead of a gather and a broadcast add, the same
-bits). Everything below is about the top-K, the one that matters.
+"""Optional native kernels for the NAC layer: the exact top-K selection (``policies.nac.select_exact``),
+fused with the scores where no key is padded, and the gather of the pair inputs (``gather_pairs``, one pass
+instead of a gather and a broadcast add, the same bits).
 
-Why: at T=1024 (4 heads, K=8) ``torch.topk`` on the CPU took ~14 ms of a ~35 ms forward pass (a partial
-sort per row, ~3 ns per score). This kernel reads each score row twice instead: a vectorised pass takes the
-maxima of 64 strided groups of the row; the K-th largest group maximum is a lower bound of the row's K-th
-largest score, so only the few groups whose maximum reaches it are scanned for the top K (measured ~3x
-faster, see docs/nac.md "Performance").
+Top-K of score rows (``topk_rows``). ``torch.topk`` on the CPU took ~14 ms of a ~35 ms forward at T=1024 (4
+heads, K=8): a partial sort per row. This kernel reads each row twice instead. Pass 1 (vectorised) takes the
+maxima of the 64 strided groups {j : j % 64 == g}; the smallest of K maxima over disjoint sets of groups, th0,
+is a lower bound of the row's K-th largest score (K distinct scores reach it). Pass 2 reads the row in order,
+16 scores per vector compare, and looks only at the few scores (~15 of 1024) that reach th0: with AVX-512
+they are compressed into a candidate list and each goes straight to its rank (the count of candidates above
+it), no branch per score; with AVX2 or plain C they are inserted one by one, the bound rising to the K-th
+best found so far. The right version is picked once, when the library is loaded.
 
-The result equals ``torch.topk(scores, k)`` (values and indices, sorted) except for the order of *tied*
+Fused scores and top-K (``scores_topk``, issue 11). With every key visible (no padding; causal or not: query i
+then sees keys 0..i, a shorter row) the [B, H, T, T] score matrix (16 MB at T=1024) was written by matmul and
+read back by the top-K, which is all the work there is. Instead each thread takes 16 query rows of one head
+at a time, scores them into its own buffer (16 x T floats, in L1/L2) and takes their top K there, so the
+scores never reach memory. The keys are laid out in blocks of 64, each block transposed (``[d, 64]``,
+contiguous, zero-padded at the end), so one block (4 KB at d=16) stays in L1 while the 16 rows read it and
+a row's 64 scores of a block are 4 AVX-512 registers accumulated over d with FMA. The dot products are
+summed over d in order, so scores can differ from matmul's in the last bits: a near-tie at the K-th place
+may then rank the other way (the tests check values within 1e-5 and indices wherever the K-th and (K+1)-th
+scores are further apart). Measured at T=1024, B=1, 4 heads, d 16, K 8, one thread: matmul + top-K ~4.7 ms,
+fused ~3.1 ms (non-causal), ~9 ms against ~2.1 ms causal (the matmul path also builds and applies the mask).
+
+The top-K result equals ``torch.topk(scores, k)`` (values and indices, sorted) except for the order of *tied*
 scores, which here is always the lower index first (torch leaves it unspecified). NaN ranks above every
 number, as in torch; -inf (a masked key) is never selected: its slot keeps value -inf and index -1.
 
 The C source below is compiled on first use with the system C compiler (``$CC`` or ``cc``) into a per-user
 cache (``$XDG_CACHE_HOME/nac-drive``, else ``~/.cache/nac-drive``) and loaded with ctypes (no torch headers,
-no build step). Whenever that is not possible (no compiler, read-only home, not Linux/macOS, or
-``NAC_NATIVE=0`` in the environment) ``topk_rows`` returns None and the caller uses ``torch.topk``.
+no build step). On x86-64 with GCC >= 11 (Linux) the scoring and pass 1 are built three times (AVX-512,
+AVX2 + FMA, baseline; ``target_clones``, chosen by the loader) and pass 2 has hand-written AVX-512 and AVX2
+versions, so the cached library is portable (never ``-march=native``); elsewhere one plain build.
+Whenever building or loading is not possible (no compiler, read-only home, not Linux/macOS, or
+``NAC_NATIVE=0`` in the environment) ``topk_rows``/``scores_topk``/``gather_pairs`` return None and the
+caller uses torch (matmul and ``torch.topk``).
 """
 from __future__ import annotations
 
