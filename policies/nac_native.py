@@ -6,7 +6,7 @@ Top-K of score rows (``topk_rows``). ``torch.topk`` on the CPU took ~14 ms of a 
 heads, K=8): a partial sort per row. This kernel reads each row twice instead. Pass 1 (vectorised) takes the
 maxima of the 64 strided groups {j : j % 64 == g}; the smallest of K maxima over disjoint sets of groups, th0,
 is a lower bound of the row's K-th largest score (K distinct scores reach it). Pass 2 reads the row in order,
-16 scores per vector compare, and looks only at the few scores (~15 of 1024) that reach th0: with AVX-512
+16 scores per vector compare, and looks only at the few scores (~20 of 1024) that reach th0: with AVX-512
 they are compressed into a candidate list and each goes straight to its rank (the count of candidates above
 it), no branch per score; with AVX2 or plain C they are inserted one by one, the bound rising to the K-th
 best found so far. The right version is picked once, when the library is loaded.
@@ -20,8 +20,9 @@ contiguous, zero-padded at the end), so one block (4 KB at d=16) stays in L1 whi
 a row's 64 scores of a block are 4 AVX-512 registers accumulated over d with FMA. The dot products are
 summed over d in order, so scores can differ from matmul's in the last bits: a near-tie at the K-th place
 may then rank the other way (the tests check values within 1e-5 and indices wherever the K-th and (K+1)-th
-scores are further apart). Measured at T=1024, B=1, 4 heads, d 16, K 8, one thread: matmul + top-K ~4.7 ms,
-fused ~3.1 ms (non-causal), ~9 ms against ~2.1 ms causal (the matmul path also builds and applies the mask).
+scores are further apart). Measured at T=1024, B=1, 4 heads, d 16, K 8, one thread: matmul and the previous
+top-K 6.3-7.3 ms, fused 2.9-3.1 ms; causal 13-13.6 ms (the matmul path also builds and applies the mask)
+against 2.3-2.7 ms (docs/nac.md, "Performance").
 
 The top-K result equals ``torch.topk(scores, k)`` (values and indices, sorted) except for the order of *tied*
 scores, which here is always the lower index first (torch leaves it unspecified). NaN ranks above every
