@@ -86,26 +86,18 @@ static inline void consider(float x, int64_t j, int64_t k, float *v, int64_t *ix
     v[p] = x; ix[p] = j;
 }
 
-/* the same for numbers known not to be NaN */
-#define BEFORE(a, ia, b, ib) ((a) > (b) || ((a) == (b) && (ia) < (ib)))
-static inline void consider_number(float x, int64_t j, int64_t k, float *v, int64_t *ix) {
-    if (x == -INFINITY || !BEFORE(x, j, v[k - 1], ix[k - 1])) return;
-    int64_t p = k - 1;
-    while (p > 0 && BEFORE(x, j, v[p - 1], ix[p - 1])) { v[p] = v[p - 1]; ix[p] = ix[p - 1]; --p; }
-    v[p] = x; ix[p] = j;
-}
-
 #define G 64
 
-/* consider_number for a scan in index order (every listed index is below j, so an equal value stays ahead),
-   without data-dependent branches beyond "does x enter": its place is the count of listed values >= x, and
-   the list is rebuilt around it. W (a constant >= k where inlined) is the width the loops run over: slots
-   k..W-1 hold -inf, so they neither count nor move into the first k. */
+/* consider() for numbers (no NaN) met in index order, so every listed index is below j and an equal listed
+   value stays ahead: x's place is the count of listed values >= x, and the list is rebuilt around it, with
+   no data-dependent branch but "does x enter" (vector compares and blends for W = 8, where a shifting loop
+   mispredicts its exit). The list is W wide (W a constant where inlined, >= k): the top W of the numbers
+   offered, so its first k are their top k. -inf never enters (the empty slots hold -inf). */
 static inline __attribute__((always_inline)) void insert_in_order(float x, int64_t j, float *v, int64_t *ix,
                                                                    const int W) {
     int pos = 0;
     for (int p = 0; p < W; ++p) pos += v[p] >= x;
-    if (pos >= W) return;  /* (also -inf: the empty slots hold -inf) */
+    if (pos >= W) return;
     float ov[33];
     int64_t oi[33];  /* W <= 32 */
     for (int p = 0; p < W; ++p) { ov[p + 1] = v[p]; oi[p + 1] = ix[p]; }
@@ -119,7 +111,7 @@ static inline __attribute__((always_inline)) void insert_in_order(float x, int64
 /* Pass 2 of topk_row: the top k of s[0..len) (len a multiple of 16, no NaN) into v/ix, given th0 <= the
    k-th largest score. The row is read in order, 16 scores at a time: one vector compare gives the mask of
    those that reach the threshold th, and only those are looked at; th rises to the k-th best score found so
-   far. The list is kept W = 8 or 32 wide (-inf beyond k). MASK16 is the mask of s[j0..j0+16) >= th: one
+   far. The list is kept W = 8 or 32 wide (insert_in_order). MASK16 is the mask of s[j0..j0+16) >= th: one
    version per instruction set on x86-64 (picked once, when the library is loaded), else plain C. */
 #define SCAN_WIDTH(W, MASK16)                                                                       \
     do {                                                                                            \
