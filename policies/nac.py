@@ -47,11 +47,15 @@ Numerical choices the spec leaves open (all deliberate):
 * Selection is per head (each head pairs each query with its own K keys by ``q_h . k_h``). Scores are
   computed without gradient (top-K is not differentiable), on overflow-proof stand-ins: each query row
   divided by its max-abs (same ranking) and keys clamped to +-1e15, so scores never overflow and no
-  pass over the T x T matrix is needed to clean them. Exact selection scores queries in chunks of
-  ``CHUNK_ELEMENTS`` scores; the top K of each score row come from ``policies.nac_native`` (a small C
-  kernel built on first use, ~3x faster than ``torch.topk``; ties go to the lower key index) or, where it
-  cannot be built or ``NAC_NATIVE=0``, from ``torch.topk``. Invalid keys (causal: j > i; padded) get -inf
-  before top-K and before the softmax, never a multiplied 0.
+  pass over the T x T matrix is needed to clean them. Exact selection with every key valid (causal or
+  not) scores and selects in one native kernel, ``policies.nac_native.scores_topk`` (small C kernels built
+  on first use): the score rows live only in per-thread buffers, never as a T x T matrix; scores are
+  summed in the kernel's own order, so only near-ties at the K-th place can differ from matmul's ranking.
+  With padding, or where the kernel cannot be built or ``NAC_NATIVE=0``, queries are scored with matmul in
+  chunks of ``CHUNK_ELEMENTS`` scores and the top K of each row come from the native top-K kernel
+  (``nac_native.topk_rows``, several times faster than ``torch.topk``) or from ``torch.topk``; ties go to
+  the lower key index. Invalid keys (causal: j > i; padded) get -inf before top-K and before the softmax,
+  never a multiplied 0.
 * Slots: ``K_eff = min(topk, T)``. Slots left over when fewer than ``K_eff`` keys are valid are
   "filler": ``index = -1``, ``logits = -inf``, ``attn = 0`` exactly; their phi/omega/t are computed on
   key 0 as a placeholder and mean nothing. ``topk >= T`` skips scoring and pairs every query with
@@ -415,11 +419,24 @@ def select_pairwise(key_valid: torch.Tensor, q_pos: torch.Tensor, causal: bool, 
 @torch.no_grad()
 def select_exact(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
                  causal: bool, topk: int) -> Selection:
-    """Full q.k score rows (queries in chunks), -inf on invisible keys, top K per row."""
+    """Full q.k score rows (queries in chunks), -inf on invisible keys, top K per row.
+
+    Where every key is valid (no padding; causal or not) the native fused kernel scores and selects in one
+    pass without the score matrix (``nac_native.scores_topk``); otherwise, or where it is not built, the
+    score rows are computed with matmul and masked, and their top K taken.
+    """
     Tq, Tk = q.shape[2], k.shape[2]
     q, k = _scoring_inputs(q, k)
+    all_valid = bool(key_valid.all())
+    if all_valid:
+        lengths = (q_pos + 1).clamp(max=Tk) if causal else None  # causal: query i sees keys 0..i
+        fused = nac_native.scores_topk(q, k, lengths, topk)
+        if fused is not None:
+            values, index = fused
+            valid = values != -math.inf
+            return Selection(index.masked_fill(~valid, -1), valid)
     k_t = k.transpose(-1, -2).contiguous()
-    needs_mask = causal or not bool(key_valid.all())
+    needs_mask = causal or not all_valid
     parts = []
     for c in _chunks(Tq, q.shape[0] * q.shape[1] * Tk):
         scores = torch.matmul(q[:, :, c], k_t)

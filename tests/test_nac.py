@@ -609,6 +609,89 @@ def test_exact_selection_is_the_top_k_of_the_scores():
         assert torch.equal(sel.valid, sel.index >= 0)
 
 
+def _top_k_agrees(values, index, scores, K, tol=1e-5):
+    """``values``/``index`` [..., K] (-inf / -1 = filler) against the brute-force ``scores`` [..., n] (-inf =
+    invisible): values equal the K best scores within ``tol`` relative; indices are the same set wherever the
+    K-th and (K+1)-th best scores differ by more than ``tol`` (closer ones may swap with float round-off).
+    Returns the fraction of rows where the indices were compared."""
+    best = scores.topk(min(K + 1, scores.shape[-1]), -1)
+    top = best.values[..., :K]
+    torch.testing.assert_close(values, top, rtol=tol, atol=tol, equal_nan=True)
+    expected = best.indices[..., :K].masked_fill(torch.isneginf(top), -1)
+    if best.values.shape[-1] > K:
+        kth, next_ = best.values[..., K - 1], best.values[..., K]
+        separated = ~(kth - next_ <= tol * kth.abs().clamp(min=1.0))  # (-inf - -inf = nan: both filler)
+    else:
+        separated = torch.ones_like(top[..., 0], dtype=torch.bool)
+    assert torch.equal(index[separated].sort(-1).values, expected[separated].sort(-1).values)
+    assert torch.equal(index == -1, torch.isneginf(values))
+    return separated.float().mean().item()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_exact_selection_without_padding_is_the_top_k_of_the_scores(causal, monkeypatch):
+    """With every key valid select_exact scores and selects in the fused native kernel (no score matrix): it
+    keeps the K best visible keys of every query, up to near-ties, as the brute-force top K of q . k."""
+    calls = []
+    if nac_native.available():
+        fused = nac_native.scores_topk
+        monkeypatch.setattr(nac_native, "scores_topk", lambda *a: calls.append(1) or fused(*a))
+    torch.manual_seed(15)
+    for B, H, T, d, K in ((2, 3, 300, 4, 8), (1, 2, 513, 16, 5), (1, 1, 1030, 8, 32), (3, 2, 64, 16, 8)):
+        q, k = torch.randn(B, H, T, d), torch.randn(B, H, T, d)
+        sel = select_exact(q, k, torch.ones(B, T, dtype=torch.bool), torch.arange(T).expand(B, T), causal, K)
+        qs, ks = nac_module._scoring_inputs(q, k)  # the same ranking as q . k, the scale the kernel scores on
+        scores = (qs @ ks.transpose(-1, -2)).masked_fill(~_visible(T, torch.zeros(B, T, dtype=torch.bool),
+                                                                   causal)[:, None], -math.inf)
+        values = scores.gather(-1, sel.index.clamp(min=0)).masked_fill(~sel.valid, -math.inf)
+        assert _top_k_agrees(values, sel.index, scores, K) > 0.99
+        assert torch.equal(sel.valid, sel.index >= 0)
+    assert len(calls) == (4 if nac_native.available() else 0)
+
+
+@pytest.fixture(params=[0, 1, 2], ids=["plain C", "AVX2", "AVX-512"])
+def scan_level(request):
+    """Each instruction-set version of the native top-K scan this CPU can run (the best one afterwards)."""
+    if not nac_native.available():
+        pytest.skip("no C compiler here: the layer uses torch.topk (covered by every other test)")
+    if nac_native.scan_level(request.param) != request.param:
+        nac_native.scan_level(-1)
+        pytest.skip("this CPU lacks that instruction set")
+    yield request.param
+    nac_native.scan_level(-1)
+
+
+def test_fused_kernel_equals_the_brute_force_top_k(scan_level):
+    """nac_native.scores_topk: the top K of q . k (keys 0..length-1 visible) without the score matrix; values
+    within 1e-5 relative of the brute-force scores' top K, indices the same wherever K-th and (K+1)-th differ
+    by more than that. Rows shorter than K end in filler; exact ties and NaN rank as in topk_rows."""
+    torch.manual_seed(16)
+    cases = [  # B, H, Tq, Tk, d, K, lengths
+        (1, 1, 1, 1, 1, 1, None), (2, 3, 70, 300, 4, 8, "causal"), (1, 2, 129, 1000, 16, 8, None),
+        (1, 1, 50, 64, 17, 32, "random"), (2, 1, 33, 777, 3, 5, "random"), (1, 1, 10, 5000, 16, 8, None),
+        (1, 1, 3, 70000, 2, 4, "causal"), (1, 4, 200, 200, 16, 1, "causal")]
+    for B, H, Tq, Tk, d, K, kind in cases:
+        q, keys = torch.randn(B, H, Tq, d), torch.randn(B, H, Tk, d)
+        lengths = {None: None, "causal": (torch.arange(Tq) + 1).expand(B, Tq).contiguous(),
+                   "random": torch.randint(-2, Tk + 5, (B, Tq))}[kind]
+        values, index = nac_native.scores_topk(q, keys, lengths, K)
+        scores = (q.double() @ keys.double().transpose(-1, -2)).float()
+        if lengths is not None:
+            scores = scores.masked_fill(torch.arange(Tk) >= lengths[:, None, :, None], -math.inf)
+        assert _top_k_agrees(values, index, scores, K) > 0.98, (B, H, Tq, Tk, d, K, kind)
+    # exact ties (equal keys) go to the lower index, past the candidate list's capacity too; NaN ranks first
+    q, keys = torch.randn(1, 1, 2, 16), torch.randn(1, 1, 1, 16).expand(1, 1, 600, 16).clone()
+    keys[0, 0, 300:] = 0.5 * keys[0, 0, 0]  # (q . k has one sign: the first or the second half wins)
+    assert all(r in ([0, 1, 2, 3], [300, 301, 302, 303]) for r in nac_native.scores_topk(q, keys, None, 4)[1][0, 0].tolist())
+    q[0, 0, 1, 3] = math.nan
+    keys[0, 0, 5, 0] = math.nan
+    values, index = nac_native.scores_topk(q, keys, None, 4)
+    assert index[0, 0, 0, 0] == 5 and values[0, 0, 0, 0].isnan()  # a NaN key: first in every row
+    assert index[0, 0, 1].tolist() == [0, 1, 2, 3] and values[0, 0, 1].isnan().all()  # a NaN query: all NaN
+    assert nac_native.scores_topk(q.double(), keys.double(), None, 4) is None  # not float32: the caller's path
+    assert nac_native.scores_topk(q, keys, None, 33) is None  # k above MAX_K
+
+
 @pytest.mark.parametrize("name", ["carracing_nac", "udacity_nac"])
 def test_shipped_checkpoints_match_the_reference(name):
     """The shipped policies' NAC layers (state_dict unchanged) give the plain maths' outputs within 1e-5."""
@@ -644,10 +727,8 @@ def test_folded_weights_follow_in_place_changes_under_no_grad():
 
 
 # ----------------------------------------------------------------------------- the native top-K kernel
-def test_native_top_k_equals_torch_topk():
+def test_native_top_k_equals_torch_topk(scan_level):
     """Values equal torch.topk's exactly; indices too, except that ties go to the lower index."""
-    if not nac_native.available():
-        pytest.skip("no C compiler here: the layer uses torch.topk (covered by every other test)")
     torch.manual_seed(14)
     for shape, k in (((3, 5, 1024), 8), ((2, 300), 1), ((4, 777), 32), ((6, 40), 7), ((1, 64 * 4), 8)):
         s = torch.randn(shape)
