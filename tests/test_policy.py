@@ -198,13 +198,16 @@ def test_checkpoint_round_trip_for_attention_variants(name, tmp_path):
     assert torch.equal(loaded(frames), policy(frames))
 
 
-def test_shipped_nac_checkpoint_still_loads_as_the_bare_paper_layer():
-    path = Path(__file__).resolve().parents[1] / "checkpoints" / "carracing_nac.pt"
-    if not path.exists():
-        pytest.skip("no shipped checkpoint in this checkout")
-    policy = load_checkpoint(path)
-    assert "block" not in policy.config.core_options  # written before blocks existed: bare by default
-    assert policy.core.block_kind == "bare" and policy.core.nac.log_logit_scale is None
-    size = policy.config.image_size
-    out = policy(torch.zeros(1, policy.config.window, *size, 3, dtype=torch.uint8))
-    assert torch.isfinite(out).all()
+def test_a_checkpoint_from_before_blocks_loads_as_the_bare_paper_layer(tmp_path):
+    """Checkpoints written before the block option existed (no "block", no logit scale in core_options; the first
+    shipped student was one) still load, as the bare paper layer with the same outputs."""
+    policy = variant_policy("nac-exact+bare")
+    path = save_checkpoint(tmp_path / "old.pt", policy)
+    payload = torch.load(path, weights_only=True)
+    payload["config"]["core_options"].pop("block")
+    torch.save(payload, path)
+    loaded = load_checkpoint(path)
+    assert "block" not in loaded.config.core_options
+    assert loaded.core.block_kind == "bare" and loaded.core.nac.log_logit_scale is None
+    frames = random_frames(8).view(2, 4, SIZE, SIZE, 3)
+    assert torch.equal(loaded(frames), policy.eval()(frames))
