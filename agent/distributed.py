@@ -107,6 +107,7 @@ def joined(world: World, device: torch.device) -> Iterator[World]:
     try:
         with sigterm_as_interrupt():
             yield replace(world, backend=backend)
+        dist.barrier()  # a finished run: every rank is done communicating before any tears its connections down
     finally:
         dist.destroy_process_group()
 
