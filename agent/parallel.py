@@ -98,9 +98,17 @@ def warm_up(preload: Sequence[str] = ()) -> None:
         forkserver.ensure_running()
 
 
+def _stop_once(signum, frame) -> None:  # noqa: ARG001
+    """A worker's SIGINT handler: the first signal stops it, later ones are ignored. A terminal's Ctrl-C reaches
+    the worker and its caller, and the caller then signals the worker again: that second SIGINT must not
+    interrupt the worker's own clean-up."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _worker_main(setup: Callable, setup_args: tuple, work: Callable, threads: int, cwd: str,
                  tasks: Any, results: Any) -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # the caller stops us with SIGINT
+    signal.signal(signal.SIGINT, _stop_once)  # the caller stops us with SIGINT
     os.chdir(cwd)  # relative paths mean what they mean to the caller (the fork server may sit elsewhere)
     import torch
 

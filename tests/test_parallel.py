@@ -306,3 +306,20 @@ def test_evaluate_renderer_and_workers_errors(argv, message, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     assert EvalArgs(policy="expert", episodes=1).validate().workers == 1
     assert EvalArgs(policy="expert").validate().renderer == "pygame"
+
+
+def test_a_worker_stops_on_the_first_sigint_and_ignores_the_next():
+    """Ctrl-C reaches a worker twice (the terminal's, then its caller's): the second must not interrupt its
+    clean-up (a clean-clone CI run once printed a worker traceback from exactly that)."""
+    from agent.parallel import _stop_once
+
+    old = signal.signal(signal.SIGINT, _stop_once)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)  # the handler runs at the next bytecode boundary
+        os.kill(os.getpid(), signal.SIGINT)  # ignored now
+        time.sleep(0.1)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
