@@ -56,6 +56,7 @@ from agent.demos import (CACHE_DIR, DemoDataset, FrameFile, kfold_episodes, open
 from agent import distributed
 from agent.distributed import SINGLE, World, barrier, device_for, gather, step_seed
 from agent.driver import show_progress
+from agent.parallel import raise_if_stopped
 from envs.registry import EnvSpec, get_spec
 from policies.cores import CORES
 from policies.nac import MODES as NAC_MODES
@@ -836,6 +837,7 @@ def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps
                        leave=False, dynamic_ncols=True, disable=not show_progress(a.progress) or not world.main)
             window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
             for segments in plan[state["batch"]:]:
+                raise_if_stopped()
                 batch_rng = rng_state()  # an interrupted batch is replayed from here on resume
                 t0 = time.perf_counter()
                 n = sum(b - s for _, s, b in segments)  # windows in this step, over all ranks

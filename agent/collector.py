@@ -74,7 +74,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from agent import demos
-from agent.parallel import check_workers, default_workers, sigterm_as_interrupt, warm_up
+from agent.parallel import check_workers, default_workers, raise_if_stopped, sigterm_as_interrupt, warm_up
 from envs.registry import EnvSpec, SeedRanges, get_spec
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
@@ -352,6 +352,7 @@ def record_episode(
         if discrete:
             probs.append(expert.action_probs(info["privileged"]))
         obs, reward, terminated, truncated, info = env.step(executed)
+        raise_if_stopped()
         rewards.append(reward)
         t += 1
         if on_step is not None:

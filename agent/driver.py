@@ -57,7 +57,7 @@ from tqdm import tqdm
 from agent.metrics import (EpisodeRecorder, aggregate, atomic_write_text, comparison_markdown, steer_of, write_json,
                            write_run)
 from agent import video as vid
-from agent.parallel import EpisodePool, check_workers, default_workers, warm_up
+from agent.parallel import EpisodePool, check_workers, default_workers, raise_if_stopped, warm_up
 from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec, spec_for_gym_id
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -323,6 +323,7 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
                                    interventions=rec.interventions if spec.recover is not None else None)
                 writer.append(vid.compose_frame(frame, hud, panel, sal))
             frame, reward, terminated, truncated, info = env.step(action)
+            raise_if_stopped()
             rec.record(reward=reward, policy_action=action, expert_action=shadow, latency_s=latency, info=info)
             if spec.recover is not None and not truncated and (terminated or not spec.on_road(info)):
                 frame, info = spec.recover(env)  # an intervention: back on the centre line, drive on
