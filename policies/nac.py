@@ -388,7 +388,11 @@ def _finish(scores: torch.Tensor, positions: torch.Tensor | None, k: int) -> Sel
     """Top-k of -inf-masked scores; -inf winners become filler slots."""
     native = nac_native.topk_rows(scores, k)
     values, top = native if native is not None else scores.topk(k, dim=-1)
-    index = top if positions is None else positions.gather(-1, top)
+    return _selection(values, top if positions is None else positions.gather(-1, top))
+
+
+def _selection(values: torch.Tensor, index: torch.Tensor) -> Selection:
+    """The top-K values and key indices as a Selection: -inf winners become filler slots."""
     valid = values != -math.inf  # (a NaN score from NaN inputs still marks a visible key)
     return Selection(index.masked_fill(~valid, -1), valid)
 
@@ -432,9 +436,7 @@ def select_exact(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_po
         lengths = (q_pos + 1).clamp(max=Tk) if causal else None  # causal: query i sees keys 0..i
         fused = nac_native.scores_topk(q, k, lengths, topk)
         if fused is not None:
-            values, index = fused
-            valid = values != -math.inf
-            return Selection(index.masked_fill(~valid, -1), valid)
+            return _selection(*fused)
     k_t = k.transpose(-1, -2).contiguous()
     needs_mask = causal or not all_valid
     parts = []

@@ -490,14 +490,18 @@ def scan_level(level: int = -1) -> int | None:
     return None if lib is None else int(lib.nac_scan_level(level))
 
 
+def _cpu_float32(*tensors: torch.Tensor) -> bool:
+    """Whether every tensor is a float32 CPU tensor: what the kernels read."""
+    return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
+
+
 def topk_rows(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``torch.topk(scores, k, dim=-1)`` of a float32 CPU tensor, or None when the kernel does not apply.
 
     Rows run in parallel on torch's OpenMP threads when there are at least ``MIN_PARALLEL_SCORES`` scores.
     """
     n = scores.shape[-1] if scores.dim() else 0
-    if (scores.dtype != torch.float32 or scores.device.type != "cpu" or not 1 <= k <= min(MAX_K, n)
-            or scores.requires_grad):
+    if not _cpu_float32(scores) or not 1 <= k <= min(MAX_K, n) or scores.requires_grad:
         return None
     lib = _library()
     if lib is None:
@@ -525,8 +529,7 @@ def scores_topk(q: torch.Tensor, keys: torch.Tensor, lengths: torch.Tensor | Non
         raise ValueError(f"scores_topk: q [B, H, Tq, d] and keys [B, H, Tk, d]; got {tuple(q.shape)}, "
                          f"{tuple(keys.shape)}")
     (B, H, Tq, d), Tk = q.shape, keys.shape[2]
-    if (q.dtype != torch.float32 or keys.dtype != torch.float32 or q.device.type != "cpu"
-            or keys.device.type != "cpu" or not 1 <= k <= MAX_K or d < 1):
+    if not _cpu_float32(q, keys) or not 1 <= k <= MAX_K or d < 1:
         return None
     if lengths is not None and (lengths.dtype != torch.int64 or lengths.device.type != "cpu"
                                 or tuple(lengths.shape) != (B, Tq)):
@@ -546,12 +549,13 @@ def scores_topk(q: torch.Tensor, keys: torch.Tensor, lengths: torch.Tensor | Non
                                  None if lengths is None else lengths.data_ptr(), k, values.data_ptr(),
                                  indices.data_ptr(), MIN_PARALLEL_SCORES)
     return None if failed else (values, indices)
+
+
 def gather_pairs(keys: torch.Tensor, query: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
     """``keys.gather(2, rows)`` with ``query`` added to the first ``query.shape[1]`` features, broadcast over
     the K slots: keys [H, F, N], query [H, Fq, M], rows [H, K, M] (int64, into N) -> [H, F, K*M]; None when
     the kernel does not apply (not float32 CPU tensors, or not built here)."""
-    if keys.dtype != torch.float32 or query.dtype != torch.float32 or keys.device.type != "cpu" \
-            or query.device.type != "cpu" or rows.dtype != torch.int64:
+    if not _cpu_float32(keys, query) or rows.dtype != torch.int64:
         return None
     lib = _library()
     if lib is None:
