@@ -412,17 +412,15 @@ def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice
 
 
 def initial_policy(path: str, data: Data, head: str, names: list[str] | None) -> DrivingPolicy:
-    """--init: the checkpoint's policy, checked to read this dataset's frames and predict its actions.
-
-    Its target normalisation is kept: the weights were trained against it."""
+    """--init: the checkpoint's policy, checked to drive this dataset's env and predict its actions (its frame
+    size and crop already shaped the data: init_architecture). Its target normalisation is kept: the weights
+    were trained against it."""
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
-    expected = {"env": data.env.gym_id, "head": head, "image_size": list(data.image_size),
-                "crop": None if data.crop is None else list(data.crop)}
+    expected = {"env": data.env.gym_id, "head": head}
     if head == "continuous":
         expected["action_names"] = list(names or [])
-    got = {"env": c.env, "head": c.head, "image_size": list(c.image_size),
-           "crop": None if c.crop is None else list(c.crop), "action_names": list(c.action_names)}
+    got = {"env": c.env, "head": c.head, "action_names": list(c.action_names)}
     wrong = [f"{k} {got[k]!r} (the data needs {v!r})" for k, v in expected.items() if got[k] != v]
     if wrong:
         raise ValueError(f"--init {path!r} cannot be fine-tuned on this dataset: its " + "; ".join(wrong))

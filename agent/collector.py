@@ -97,7 +97,7 @@ FORMAT_VERSION = 1
 def existing_action_space(out: str | Path | None) -> str | None:
     """The action space named by the card of an existing --out dataset (None when there is none), so that a
     DAgger round appended to a discrete dataset needs no --action-space."""
-    card = Path(out) / "dataset.json" if out is not None else None
+    card = Path(out) / demos.CARD_NAME if out is not None else None
     if card is None or not card.is_file():
         return None
     try:
