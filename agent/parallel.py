@@ -35,7 +35,7 @@ CHECK_EVERY = 25  # steps between a worker's progress reports (and its check tha
 STOP_TIMEOUT_S = 20.0  # how long stopped workers get to clean up before they are killed
 
 
-_stop_requested = False  # set by a stop signal inside sigterm_as_interrupt; see raise_if_stopped
+_stop_requested = False  # set by a stop signal (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
 
 
 def _interrupt(signum, frame) -> None:  # noqa: ARG001
@@ -122,11 +122,11 @@ def warm_up(preload: Sequence[str] = ()) -> None:
 
 
 def _stop_once(signum, frame) -> None:  # noqa: ARG001
-    """A worker's SIGINT handler: the first signal stops it, later ones are ignored. A terminal's Ctrl-C reaches
-    the worker and its caller, and the caller then signals the worker again: that second SIGINT must not
-    interrupt the worker's own clean-up."""
+    """A worker's SIGINT handler: the first signal stops it (flagged for raise_if_stopped, like the caller's),
+    later ones are ignored. A terminal's Ctrl-C reaches the worker and its caller, and the caller then signals
+    the worker again: that second SIGINT must not interrupt the worker's own clean-up."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    _interrupt(signum, frame)
 
 
 def _worker_main(setup: Callable, setup_args: tuple, work: Callable, threads: int, cwd: str,
