@@ -25,7 +25,7 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame for the ren
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 from agent.driver import EvalArgs, Interrupted, evaluate  # noqa: E402
-from agent.parallel import MAX_WORKERS  # noqa: E402
+from agent.parallel import MAX_WORKERS, sigterm_as_interrupt  # noqa: E402
 from envs.registry import ENV_NAMES  # noqa: E402
 
 PROG = "python evaluate.py"
@@ -122,7 +122,8 @@ def parse_args(argv: list[str] | None = None) -> EvalArgs:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        evaluate(args, command=" ".join(["python evaluate.py", *(argv if argv is not None else sys.argv[1:])]))
+        with sigterm_as_interrupt():  # `kill PID` keeps the finished episodes, as Ctrl-C does
+            evaluate(args, command=" ".join(["python evaluate.py", *(argv if argv is not None else sys.argv[1:])]))
     except Interrupted as e:
         print(f"\n{e}", file=sys.stderr)
         return 130

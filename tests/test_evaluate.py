@@ -152,6 +152,31 @@ def test_ctrl_c_keeps_the_finished_episodes(tmp_path, monkeypatch):
     assert m["interrupted"] is True and [e["seed"] for e in m["episodes"]] == [1234]
 
 
+def test_sigterm_cli_keeps_the_finished_episodes(tmp_path):
+    """`kill PID` stops evaluate.py like Ctrl-C: exit 130, metrics of the finished episodes, no traceback."""
+    out = tmp_path / "term"
+    cmd = [sys.executable, "evaluate.py", "--expert-drives", "--episodes", "500", "--max-steps", "30", "--no-video",
+           "--renderer", "fast", "--workers", "1", "--progress", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in proc.stderr:  # not a terminal: one plain line per finished episode
+            seen.append(line)
+            if "episode 2/500" in line:
+                break
+        assert proc.poll() is None, "".join(seen)
+        proc.terminate()
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = "".join(seen) + rest
+    assert proc.returncode == 130, stderr
+    assert "interrupted: wrote" in stderr and "Traceback" not in stderr
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["interrupted"] is True and 2 <= len(m["episodes"]) < 500
+
+
 # ----------------------------------------------------------------------------- metrics units
 def test_steer_of_and_recorder():
     assert [steer_of(a, "discrete") for a in range(5)] == [0.0, 1.0, -1.0, 0.0, 0.0]
