@@ -1,7 +1,7 @@
 """Closed-loop driving metrics: per-step recording, per-episode summaries, aggregation and writers.
 
 One ``EpisodeRecorder`` per episode collects what happened at every step (reward, the policy's and the
-shadowing expert's steering, speed, on-road flag, inference latency); ``finish()`` turns it into a flat
+shadowing expert's steering, speed, on-road flag, wrong-way flag, inference latency); ``finish()`` turns it into a flat
 dict of numbers (one row of ``episodes.csv``). What "on the road", "completion" and "lap" mean comes from
 the env's spec (``envs.registry.EnvSpec``), whose ``episode_meta`` also adds the env's own columns
 (CarRacing: tiles visited; udacity: laps, distance). ``aggregate()`` summarises the rows (``metrics.json``),
@@ -37,8 +37,8 @@ EPISODE_KEYS: tuple[str, ...] = (
 MEAN_KEYS: tuple[str, ...] = (
     "completion", "length", "off_track_steps", "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk",
     "steer_smoothness", "expert_steer_smoothness", "mean_speed",
-    # lane keeping (envs with spec.recover / spec.lateral_error); aggregated only where the episodes have them
-    "interventions", "autonomy", "mean_abs_cte", "max_abs_cte",
+    # envs with spec.wrong_way / spec.recover / spec.lateral_error; aggregated only where the episodes have them
+    "wrong_way_steps", "interventions", "autonomy", "mean_abs_cte", "max_abs_cte",
 )
 
 
@@ -77,6 +77,7 @@ class EpisodeRecorder:
         self.lap_completed = False
         self.env_meta: dict[str, Any] = {}
         self.lateral_error: list[float] = []  # the spec's lateral_error (udacity: |cross-track error| in m)
+        self.wrong_way_steps = 0  # steps pointing against the course (spec.wrong_way)
         self.interventions = 0  # times the car was put back on the road (spec.recover)
         self.terminated = False
         self.truncated = False
@@ -103,6 +104,8 @@ class EpisodeRecorder:
         self.env_meta = self.spec.episode_meta(info)
         if self.spec.lateral_error is not None:
             self.lateral_error.append(float(self.spec.lateral_error(info)))
+        if self.spec.wrong_way is not None:
+            self.wrong_way_steps += bool(self.spec.wrong_way(info))
 
     def intervened(self) -> None:
         """The car left its lane and was put back (NVIDIA's intervention); see ``finish`` for autonomy."""
@@ -137,6 +140,7 @@ class EpisodeRecorder:
             "wall_seconds": float(wall_seconds),
             "video": video,
             **{k: v for k, v in self.env_meta.items() if k != "lap_complete"},
+            **({"wrong_way_steps": self.wrong_way_steps} if self.spec.wrong_way is not None else {}),
             **self._lane_keeping(n),
         }
 
@@ -239,10 +243,10 @@ def write_tensorboard(logdir: str | Path, summary: dict[str, Any]) -> Path:
     writer = SummaryWriter(str(logdir))
     try:
         per_episode = ("return", "completion", "lap_completed", "off_track_steps", "steer_mae",
-                       "steer_smoothness", "mean_speed", "latency_median_ms", "length")
+                       "steer_smoothness", "mean_speed", "latency_median_ms", "length", "wrong_way_steps")
         for i, e in enumerate(summary["episodes"]):
             for key in per_episode:
-                if not _isnan(e[key]):
+                if key in e and not _isnan(e[key]):
                     writer.add_scalar(f"eval/{key}", float(e[key]), i)
         for key, value in summary.items():
             if (key.startswith(("mean_", "std_", "latency_")) or key == "laps_completed") \
@@ -290,16 +294,16 @@ def comparison_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """One markdown table, one row per (name, metrics.json summary), all on the same seeds."""
     if rows and "autonomy" in rows[0][1]:
         return lane_keeping_markdown(rows)
-    header = ("| policy | return | completion | laps | off-track steps | steer MAE | steer smoothness "
+    header = ("| policy | return | completion | laps | off-track steps | wrong-way steps | steer MAE | steer smoothness "
               "| speed | latency median / p95 (ms) |")
-    lines = [header, "|" + "---|" * 9]
+    lines = [header, "|" + "---|" * 10]
     for name, s in rows:
         n = s["num_episodes"]
         lines.append(
             f"| {name} | {_pm(s['mean_return'], s['std_return'], '.1f')} "
             f"| {_pm(s['mean_completion'], s['std_completion'], '.3f')} "
             f"| {s['laps_completed']}/{n} | {_num(s['mean_off_track_steps'], '.1f')} "
-            f"| {_num(s['mean_steer_mae'], '.3f')} | {_num(s['mean_steer_smoothness'], '.3f')} "
+            f"| {_num(s.get('mean_wrong_way_steps'), '.1f')} | {_num(s['mean_steer_mae'], '.3f')} | {_num(s['mean_steer_smoothness'], '.3f')} "
             f"| {_num(s['mean_mean_speed'], '.1f')} "
             f"| {_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')} |")
     return "\n".join(lines) + "\n"

@@ -434,6 +434,7 @@ def _make_spec():
         progress=lambda info: info["tiles_visited"] / max(info["num_tiles"], 1),
         lap_complete=lambda info: bool(info["lap_complete"]),
         on_road=lambda info: bool(info["on_track"]),
+        wrong_way=lambda info: float(info["privileged"][_F["cos_heading_error"]]) < 0.0,
         gym_kwargs=lambda action_space: {"continuous": action_space == "continuous"},
         renderers=RENDERERS,  # ("pygame", "fast"): gymnasium's is the default and the reference
         episode_meta=lambda info: {"lap_complete": bool(info["lap_complete"]),

@@ -80,6 +80,9 @@ class EnvSpec:
     recover: Callable[[gym.Env], tuple[Any, dict]] | None = None
     intervention_cost_s: float = 6.0
     lateral_error: Callable[[dict], float] | None = None
+    # wrong_way(info) -> the car points against the course's direction (heading error beyond 90 degrees): after a
+    # spin a student may follow the road backwards, which an expert reading only the local road does not correct
+    wrong_way: Callable[[dict], bool] | None = None
     recorded_info: dict[str, str] = field(default_factory=dict)  # dataset array name -> info key, per step
     jpeg_quality: int | None = None  # store recorded frames as JPEG of this quality (None: lossless)
     gym_kwargs: Callable[[str], dict] = lambda action_space: {}  # gym.make kwargs that rebuild it (Minari export)

@@ -146,3 +146,19 @@ def test_time_limit_truncates():
     env.reset(seed=1)
     flags = [env.step(0)[3] for _ in range(5)]
     assert flags == [False] * 4 + [True]
+
+
+def test_wrong_way_once_the_car_has_turned_around():
+    """The spec's wrong_way (read by evaluate.py's wrong-way steps) is off on the start line and on once the car,
+    circling at full lock, points against the track; on the way round it passes through 90 degrees."""
+    from envs.carracing import SPEC
+
+    env = make_carracing(render=False)
+    _, info = env.reset(seed=3)
+    assert not SPEC.wrong_way(info)
+    cosines, flags = [], []
+    for r, info in _drive(env, _gas_then_steer(1.0, n_straight=20, n_turn=300)):
+        cosines.append(info["privileged"][FEATURE_NAMES.index("cos_heading_error")])
+        flags.append(SPEC.wrong_way(info))
+    assert any(flags) and not all(flags)
+    assert flags == [c < 0 for c in cosines]

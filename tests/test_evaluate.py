@@ -15,6 +15,7 @@ import torch
 
 from agent import driver
 from agent.driver import EvalArgs, Interrupted, evaluate, run_names
+from envs.carracing import FEATURE_NAMES
 from envs.registry import get_spec
 from agent.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
 from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
@@ -186,18 +187,24 @@ def test_steer_of_and_recorder():
     rec = EpisodeRecorder(7, "continuous", get_spec("carracing"))
     policy = [0.1, 0.3, -0.1, -0.1]
     expert = [0.0, 0.4, 0.0, 0.1]
+    cos_heading = FEATURE_NAMES.index("cos_heading_error")
     for i, (p, e) in enumerate(zip(policy, expert)):
-        info = {"speed": 10.0 * i, "on_track": i != 2, "tiles_visited": i + 1, "num_tiles": 8, "lap_complete": False}
+        privileged = np.zeros(len(FEATURE_NAMES), np.float32)
+        privileged[cos_heading] = -0.5 if i == 3 else 1.0  # the last step points backwards
+        info = {"speed": 10.0 * i, "on_track": i != 2, "tiles_visited": i + 1, "num_tiles": 8, "lap_complete": False,
+                "privileged": privileged}
         rec.record(reward=1.0, policy_action=[p, 0, 0], expert_action=[e, 0, 0], latency_s=0.001 * (i + 1), info=info)
     row = rec.finish(terminated=False, truncated=True)
     assert row["steer_mae"] == pytest.approx(np.mean([0.1, 0.1, 0.1, 0.2]))
     assert row["steer_smoothness"] == pytest.approx(np.mean([0.2, 0.4, 0.0]))
     assert row["completion"] == 0.5 and row["off_track_steps"] == 1 and row["return"] == 4.0
     assert row["mean_speed"] == 15.0 and row["latency_median_ms"] == pytest.approx(2.5)
+    assert row["wrong_way_steps"] == 1
     s = aggregate([row, {**row, "seed": 8, "return": 0.0, "lap_completed": True}], [1.0, 2.0, 3.0])
     assert s["mean_return"] == 2.0 and s["std_return"] == 2.0 and s["laps_completed"] == 1
     assert s["latency_median_ms"] == 2.0
-    assert "| x | 2.0 ± 2.0 |" in comparison_markdown([("x", s)])
+    assert s["mean_wrong_way_steps"] == 1.0
+    assert "| x | 2.0 ± 2.0 |" in comparison_markdown([("x", s)]) and "| 1.0 | 1.0 |" in comparison_markdown([("x", s)])
 
 
 def test_run_names_are_unique():

@@ -443,3 +443,17 @@ def test_bad_inputs_give_clear_errors():
         env.step(np.array([np.nan], np.float32))
     with pytest.raises(ValueError, match="seed"):
         generate_track(-3, "lake")
+
+
+def test_wrong_way_when_the_car_points_back_along_the_road():
+    """The spec's wrong_way (evaluate.py's wrong-way steps): off while following the road, on when turned round."""
+    from envs.udacity.spec import SPEC
+
+    env = UdacityStyleEnv("lake", render=False)
+    _, info = env.reset(seed=1)
+    _, _, _, _, info = env.step(np.array([0.0], np.float32))
+    assert not SPEC.wrong_way(info)
+    x, y, heading = env.unwrapped.track.pose_at(40.0)
+    env.unwrapped.vehicle.place_center(x, y, heading + np.pi)
+    _, _, _, _, info = env.step(np.array([0.0], np.float32))
+    assert abs(info["heading_error"]) > 2.5 and SPEC.wrong_way(info)

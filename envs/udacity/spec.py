@@ -102,5 +102,6 @@ SPEC = EnvSpec(
     jpeg_quality=95,
     recover=lambda env: env.unwrapped.recenter(),
     lateral_error=lambda info: abs(float(info["cte"])),
+    wrong_way=lambda info: abs(float(info["heading_error"])) > np.pi / 2,
     renderers=("native",),  # envs/udacity/camera.py draws its cameras; there is no other
 )
