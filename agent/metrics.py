@@ -294,8 +294,8 @@ def comparison_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """One markdown table, one row per (name, metrics.json summary), all on the same seeds."""
     if rows and "autonomy" in rows[0][1]:
         return lane_keeping_markdown(rows)
-    header = ("| policy | return | completion | laps | off-track steps | wrong-way steps | steer MAE | steer smoothness "
-              "| speed | latency median / p95 (ms) |")
+    header = ("| policy | return | completion | laps | off-track steps | wrong-way steps | steer MAE "
+              "| steer smoothness | speed | latency median / p95 (ms) |")
     lines = [header, "|" + "---|" * 10]
     for name, s in rows:
         n = s["num_episodes"]
@@ -303,7 +303,8 @@ def comparison_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
             f"| {name} | {_pm(s['mean_return'], s['std_return'], '.1f')} "
             f"| {_pm(s['mean_completion'], s['std_completion'], '.3f')} "
             f"| {s['laps_completed']}/{n} | {_num(s['mean_off_track_steps'], '.1f')} "
-            f"| {_num(s.get('mean_wrong_way_steps'), '.1f')} | {_num(s['mean_steer_mae'], '.3f')} | {_num(s['mean_steer_smoothness'], '.3f')} "
+            f"| {_num(s.get('mean_wrong_way_steps'), '.1f')} | {_num(s['mean_steer_mae'], '.3f')} "
+            f"| {_num(s['mean_steer_smoothness'], '.3f')} "
             f"| {_num(s['mean_mean_speed'], '.1f')} "
             f"| {_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')} |")
     return "\n".join(lines) + "\n"
