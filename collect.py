@@ -9,8 +9,9 @@
     python collect.py --renderer fast --workers 2       # CarRacing frames drawn with OpenCV, 2 episodes at a time
     python collect.py --episodes 100 --shard 2/4        # episodes 25..49 of that run -> data/carracing_continuous-shard-2-of-4
 
-The loop lives in agent/collector.py (DART noise, seeds, resume rules); the format in agent/demos.py;
-the Minari exporter in agent/minari_export.py (also `python -m agent.minari_export DATA_DIR ID`).
+The run lives in agent/data/collection.py (seeds, resume rules, workers), one episode in agent/data/recorder.py
+(DART noise, DAgger), the format in agent/data/dataset.py; the Minari exporter in agent/data/minari_export.py
+(also `python -m agent.data.minari_export DATA_DIR ID`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from agent.collector import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError, parse_shard
-from agent.parallel import MAX_WORKERS
+from agent.data.config import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError, parse_shard
+from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES, get_spec
 
 
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", type=_shard, default=None, metavar="I/N",
                    help="collect only the I-th of N contiguous, disjoint parts of this run's seeds (--seed, --episodes "
                         "are the whole run's) into OUT-shard-I-of-N, e.g. one part per machine; the N parts together are "
-                        "exactly the run, merged with python -m agent.demos merge. A re-run completes the shard "
+                        "exactly the run, merged with python -m agent.data.merge. A re-run completes the shard "
                         "(default: the whole run)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar (default: a bar on stderr when it is a terminal; none in a log file)")
@@ -127,14 +128,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         args.validate()
-        from agent.collector import collect
+        from agent.data.collection import collect
 
         result = collect(args, command="python collect.py " + shlex.join(argv), log=lambda m: print(m, file=sys.stderr))
         print(result.summary())
         if result.interrupted:
             return 130
         if args.export_minari:
-            from agent.minari_export import export_minari
+            from agent.data.minari_export import export_minari
 
             path = export_minari(args.out_dir, args.export_minari, datasets_path=args.minari_path)
             print(f"exported Minari dataset {args.export_minari!r} to {path} "

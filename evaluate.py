@@ -11,7 +11,8 @@
 What drives: --checkpoint (trained policies, .pt from train.py) or --expert-drives (the PPO expert, .zip;
 --expert picks which one). --policy expert, the old spelling of --expert-drives, still works and says so.
 Episodes use track seeds SEED, SEED+1, ... (default 1000: unseen by expert training and by collect.py).
-Every flag is a field of agent.driver.EvalArgs (--expert-drives is the field policy); the loop lives in agent/driver.py.
+Every flag is a field of agent.evaluation.evaluate.EvalArgs (--expert-drives is the field policy); one episode's loop
+lives in agent/evaluation/episode.py.
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from typing import Any, NoReturn, get_type_hints
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame for the rendered env
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
-from agent.driver import EvalArgs, Interrupted, evaluate  # noqa: E402
-from agent.parallel import MAX_WORKERS, sigterm_as_interrupt  # noqa: E402
+from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate
+from agent.runtime import cli_exit_code
+from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES  # noqa: E402
 
 PROG = "python evaluate.py"
@@ -121,19 +123,8 @@ def parse_args(argv: list[str] | None = None) -> EvalArgs:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        with sigterm_as_interrupt():  # `kill PID` keeps the finished episodes, as Ctrl-C does
-            evaluate(args, command=" ".join(["python evaluate.py", *(argv if argv is not None else sys.argv[1:])]))
-    except Interrupted as e:
-        print(f"\n{e}", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:  # before any episode finished (e.g. while loading)
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    command = " ".join(["python evaluate.py", *(argv if argv is not None else sys.argv[1:])])
+    return cli_exit_code(lambda: evaluate(args, command=command), Interrupted)  # kill keeps finished episodes
 
 
 if __name__ == "__main__":

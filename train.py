@@ -13,8 +13,8 @@ DistributedDataParallel (gloo on CPU, NCCL on GPU): each step's batch is shared 
 run folder, --resume works the same (with any number of processes); see README "Scaling out".
 
 --core names the sequence core after the CNN (it was called --policy, which still works and says so).
-Every flag is a field of agent.cloning.TrainArgs (underscores become dashes; --core is the field policy). The
-training loop lives in agent/cloning.py; this file only parses arguments and turns bad input into one line.
+Every flag is a field of agent.training.config.TrainArgs (underscores become dashes; --core is the field policy).
+The training loop lives in agent/training/loop.py; this file only parses arguments and turns bad input into one line.
 """
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ import sys
 from dataclasses import MISSING, fields
 from typing import Any, NoReturn, get_type_hints
 
-from agent.cloning import Interrupted, TrainArgs, run
+from agent.runtime import cli_exit_code
+from agent.training.config import TrainArgs
+from agent.training.experiment import run
+from agent.training.loop import Interrupted
 
 PROG = "python train.py"
 RENAMED = {"policy": "core"}  # TrainArgs field -> its flag, where the two differ
@@ -91,15 +94,8 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        run(args)
-    except Interrupted as e:
-        print(f"\n{e}", file=sys.stderr)
-        return 130
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    # the run installs its own stop-signal handling around the training (agent.training.distributed.joined)
+    return cli_exit_code(lambda: run(args), Interrupted, stop_signals=False)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ import time  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks import run_main
+
 MODES = {
     "pygame (gymnasium)": {"renderer": "pygame"},
     "fast": {"renderer": "fast"},
@@ -152,7 +154,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_main(main)

@@ -38,7 +38,8 @@ EPISODE = 1000
 
 def make_dataset(out: Path, frames: int, seed: int = 0, episode: int = EPISODE) -> Path:
     """``frames`` steps of synthetic driving in ``episode``-step episodes (the last one shorter), one card."""
-    from agent.demos import write_episode, write_json_atomic
+    from agent.data.dataset import write_episode
+    from agent.runtime import write_json_atomic
 
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty")
@@ -124,7 +125,9 @@ def train(data: Path, mode: str, out: Path, epochs: int = 1, seconds: float | No
 def data_path_ms(data: Path, mode: str, batches: int = 300) -> float:
     """Milliseconds per batch of building the batch's frames, index and targets alone (gather_segments over
     the first ``batches`` of epoch 0's plan): what lazy loading adds to a step, without the training around it."""
-    from agent.cloning import TrainArgs, batch_plan, gather_segments, load_data, resolve_env_defaults
+    from agent.training.config import TrainArgs, resolve_env_defaults
+    from agent.training.data import load_data
+    from agent.training.windows import batch_plan, gather_segments
 
     a = resolve_env_defaults(TrainArgs(data=str(data), data_loading=mode, progress=False))
     loaded = load_data(a)

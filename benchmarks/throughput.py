@@ -6,16 +6,16 @@ load the machine; absolute figures move with the load):
 
 * CarRacing-v3 `env.step`, one thread, driven by the scripted teacher: gymnasium's pygame renderer, the fast
   OpenCV renderer (`renderer="fast"`), physics-only (no frame) -- `benchmarks.carracing_render`'s measurement;
-* collection (`agent.collector.collect`, the shipped PPO expert, DART noise, episode files written): env steps per
+* collection (`agent.data.collection.collect`, the shipped PPO expert, DART noise, episode files written): env steps per
   wall-clock second of the whole call, per renderer, with `--workers 1` and `--workers 2`;
-* evaluation (`agent.driver.evaluate`, the shipped student `checkpoints/carracing_nac.pt` shadowed by the expert,
+* evaluation (`agent.evaluation.evaluate.evaluate`, the shipped student `checkpoints/carracing_nac.pt` shadowed by the expert,
   no video): env steps per wall-clock second, `--workers 1` and `2`, per renderer;
 * the Udacity-style simulator, center camera / three cameras / physics-only -- `benchmarks.udacity_sim`;
-* behaviour cloning (`agent.cloning.run`, nac-focus, window 8, batch 64, 2 threads) on the episodes just
+* behaviour cloning (`agent.training.experiment.run`, nac-focus, window 8, batch 64, 2 threads) on the episodes just
   collected: training samples per second as train.py reports it;
 * NAC (exact) and `nn.MultiheadAttention` forward at T=1024, batch 1, one thread -- `benchmarks.nac_runtime.timed`.
 
-Worker rows are timed with the fork server already running (agent.parallel starts it once per process); a fresh
+Worker rows are timed with the fork server already running (agent.workers starts it once per process); a fresh
 `collect.py`/`evaluate.py` run pays it once, a few seconds, before its first episode. Best of `--repeats`
 for the whole-command rows (the least disturbed by other jobs), median for the per-step rows.
 
@@ -35,7 +35,9 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from typing import Callable  # noqa: E402
+
+from benchmarks import run_main
 
 REPO = Path(__file__).resolve().parents[1]
 STUDENT = REPO / "checkpoints" / "carracing_nac.pt"
@@ -72,7 +74,8 @@ def _best(run: Callable[[int], float], repeats: int) -> float:
 
 
 def collection_rows(root: Path, episodes: int, steps: int, repeats: int) -> tuple[list[tuple[str, str, float]], Path]:
-    from agent.collector import CollectConfig, collect
+    from agent.data.collection import collect
+    from agent.data.config import CollectConfig
 
     rows, keep = [], root / "keep"
     for renderer in ("pygame", "fast"):
@@ -94,7 +97,7 @@ def collection_rows(root: Path, episodes: int, steps: int, repeats: int) -> tupl
 
 
 def evaluation_rows(root: Path, episodes: int, steps: int, repeats: int) -> list[tuple[str, str, float]]:
-    from agent.driver import EvalArgs, evaluate
+    from agent.evaluation.evaluate import EvalArgs, evaluate
 
     rows = []
     for renderer in ("pygame", "fast"):
@@ -113,17 +116,12 @@ def evaluation_rows(root: Path, episodes: int, steps: int, repeats: int) -> list
 
 
 def training_row(data: Path, root: Path, epochs: int) -> list[tuple[str, str, float]]:
-    try:
-        from agent.cloning import TrainArgs, run
+    from agent.training.config import TrainArgs
+    from agent.training.experiment import run
 
-        res = run(TrainArgs(data=str(data), out=str(root / "train"), policy="nac-focus", epochs=epochs, threads=2,
-                            progress=False, val_fraction=0.25))
-        value = res["summaries"][0]["samples_per_sec"]
-        rate = float(value["mean"] if isinstance(value, dict) else value)
-    except Exception as e:  # noqa: BLE001 - agent.cloning is being reworked elsewhere; say so instead of failing
-        print(f"TODO(lead): training row failed ({type(e).__name__}: {e}); check agent.cloning.run's return value",
-              file=sys.stderr)
-        return [("training (nac-focus, window 8, batch 64, 2 threads)", "samples/s", float("nan"))]
+    res = run(TrainArgs(data=str(data), out=str(root / "train"), policy="nac-focus", epochs=epochs, threads=2,
+                        progress=False, val_fraction=0.25))
+    rate = res["summaries"][0]["samples_per_sec"]["mean"]
     return [("training (nac-focus, window 8, batch 64, 2 threads)", "samples/s", rate)]
 
 
@@ -178,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--episodes must be >= 2 (two workers need two episodes), --max-steps >= 10, --repeats >= 1")
     if not STUDENT.is_file():
         parser.error(f"the shipped student {STUDENT} is missing")
-    from agent.parallel import usable_cores, warm_up
+    from agent.workers import usable_cores, warm_up
 
-    warm_up(["agent.collector", "agent.driver", "agent.expert", "stable_baselines3", "envs.carracing"])
+    warm_up(["agent.data.collection", "agent.evaluation.evaluate", "agent.experts.expert", "stable_baselines3", "envs.carracing"])
     started = time.time()
     rows: list[tuple[str, str, float]] = []
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
@@ -211,7 +209,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_main(main)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 
 import cv2
+
+from benchmarks import run_main
 
 MODES = {
     "center camera": {"cameras": ("center",)},
@@ -92,7 +93,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_main(main)

@@ -61,7 +61,7 @@ class EnvSpec:
     action_names: dict[str, tuple[str, ...]]  # per action space: names of the env action's components
     steer_limit: dict[str, float]  # per action space: HUD full scale of the steering bar
     default_expert: dict[str, Path]  # per action space: the shipped expert
-    default_noise: dict[str, float]  # per action space: DART noise (see agent.collector)
+    default_noise: dict[str, float]  # per action space: DART noise (see agent.data.recorder)
     default_noise_hold: dict[str, int]
     default_max_steps: int
     default_encoder: str  # policies.encoders name for a student of this env

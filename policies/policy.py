@@ -9,17 +9,15 @@
   normalised with the training set's mean/std (kept in the config, hence in the checkpoint);
   ``forward`` returns actions in env units and ``to_env_action`` clips them to the valid range.
 * Time: ``forward`` takes the window's timestamps in seconds, last frame 0 (what
-  ``agent.demos.WindowDataset`` yields). Cores get them in units of ``frame_period * frame_stride``,
+  ``agent.training.windows.WindowDataset`` yields). Cores get them in units of ``frame_period * frame_stride``,
   i.e. consecutive window frames 1 apart. ``time=None`` means evenly spaced frames.
 * Streaming (``stream()``): one new frame per control step, one CNN pass on it and one core pass on
   a window of cached per-frame embeddings; at reset the window is filled with the first frame,
-  exactly like ``agent.demos.window_indices``, so its output equals ``forward`` on the same window.
+  exactly like ``agent.training.windows.window_indices``, so its output equals ``forward`` on the same window.
 """
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -30,6 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from agent.runtime import atomic_write
 from policies.cores import CORES, build_core
 from policies.encoders import ENCODERS, build_encoder
 
@@ -265,7 +264,7 @@ class PolicyStream:
 
     The cache spans ``(window - 1) * frame_stride + 1`` steps; the window is every ``frame_stride``-th
     entry ending at the newest. At the first step after ``reset`` the cache is filled with that frame
-    (and its timestamp), as ``agent.demos.window_indices`` repeats frame 0 before an episode start.
+    (and its timestamp), as ``agent.training.windows.window_indices`` repeats frame 0 before an episode start.
     ``t`` defaults to ``step_index * frame_period`` (the recorded datasets' clock).
     """
 
@@ -319,19 +318,7 @@ def save_checkpoint(path: str | Path, policy: DrivingPolicy, **extra: Any) -> Pa
     }
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a checkpoint is meant to be shared
-        with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: f.write(buffer.getbuffer()))  # a reader never sees half a checkpoint
     return path
 
 

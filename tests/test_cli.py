@@ -15,7 +15,8 @@ import torch
 import collect
 import evaluate
 import train
-from agent.driver import EvalArgs, show_progress
+from agent.evaluation.evaluate import EvalArgs
+from agent.runtime import show_progress
 from policies.policy import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,13 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent import demos
-from agent.collector import DEFAULT_SEED, CollectConfig, CollectError, DartNoise, collect, record_episode
-from agent.expert import REPO_ROOT, Expert
-from envs.carracing import SPEC as CARRACING
-from envs.carracing import N_FEATURES, make_carracing
-
 import collect as collect_cli
+from agent.data.collection import collect
+from agent.data.config import DEFAULT_SEED, CollectConfig, CollectError
+from agent.data.dataset import CARD_NAME, open_dataset, temp_files
+from agent.data.recorder import DartNoise, record_episode
+from agent.experts.expert import Expert
+from agent.runtime import REPO_ROOT
+from envs.carracing import N_FEATURES, make_carracing
+from envs.carracing import SPEC as CARRACING
 from tests.helpers import constant_policy_checkpoint
 
 DEFAULT_EXPERT_PATHS = CARRACING.default_expert
@@ -100,7 +102,7 @@ def test_stuck_car_ends_the_episode_and_the_stuck_stretch_is_cut():
 # ----------------------------------------------------------------------------------------------- recording
 def test_frames_replay_exactly_and_labels_are_the_experts(continuous_ds):
     out, res = continuous_ds
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     assert len(ds) == 2 and res.episodes_added == 2 and not res.interrupted
     expert = Expert.load(None, "continuous")
     for i, meta in enumerate(ds.episodes):
@@ -134,7 +136,7 @@ def test_frames_replay_exactly_and_labels_are_the_experts(continuous_ds):
 def test_card_is_consistent_with_the_files(continuous_ds):
     out, _ = continuous_ds
     card = json.loads((out / "dataset.json").read_text())
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     assert card["counts"]["episodes"] == 2 and card["counts"]["steps"] == ds.num_steps == 2 * STEPS
     assert card["action_space"] == "continuous" and card["config"]["seed"] == DEFAULT_SEED
     assert card["config"]["noise"] == 0.3 and card["expert"]["sha256"] and card["expert"]["evaluation"]
@@ -157,7 +159,7 @@ def test_discrete_noise_zero_executes_the_label(tmp_path, capsys):
         argv += ["--export-minari", "carracing/disc-v0", "--minari-path", str(tmp_path / "minari")]
     assert collect_cli.main(argv) == 0
     assert "saved 1 new episode(s) (25 steps" in capsys.readouterr().out
-    ds = demos.open_dataset(tmp_path / "d")
+    ds = open_dataset(tmp_path / "d")
     ep = ds.load(0)
     assert ep["action"].dtype == ep["expert_action"].dtype == np.int64 and ep["action"].shape == (25,)
     np.testing.assert_array_equal(ep["action"], ep["expert_action"])
@@ -169,7 +171,7 @@ def test_discrete_noise_zero_executes_the_label(tmp_path, capsys):
     assert sum(card["action_histogram"]["label"]) == 25 and card["action_histogram"]["label"] == card["action_histogram"]["executed"]
     assert card["runs"][0]["command"].startswith("python collect.py --action-space discrete")
     if export:
-        from agent.minari_export import load_minari
+        from agent.data.minari_export import load_minari
 
         m = load_minari("carracing/disc-v0", tmp_path / "minari")
         e = m[0]
@@ -183,22 +185,22 @@ def test_rerun_appends_and_refuses_incompatible(tmp_path, monkeypatch):
     _collect(out, episodes=1, max_steps=10)
     (out / "episodes" / ".episode_00001.npz.x.tmp").write_bytes(b"half a file from a SIGKILL")
     res = _collect(out, episodes=1, max_steps=10)
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     assert [m["episode_id"] for m in ds.episodes] == [0, 1] and res.episodes_total == 2
     assert [m["track_seed"] for m in ds.episodes] == [DEFAULT_SEED, DEFAULT_SEED + 1]
-    assert not demos.temp_files(out), "stale temp files are removed"
+    assert not temp_files(out), "stale temp files are removed"
     assert len(ds.card["runs"]) == 2 and ds.card["counts"]["episodes"] == 2
     with pytest.raises(CollectError, match="action_space='continuous'"):
         _collect(out, action_space="discrete", episodes=1)
     with pytest.raises(CollectError, match="--seed 5"):
         _collect(out, episodes=1, seed=5)
-    import agent.collector as collector
+    import agent.data.card as card
 
-    monkeypatch.setattr(collector, "file_sha256", lambda path: "f" * 64)  # as if the expert were retrained
+    monkeypatch.setattr(card, "file_sha256", lambda path: "f" * 64)  # as if the expert were retrained
     with pytest.raises(CollectError, match="different expert"):
         _collect(out, episodes=1)
     monkeypatch.undo()
-    assert len(demos.open_dataset(out)) == 2, "refused runs add nothing"
+    assert len(open_dataset(out)) == 2, "refused runs add nothing"
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("not a dataset")
     with pytest.raises(CollectError, match="not a collect.py dataset"):
@@ -207,9 +209,9 @@ def test_rerun_appends_and_refuses_incompatible(tmp_path, monkeypatch):
 
 def test_exception_mid_run_keeps_finished_episodes(tmp_path, monkeypatch):
     """An exception in episode 2 (here Ctrl-C, injected mid-episode) drops only that episode."""
-    import agent.collector as collector
+    import agent.data.collection as collection
 
-    real = collector.record_episode
+    real = collection.record_episode
     calls = {"n": 0}
 
     def flaky(env, expert, seed, noise, **kw):
@@ -219,12 +221,12 @@ def test_exception_mid_run_keeps_finished_episodes(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(env, expert, seed, noise, **kw)
 
-    monkeypatch.setattr(collector, "record_episode", flaky)
+    monkeypatch.setattr(collection, "record_episode", flaky)
     res = _collect(tmp_path / "d", episodes=3, max_steps=10)
     assert res.interrupted and res.episodes_added == 1 and "interrupted" in res.summary()
-    ds = demos.open_dataset(tmp_path / "d")
+    ds = open_dataset(tmp_path / "d")
     assert len(ds) == 1 and ds.card["counts"]["episodes"] == 1 and ds.card["runs"][-1]["interrupted"]
-    assert not demos.temp_files(tmp_path / "d")
+    assert not temp_files(tmp_path / "d")
 
 
 def test_killed_cli_leaves_readable_data(tmp_path):
@@ -244,11 +246,11 @@ def test_killed_cli_leaves_readable_data(tmp_path):
             proc.kill()
     assert proc.returncode == 130, stderr
     assert "interrupted: saved" in stdout and "Traceback" not in stderr
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     assert 1 <= len(ds) < 500 and ds.card["counts"]["episodes"] == len(ds)
     for i in range(len(ds)):
         assert ds.load(i)["frames"].shape == (40, 96, 96, 3)
-    assert not demos.temp_files(out)
+    assert not temp_files(out)
 
 
 # ----------------------------------------------------------------------------------------------- errors
@@ -289,7 +291,7 @@ def test_cli_errors_without_traceback(tmp_path):
 # ----------------------------------------------------------------------------------------------- Minari
 def test_minari_export_roundtrip(continuous_ds, tmp_path):
     pytest.importorskip("h5py", reason="Minari 0.5 stores datasets with h5py (pip install 'minari[hdf5]')")
-    from agent.minari_export import export_minari, load_minari
+    from agent.data.minari_export import export_minari, load_minari
 
     out, _ = continuous_ds
     before = os.environ.get("MINARI_DATASETS_PATH")
@@ -297,7 +299,7 @@ def test_minari_export_roundtrip(continuous_ds, tmp_path):
     assert os.environ.get("MINARI_DATASETS_PATH") == before, "the export must not leak its datasets path"
     assert path.is_dir() and tmp_path / "minari" in path.parents
     m = load_minari("carracing/test-v0", tmp_path / "minari")
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     assert m.total_episodes == 2 and m.total_steps == ds.num_steps
     for i, e in enumerate(m.iterate_episodes()):
         ep = ds.load(i)
@@ -314,14 +316,14 @@ def test_minari_export_roundtrip(continuous_ds, tmp_path):
 
 
 def test_minari_cli_errors(tmp_path, capsys):
-    from agent.minari_export import main
+    from agent.data.minari_export import main
 
     assert main([str(tmp_path / "missing"), "carracing/y-v0"]) == 2
     assert capsys.readouterr().err.startswith("error: dataset folder")
 
 
 def test_second_collector_into_the_same_folder_is_refused(tmp_path):
-    from agent.collector import folder_lock
+    from agent.data.out_folder import folder_lock
 
     with folder_lock(tmp_path / "d"):
         with pytest.raises(CollectError, match="another collect.py is writing"):
@@ -335,7 +337,7 @@ def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_pa
     driver = constant_policy_checkpoint(tmp_path / "const.pt")
     out = tmp_path / "d"
     _collect(out, episodes=1, noise=0.0, driver=driver, beta=beta, max_steps=60, early_stop=False)
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     ep, meta = ds.load(0), ds.episodes[0]
     student = np.array([0.3, 0.2, 0.0], np.float32)
     by_student = np.all(np.isclose(ep["action"], student, atol=1e-6), axis=1)
@@ -352,7 +354,7 @@ def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_pa
         assert by_expert.all() and frac == 1.0
     else:
         assert 0.2 < frac < 0.8 and by_student.any() and by_expert.any()
-    card = json.loads((out / demos.CARD_NAME).read_text())
+    card = json.loads((out / CARD_NAME).read_text())
     assert card["runs"][-1]["driver"] == str(driver) and card["runs"][-1]["beta"] == beta
     assert card["counts"]["driven_by"] == {"expert": 0, "student": 1} and card["episodes"][0]["driver"] == str(driver)
 
@@ -374,11 +376,11 @@ def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
 
 def test_appending_takes_the_datasets_action_space(tmp_path):
     """A DAgger round on a discrete dataset needs no --action-space: the card names it."""
-    from agent.collector import CollectConfig
+    from agent.data.config import CollectConfig
 
     out = tmp_path / "disc"
     out.mkdir()
-    (out / demos.CARD_NAME).write_text(json.dumps({"env": "carracing", "action_space": "discrete"}))
+    (out / CARD_NAME).write_text(json.dumps({"env": "carracing", "action_space": "discrete"}))
     cfg = CollectConfig(out=str(out))
     cfg.validate()
     assert cfg.action_space == "discrete"

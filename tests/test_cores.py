@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from policies.cores import (CORES, PRESETS, block_of, build_core, parse_core_name, policy_core_options)
+from policies.cores import CORES, PRESETS, block_of, build_core, parse_core_name, policy_core_options
 
 B, W, F = 3, 6, 12
 MEMORY_CORES = [c for c in CORES if c != "mlp"]

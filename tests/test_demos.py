@@ -4,7 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from agent import demos
+from agent.data.dataset import open_dataset, temp_files, write_episode
+from agent.data.frames import JpegFrames, encode_jpeg
+from agent.runtime import write_json_atomic
+from agent.training.windows import WindowDataset, kfold_episodes, split_episodes
 
 
 def _episode(T=12, discrete=False, seed=0):
@@ -23,8 +26,8 @@ def _episode(T=12, discrete=False, seed=0):
 
 def test_roundtrip_and_meta(tmp_path):
     ep = _episode()
-    demos.write_episode(tmp_path, 3, ep, {"track_seed": 7})
-    ds = demos.open_dataset(tmp_path)
+    write_episode(tmp_path, 3, ep, {"track_seed": 7})
+    ds = open_dataset(tmp_path)
     assert len(ds) == 1 and ds.episodes[0]["episode_id"] == 3 and ds.episodes[0]["length"] == 12
     back = ds.load(0)
     for k, v in ep.items():
@@ -36,27 +39,27 @@ def test_write_rejects_inconsistent_lengths(tmp_path):
     ep = _episode()
     ep["reward"] = ep["reward"][:-1]
     with pytest.raises(ValueError, match="different lengths"):
-        demos.write_episode(tmp_path, 0, ep, {})
+        write_episode(tmp_path, 0, ep, {})
     with pytest.raises(ValueError, match="missing"):
-        demos.write_episode(tmp_path, 0, {"frames": ep["frames"]}, {})
+        write_episode(tmp_path, 0, {"frames": ep["frames"]}, {})
 
 
 def test_open_dataset_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        demos.open_dataset(tmp_path / "nope")
+        open_dataset(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="no episodes"):
-        demos.open_dataset(tmp_path)
+        open_dataset(tmp_path)
     (tmp_path / "episodes").mkdir()
     (tmp_path / "episodes" / "episode_00000.npz").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="unreadable"):
-        demos.open_dataset(tmp_path)
+        open_dataset(tmp_path)
 
 
 def test_window_repeats_first_frame_and_relative_time(tmp_path):
-    demos.write_episode(tmp_path, 0, _episode(T=10), {})
-    ds = demos.open_dataset(tmp_path)
+    write_episode(tmp_path, 0, _episode(T=10), {})
+    ds = open_dataset(tmp_path)
     ep = ds.load(0)
-    w = demos.WindowDataset(ds, window=4, frame_stride=2)
+    w = WindowDataset(ds, window=4, frame_stride=2)
     assert len(w) == 10
     item = w[1]  # window ends at step 1: frames 0,0,0,1 (indices clipped at 0)
     np.testing.assert_array_equal(item["frames"].numpy(), ep["frames"][[0, 0, 0, 1]])
@@ -67,27 +70,27 @@ def test_window_repeats_first_frame_and_relative_time(tmp_path):
 
 
 def test_discrete_targets_are_int64(tmp_path):
-    demos.write_episode(tmp_path, 0, _episode(discrete=True), {})
-    item = demos.WindowDataset(demos.open_dataset(tmp_path), window=2)[5]
+    write_episode(tmp_path, 0, _episode(discrete=True), {})
+    item = WindowDataset(open_dataset(tmp_path), window=2)[5]
     assert item["target"].dtype.is_floating_point is False and item["target"].ndim == 0
 
 
 def test_splits_are_by_episode_and_disjoint():
-    train, val = demos.split_episodes(10, 0.2, seed=1)
+    train, val = split_episodes(10, 0.2, seed=1)
     assert set(train).isdisjoint(val) and sorted(train + val) == list(range(10)) and len(val) == 2
-    folds = demos.kfold_episodes(10, 5, seed=1)
+    folds = kfold_episodes(10, 5, seed=1)
     vals = [v for _, v in folds]
     assert sorted(sum(vals, [])) == list(range(10))
     for tr, va in folds:
         assert set(tr).isdisjoint(va)
     with pytest.raises(ValueError, match="folds"):
-        demos.kfold_episodes(3, 5, seed=0)
+        kfold_episodes(3, 5, seed=0)
     with pytest.raises(ValueError, match="at least 2"):
-        demos.split_episodes(1, 0.2, seed=0)
+        split_episodes(1, 0.2, seed=0)
 
 
 def test_json_atomic(tmp_path):
-    demos.write_json_atomic(tmp_path / "a.json", {"x": 1})
+    write_json_atomic(tmp_path / "a.json", {"x": 1})
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
 
 
@@ -95,25 +98,25 @@ def test_final_arrays_are_one_step_and_optional(tmp_path):
     ep = _episode(T=6)
     ep["final_frames"] = ep["frames"][-1]
     ep["final_privileged"] = ep["privileged"][-1]
-    demos.write_episode(tmp_path, 0, ep, {})
-    back = demos.open_dataset(tmp_path).load(0)
+    write_episode(tmp_path, 0, ep, {})
+    back = open_dataset(tmp_path).load(0)
     np.testing.assert_array_equal(back["final_frames"], ep["frames"][-1])
-    assert len(demos.WindowDataset(demos.open_dataset(tmp_path), window=2)) == 6, "final_ arrays are not steps"
+    assert len(WindowDataset(open_dataset(tmp_path), window=2)) == 6, "final_ arrays are not steps"
     bad = dict(ep, final_frames=ep["frames"][-2:])
     with pytest.raises(ValueError, match="final_frames must be one step"):
-        demos.write_episode(tmp_path, 1, bad, {})
+        write_episode(tmp_path, 1, bad, {})
     with pytest.raises(ValueError, match="final_nothing"):
-        demos.write_episode(tmp_path, 1, dict(ep, final_nothing=np.zeros(3)), {})
+        write_episode(tmp_path, 1, dict(ep, final_nothing=np.zeros(3)), {})
 
 
 def test_files_are_readable_by_others_and_temp_files_are_found(tmp_path):
-    path = demos.write_episode(tmp_path, 0, _episode(T=3), {})
+    path = write_episode(tmp_path, 0, _episode(T=3), {})
     assert path.stat().st_mode & 0o777 == 0o644
-    assert demos.temp_files(tmp_path) == []
+    assert temp_files(tmp_path) == []
     stale = tmp_path / "episodes" / ".episode_00001.npz.abc.tmp"
     stale.write_bytes(b"killed mid-write")
-    assert demos.temp_files(tmp_path) == [stale]
-    assert len(demos.open_dataset(tmp_path)) == 1, "a temp file is never read as an episode"
+    assert temp_files(tmp_path) == [stale]
+    assert len(open_dataset(tmp_path)) == 1, "a temp file is never read as an episode"
 
 
 # ------------------------------------------------------------------ JPEG frame storage
@@ -143,8 +146,8 @@ def _cam_episode(T=6, seed=0):
 def test_jpeg_storage_round_trip_is_transparent(tmp_path):
     ep = _cam_episode()
     ep["final_frames"] = ep["frames"][-1]
-    demos.write_episode(tmp_path, 0, ep, {"track_seed": 1}, jpeg_quality=95)
-    ds = demos.open_dataset(tmp_path)
+    write_episode(tmp_path, 0, ep, {"track_seed": 1}, jpeg_quality=95)
+    ds = open_dataset(tmp_path)
     meta = ds.episodes[0]
     assert meta["frame_codec"] == {k: "jpeg95" for k in ("frames", "frames_left", "frames_right", "final_frames")}
     assert meta["frame_shapes"]["frames"] == [160, 320, 3] and meta["length"] == 6
@@ -155,7 +158,7 @@ def test_jpeg_storage_round_trip_is_transparent(tmp_path):
         assert np.abs(back[k].astype(int) - ep[k]).mean() < 2.0, k
     for k in ("action", "reward", "time", "privileged"):
         np.testing.assert_array_equal(back[k], ep[k])
-    w = demos.WindowDataset(ds, window=2)
+    w = WindowDataset(ds, window=2)
     assert len(w) == 6 and w[3]["frames"].shape == (2, 160, 320, 3)
 
 
@@ -163,8 +166,8 @@ def test_jpeg_is_smaller_and_not_deflated(tmp_path):
     import zipfile
 
     ep = _cam_episode(T=4)
-    raw = demos.write_episode(tmp_path / "raw", 0, ep, {})
-    jpg = demos.write_episode(tmp_path / "jpg", 0, ep, {}, jpeg_quality=90)
+    raw = write_episode(tmp_path / "raw", 0, ep, {})
+    jpg = write_episode(tmp_path / "jpg", 0, ep, {}, jpeg_quality=90)
     assert jpg.stat().st_size < raw.stat().st_size / 2
     with zipfile.ZipFile(jpg) as z:
         kinds = {i.filename: i.compress_type for i in z.infolist()}
@@ -173,11 +176,11 @@ def test_jpeg_is_smaller_and_not_deflated(tmp_path):
 
 def test_pre_encoded_frames_are_stored_byte_for_byte(tmp_path):
     ep = _cam_episode(T=5)
-    files = [demos._encode_jpeg(f, 80) for f in ep["frames"]]  # as an importer would read them from disk
-    ep["frames"] = demos.JpegFrames.from_bytes(files)
+    files = [encode_jpeg(f, 80) for f in ep["frames"]]  # as an importer would read them from disk
+    ep["frames"] = JpegFrames.from_bytes(files)
     assert len(ep["frames"]) == 5 and ep["frames"].shape == (5, 160, 320, 3)
-    demos.write_episode(tmp_path, 0, ep, {})  # no jpeg_quality: the other cameras stay raw
-    ds = demos.open_dataset(tmp_path)
+    write_episode(tmp_path, 0, ep, {})  # no jpeg_quality: the other cameras stay raw
+    ds = open_dataset(tmp_path)
     assert ds.episodes[0]["frame_codec"] == {"frames": "jpeg"}
     stored = ds.jpeg_frames(0, "frames")
     assert [stored[t] for t in range(5)] == files
@@ -188,8 +191,8 @@ def test_pre_encoded_frames_are_stored_byte_for_byte(tmp_path):
 
 
 def test_load_only_the_asked_keys(tmp_path):
-    demos.write_episode(tmp_path, 0, _cam_episode(T=3), {}, jpeg_quality=90)
-    ds = demos.open_dataset(tmp_path)
+    write_episode(tmp_path, 0, _cam_episode(T=3), {}, jpeg_quality=90)
+    ds = open_dataset(tmp_path)
     assert sorted(ds.array_names(0)) == sorted(_cam_episode(T=3))
     assert sorted(ds.load(0, keys=["frames", "time"])) == ["frames", "time"]
     assert list(ds.load(0, keys="speed")) == ["speed"]
@@ -200,16 +203,16 @@ def test_load_only_the_asked_keys(tmp_path):
 def test_jpeg_write_errors(tmp_path):
     ep = _cam_episode(T=4)
     with pytest.raises(ValueError, match="jpeg_quality must be an integer in"):
-        demos.write_episode(tmp_path, 0, ep, {}, jpeg_quality=101)
+        write_episode(tmp_path, 0, ep, {}, jpeg_quality=101)
     with pytest.raises(ValueError, match="frames_left must be uint8"):
-        demos.write_episode(tmp_path, 0, dict(ep, frames_left=ep["frames_left"].astype(np.float32)), {}, jpeg_quality=90)
+        write_episode(tmp_path, 0, dict(ep, frames_left=ep["frames_left"].astype(np.float32)), {}, jpeg_quality=90)
     with pytest.raises(ValueError, match="different lengths"):
-        demos.write_episode(tmp_path, 0, dict(ep, frames_right=demos.JpegFrames.encode(ep["frames_right"][:3])), {})
+        write_episode(tmp_path, 0, dict(ep, frames_right=JpegFrames.encode(ep["frames_right"][:3])), {})
     with pytest.raises(ValueError, match="may not contain"):
-        demos.write_episode(tmp_path, 0, dict(ep, frames__jpeg=np.zeros(4)), {})
+        write_episode(tmp_path, 0, dict(ep, frames__jpeg=np.zeros(4)), {})
     with pytest.raises(ValueError, match="frame 1 is not a JPEG"):
-        demos.JpegFrames.from_bytes([demos._encode_jpeg(ep["frames"][0], 90), b"PNG not a jpeg"])
-    small = demos._encode_jpeg(ep["frames"][0][:80], 90)
+        JpegFrames.from_bytes([encode_jpeg(ep["frames"][0], 90), b"PNG not a jpeg"])
+    small = encode_jpeg(ep["frames"][0][:80], 90)
     with pytest.raises(ValueError, match="frame 1 is 80x320x3"):
-        demos.JpegFrames.from_bytes([demos._encode_jpeg(ep["frames"][0], 90), small])
+        JpegFrames.from_bytes([encode_jpeg(ep["frames"][0], 90), small])
     assert not (tmp_path / "episodes").exists() or not list((tmp_path / "episodes").iterdir())

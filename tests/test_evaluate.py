@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from agent import driver
-from agent.driver import EvalArgs, Interrupted, evaluate, run_names
+import agent.evaluation.evaluate as evaluation
+from agent.controllers import shipped_checkpoint
+from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate, run_names
+from agent.evaluation.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
 from envs.carracing import FEATURE_NAMES
 from envs.registry import get_spec
-from agent.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
 from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
 from tests.helpers import constant_policy_checkpoint
 
@@ -136,7 +137,7 @@ def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts)
 
 
 def test_ctrl_c_keeps_the_finished_episodes(tmp_path, monkeypatch):
-    real = driver.run_episode
+    real = evaluation.run_episode
     calls = []
 
     def interrupt_second(*a, **kw):
@@ -145,7 +146,7 @@ def test_ctrl_c_keeps_the_finished_episodes(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(driver, "run_episode", interrupt_second)
+    monkeypatch.setattr(evaluation, "run_episode", interrupt_second)
     out = tmp_path / "int"
     with pytest.raises(Interrupted):
         evaluate(_args(out, policy="expert", episodes=3, max_steps=10, video=False))
@@ -277,7 +278,7 @@ def test_cli_default_is_the_shipped_checkpoint(tmp_path):
     """No --checkpoint: the shipped student drives, or a clear error says it is missing."""
     r = _cli("--episodes", "1", "--max-steps", "5", "--no-video", "--out", str(tmp_path / "o"), "--no-progress",
              cwd=tmp_path)
-    if (REPO / driver.shipped_checkpoint("carracing")).is_file():
+    if (REPO / shipped_checkpoint("carracing")).is_file():
         assert r.returncode == 0, r.stderr
         assert json.loads((tmp_path / "o" / "metrics.json").read_text())["num_episodes"] == 1
     else:

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.expert import Expert, TrainArgs, main, train
+from agent.experts.expert import Expert
+from agent.experts.ppo import TrainArgs, main, train
 from envs.carracing import (
     N_FEATURES,
     SPEC,

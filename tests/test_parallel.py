@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 import collect as collect_cli
-from agent import demos
-from agent.collector import DEFAULT_SEED, CollectConfig, CollectError, collect, shard_range
-from agent.driver import EvalArgs, Interrupted, evaluate
-from agent.parallel import default_workers
+from agent.data.collection import collect
+from agent.data.config import DEFAULT_SEED, CollectConfig, CollectError, shard_range
+from agent.data.dataset import open_dataset, temp_files
+from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate
+from agent.workers import default_workers
 from envs.carracing import make_carracing
 from tests.helpers import constant_policy_checkpoint
 
@@ -43,7 +44,7 @@ def _untimed(x):
 
 
 def _same_episodes(a: Path, b: Path, ids_a=None, ids_b=None) -> None:
-    da, db = demos.open_dataset(a), demos.open_dataset(b)
+    da, db = open_dataset(a), open_dataset(b)
     ia = list(range(len(da))) if ids_a is None else ids_a
     ib = list(range(len(db))) if ids_b is None else ids_b
     assert len(ia) == len(ib)
@@ -70,11 +71,11 @@ def dagger(tmp_path_factory):
 
 
 def test_default_workers_follow_cores_episodes_and_threads(monkeypatch):
-    import agent.parallel as parallel
+    import agent.workers as workers
 
-    monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 16)
     assert default_workers(100) == 8 and default_workers(3) == 3 and default_workers(100, threads=4) == 4
-    monkeypatch.setattr(parallel, "usable_cores", lambda: 1)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 1)
     assert default_workers(100) == 1 and default_workers(0) == 1
 
 
@@ -84,10 +85,10 @@ def test_two_workers_record_the_serial_dataset(dagger):
     res = _collect(d / "parallel", workers=2, **kw)
     assert res.episodes_added == 3 and res.workers == 2 and not res.interrupted
     _same_episodes(d / "serial", d / "parallel")
-    serial, parallel = (demos.open_dataset(d / n).card for n in ("serial", "parallel"))
+    serial, parallel = (open_dataset(d / n).card for n in ("serial", "parallel"))
     assert _untimed({**serial, "runs": None}) == _untimed({**parallel, "runs": None})
     assert parallel["runs"][-1]["workers"] == 2 and parallel["counts"]["renderers"] == {"pygame": 3}
-    fractions = [m["expert_driven_fraction"] for m in demos.open_dataset(d / "parallel").episodes]
+    fractions = [m["expert_driven_fraction"] for m in open_dataset(d / "parallel").episodes]
     assert all(0 < f < 1 for f in fractions), "the student drove part of every episode in the workers"
 
 
@@ -103,12 +104,12 @@ def test_interrupted_parallel_run_keeps_finished_episodes_and_a_rerun_completes_
     res = collect(CollectConfig(out=out, progress=False, workers=2, max_steps=STEPS, **kw), log=lambda m: None,
                   after_episode=ctrl_c)
     assert res.interrupted and res.episodes_added >= 1 and "interrupted: saved" in res.summary()
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     assert ds.card["counts"]["episodes"] == len(ds) == res.episodes_added and ds.card["runs"][-1]["interrupted"]
-    assert not demos.temp_files(out), "no half-written episode is left"
+    assert not temp_files(out), "no half-written episode is left"
     first = [m["episode_id"] for m in ds.episodes]
     res = _collect(out, workers=1, **{**kw, "episodes": 3 - len(first)})
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     assert [m["episode_id"] for m in ds.episodes] == [0, 1, 2]
     assert [m["track_seed"] for m in ds.episodes] == [DEFAULT_SEED + i for i in range(3)]
     _same_episodes(d / "serial", out)
@@ -137,8 +138,8 @@ def test_ctrl_c_stops_a_parallel_cli_cleanly(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, stderr
     assert "interrupted: saved" in stdout and "(2 workers)" in stdout and "Traceback" not in stderr, stderr
-    ds = demos.open_dataset(out)
-    assert 2 <= len(ds) < 200 and ds.card["counts"]["episodes"] == len(ds) and not demos.temp_files(out)
+    ds = open_dataset(out)
+    assert 2 <= len(ds) < 200 and ds.card["counts"]["episodes"] == len(ds) and not temp_files(out)
     assert ds.card["counts"]["renderers"] == {"fast": len(ds)}
     assert all(ds.load(i)["frames"].shape == (30, 96, 96, 3) for i in range(len(ds)))
 
@@ -161,15 +162,15 @@ def test_kill_9_of_a_parallel_collector_keeps_finished_episodes(tmp_path):
     files = sorted((out / "episodes").glob("episode_*.npz"))
     time.sleep(2)
     assert sorted((out / "episodes").glob("episode_*.npz")) == files, "the workers stopped with their collector"
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     for i in range(len(ds)):
         assert ds.load(i)["frames"].shape == (30, 96, 96, 3)
     ids = [m["episode_id"] for m in ds.episodes]
     holes = sorted(set(range(max(ids) + 1)) - set(ids))
     res = _collect(out, workers=1, episodes=len(holes) + 1, max_steps=30, renderer="fast")
     assert res.episodes_added == len(holes) + 1
-    ds = demos.open_dataset(out)
-    assert [m["episode_id"] for m in ds.episodes] == list(range(max(ids) + 2)) and not demos.temp_files(out)
+    ds = open_dataset(out)
+    assert [m["episode_id"] for m in ds.episodes] == list(range(max(ids) + 2)) and not temp_files(out)
     assert ds.card["counts"]["episodes"] == len(ds)
 
 
@@ -188,14 +189,14 @@ def test_a_shard_records_its_part_of_the_run_and_a_rerun_completes_it(dagger, tm
             "--beta", "0.5", "--noise", "0.2", "--out", str(tmp_path / "run"), "--no-progress", "--workers", "1"]
     assert collect_cli.main(argv) == 0
     out = tmp_path / "run-shard-2-of-2"
-    ds = demos.open_dataset(out)
+    ds = open_dataset(out)
     # shard 2 of 2 of 3 episodes = episodes 1 and 2 of the run: seeds DEFAULT_SEED+1.., ids from 0 in its folder
     assert [m["track_seed"] for m in ds.episodes] == [DEFAULT_SEED + 1, DEFAULT_SEED + 2]
     assert ds.card["config"]["seed"] == DEFAULT_SEED + 1 and "2/2" in ds.card["runs"][-1]["shard"]
     _same_episodes(d / "serial", out, ids_a=[1, 2], ids_b=[0, 1])
     capsys.readouterr()
     assert collect_cli.main(argv) == 0
-    assert "saved 0 new episode(s)" in capsys.readouterr().out and len(demos.open_dataset(out)) == 2
+    assert "saved 0 new episode(s)" in capsys.readouterr().out and len(open_dataset(out)) == 2
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -227,7 +228,7 @@ def test_a_shard_of_another_run_is_refused(tmp_path):
 # ----------------------------------------------------------------------------- the fast renderer
 def test_fast_renderer_frames_are_recorded_and_replay(tmp_path):
     res = _collect(tmp_path / "d", episodes=1, max_steps=20, workers=1, renderer="fast", noise=0)
-    ds = demos.open_dataset(res.out)
+    ds = open_dataset(res.out)
     assert ds.episodes[0]["renderer"] == "fast" and ds.card["counts"]["renderers"] == {"fast": 1}
     assert ds.card["runs"][-1]["renderer"] == "fast" and ds.card["episodes"][0]["renderer"] == "fast"
     ep = ds.load(0)
@@ -243,8 +244,9 @@ def test_fast_renderer_frames_are_recorded_and_replay(tmp_path):
 # ----------------------------------------------------------------------------- evaluation
 @pytest.fixture(scope="module")
 def student(tmp_path_factory) -> Path:
-    from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
     import torch
+
+    from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
 
     torch.manual_seed(0)
     config = PolicyConfig.for_actions("continuous", core_options=dict(d_model=16, heads=4, topk=4), window=4,
@@ -311,7 +313,7 @@ def test_evaluate_renderer_and_workers_errors(argv, message, tmp_path, capsys):
 def test_a_worker_stops_on_the_first_sigint_and_ignores_the_next():
     """Ctrl-C reaches a worker twice (the terminal's, then its caller's): the second must not interrupt its
     clean-up (a clean-clone CI run once printed a worker traceback from exactly that)."""
-    from agent.parallel import _stop_once
+    from agent.workers import _stop_once
 
     old = signal.signal(signal.SIGINT, _stop_once)
     try:
@@ -331,7 +333,7 @@ def test_a_stop_signal_swallowed_by_a_destructor_is_raised_at_the_next_step():
     SIGTERM landing there must still stop the command at the next step (a clean-clone CI run saw collect.py run on)."""
     import gc
 
-    from agent.parallel import raise_if_stopped, sigterm_as_interrupt
+    from agent.runtime import raise_if_stopped, sigterm_as_interrupt
 
     class SlowToDie:
         def __del__(self):

@@ -1,16 +1,15 @@
 """DrivingPolicy: config round trip, checkpoints that rebuild themselves, streaming == batched, actions;
 the same for the attention cores' block structures and NAC's departures from the paper."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from agent.demos import WindowDataset, open_dataset, window_indices, write_episode
+from agent.data.dataset import open_dataset, write_episode
+from agent.training.windows import WindowDataset, window_indices
 from policies.cores import CORES, policy_core_options
-from policies.policy import (DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint,
-                             save_checkpoint)
+from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint, save_checkpoint
 
 SIZE = 32
 

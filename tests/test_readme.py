@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# repository paths the README names in backticks or links: checkpoints/x.pt, docs/nac.md, agent/demos.py, ...
+# repository paths the README names in backticks or links: checkpoints/x.pt, docs/nac.md, agent/data/dataset.py, ...
 TRACKED_DIRS = ("agent", "policies", "envs", "benchmarks", "checkpoints", "docs", "tests")
 
 

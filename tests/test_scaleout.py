@@ -10,11 +10,19 @@ import numpy as np
 import pytest
 import torch
 
-import agent.cloning as cloning
-from agent import demos
-from agent.cloning import Interrupted, TrainArgs, load_data, run
-from agent.collector import CollectConfig, collect, inspect_out
-from agent.distributed import World, from_env, step_seed
+import agent.training.data as training_data
+import agent.training.loop as loop
+from agent.data.collection import collect
+from agent.data.config import CollectConfig
+from agent.data.dataset import CACHE_DIR, open_dataset, open_datasets
+from agent.data.frames import FrameFile
+from agent.data.merge import merge_datasets
+from agent.data.out_folder import inspect_out
+from agent.training.config import resolve_env_defaults
+from agent.training.data import load_data, resolve_head, use_lazy_loading
+from agent.training.distributed import World, from_env, step_seed
+from agent.training.experiment import run
+from agent.training.loop import Interrupted, evaluate
 from tests.helpers import constant_policy_checkpoint
 from tests.test_train import tiny_args, write_synthetic
 
@@ -49,7 +57,7 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     """One torchrun launch (they are slow to start): a one-process run stopped mid-way through epoch 2 of 3
     is resumed by two gloo processes, which share every step's batch and write through rank 0 alone."""
     calls = {"n": 0}
-    real_loss = cloning.loss_fn
+    real_loss = loop.loss_fn
 
     def interrupting_loss(*a, **kw):
         calls["n"] += 1
@@ -57,11 +65,11 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
             raise KeyboardInterrupt
         return real_loss(*a, **kw)
 
-    monkeypatch.setattr(cloning, "loss_fn", interrupting_loss)
+    monkeypatch.setattr(loop, "loss_fn", interrupting_loss)
     out = tmp_path / "run"
     with pytest.raises(Interrupted):
         run(tiny_args(data_dir, out, policy="gru", epochs=3, val_fraction=0.34))  # 2 val episodes: one per rank
-    monkeypatch.setattr(cloning, "loss_fn", real_loss)
+    monkeypatch.setattr(loop, "loss_fn", real_loss)
     cut = torch.load(out / "last.pt", weights_only=True)["train_state"]
     assert cut["epoch"] == 1 and 0 < cut["batch"] and not cut["done"]
 
@@ -77,12 +85,12 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     # every step's windows were counted once, over both ranks: the single process's epochs
     assert last["train_state"]["global_step"] == 3 * metrics["train_windows"]
     # the ranks scored one validation episode each and reduced them in episode order: one process's numbers
-    a = cloning.resolve_env_defaults(tiny_args(data_dir, out, policy="gru", val_fraction=0.34))
+    a = resolve_env_defaults(tiny_args(data_dir, out, policy="gru", val_fraction=0.34))
     data = load_data(a)
     from policies.policy import policy_from_checkpoint
 
-    val = cloning.evaluate(policy_from_checkpoint(last), data, metrics["val_episodes"], a,
-                           cloning.resolve_head(a, data)[2])
+    val = evaluate(policy_from_checkpoint(last), data, metrics["val_episodes"], a,
+                           resolve_head(a, data)[2])
     assert val["val_loss"] == pytest.approx(metrics["last"]["val_loss"], rel=1e-6)
     assert metrics["best"]["val_loss"] < 0.8 * metrics["initial"]["val_loss"], metrics["history"]
 
@@ -107,11 +115,11 @@ def test_lazy_loading_trains_identically_and_the_folder_still_takes_appends(data
     mem, lazy = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("mem", "lazy"))
     assert (mem["data_loading"], lazy["data_loading"]) == ("memory", "lazy")
     assert mem["history"] == lazy["history"] and mem["initial"] == lazy["initial"]
-    cached = sorted((data_dir / demos.CACHE_DIR).rglob("*.npy"))
+    cached = sorted((data_dir / CACHE_DIR).rglob("*.npy"))
     assert len(cached) == 6
     inspect_out(data_dir)  # collect.py --out DATA still accepts the folder (the cache is a dot folder)
-    assert len(demos.open_dataset(data_dir)) == 6
-    frames = demos.FrameFile(cached[2])
+    assert len(open_dataset(data_dir)) == 6
+    frames = FrameFile(cached[2])
     whole = np.load(cached[2])
     assert len(frames) == len(whole) and frames.shape == whole.shape
     np.testing.assert_array_equal(frames[5:17], whole[5:17])
@@ -122,20 +130,22 @@ def test_lazy_loading_trains_identically_and_the_folder_still_takes_appends(data
 
 
 def test_auto_loading_goes_lazy_when_frames_would_crowd_memory(data_dir, tmp_path, monkeypatch):
-    a = replace(cloning.resolve_env_defaults(tiny_args(data_dir, tmp_path)), data_loading="auto")
+    a = replace(resolve_env_defaults(tiny_args(data_dir, tmp_path)), data_loading="auto")
     assert not load_data(a).lazy  # a few MB: memory
-    monkeypatch.setattr(cloning, "available_memory", lambda: 1_000_000)  # 1 MB free
+    monkeypatch.setattr(training_data, "available_memory", lambda: 1_000_000)  # 1 MB free
     assert load_data(a).lazy
-    monkeypatch.setattr(cloning, "available_memory", lambda: None)
-    dataset = demos.open_dataset(data_dir)  # two ranks on one machine would each hold a copy:
-    assert cloning.use_lazy_loading(a, dataset, [32, 32], [], World(1, 2, 1, 2))
-    assert not cloning.use_lazy_loading(a, dataset, [32, 32], [], World(1, 2, 0, 1))  # one per machine
+    monkeypatch.setattr(training_data, "available_memory", lambda: None)
+    dataset = open_dataset(data_dir)  # two ranks on one machine would each hold a copy:
+    assert use_lazy_loading(a, dataset, [32, 32], [], World(1, 2, 1, 2))
+    assert not use_lazy_loading(a, dataset, [32, 32], [], World(1, 2, 0, 1))  # one per machine
 
 
 MEASURE = r"""
 import sys
 import cv2, tqdm  # imported by loading in either mode: not part of what is measured
-from agent.cloning import TrainArgs, gather_segments, load_data, resolve_env_defaults
+from agent.training.config import TrainArgs, resolve_env_defaults
+from agent.training.data import load_data
+from agent.training.windows import gather_segments
 
 def rss(key):
     for line in open("/proc/self/status"):
@@ -188,8 +198,8 @@ def shards(tmp_path_factory):
 
 
 def test_merged_shards_equal_one_collection_and_take_a_dagger_round(shards, tmp_path):
-    merged = demos.merge_datasets([shards / "shard1", shards / "shard0"], tmp_path / "merged")  # any order
-    single = demos.open_dataset(shards / "single")
+    merged = merge_datasets([shards / "shard1", shards / "shard0"], tmp_path / "merged")  # any order
+    single = open_dataset(shards / "single")
     assert [m["episode_id"] for m in merged.episodes] == [0, 1, 2]
     assert [m["track_seed"] for m in merged.episodes] == [m["track_seed"] for m in single.episodes]
     for i in range(len(single)):
@@ -214,7 +224,7 @@ def test_merged_shards_equal_one_collection_and_take_a_dagger_round(shards, tmp_
 
 
 def test_training_on_several_folders_is_training_on_their_merge(shards, tmp_path):
-    demos.merge_datasets([shards / "shard0", shards / "shard1"], tmp_path / "merged")
+    merge_datasets([shards / "shard0", shards / "shard1"], tmp_path / "merged")
     kw = dict(policy="mlp", epochs=1, window=2, val_fraction=0.34)
     run(tiny_args(tmp_path / "merged", tmp_path / "a", **kw))
     run(replace(tiny_args("", tmp_path / "b", **kw), data=[str(shards / "shard1"), str(shards / "shard0")]))
@@ -228,7 +238,7 @@ def test_merge_refusals_are_one_line_errors(data_dir, shards, tmp_path):
     discrete = write_synthetic(tmp_path / "disc", episodes=2, action_space="discrete")
 
     def merge_cli(*args):
-        return subprocess.run([sys.executable, "-m", "agent.demos", "merge", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "agent.data.merge", *args], capture_output=True,
                               text=True, cwd=ROOT, timeout=60)
 
     r = merge_cli(str(data_dir), str(other), "--out", str(tmp_path / "m"))
@@ -236,14 +246,14 @@ def test_merge_refusals_are_one_line_errors(data_dir, shards, tmp_path):
     assert not (tmp_path / "m").exists()
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     with pytest.raises(ValueError, match="action space"):
-        demos.merge_datasets([other, discrete], tmp_path / "m")
+        merge_datasets([other, discrete], tmp_path / "m")
     with pytest.raises(ValueError, match="not empty"):
-        demos.merge_datasets([shards / "shard0", shards / "shard1"], tmp_path / "other")
+        merge_datasets([shards / "shard0", shards / "shard1"], tmp_path / "other")
     with pytest.raises(ValueError, match="one of the datasets"):
-        demos.merge_datasets([shards / "shard0", shards / "shard1"], shards / "shard1")
+        merge_datasets([shards / "shard0", shards / "shard1"], shards / "shard1")
     with pytest.raises(ValueError, match="named twice"):
-        demos.open_datasets([data_dir, data_dir])
+        open_datasets([data_dir, data_dir])
     with pytest.raises(ValueError, match="at least two"):
-        demos.merge_datasets([data_dir], tmp_path / "m")
+        merge_datasets([data_dir], tmp_path / "m")
     with pytest.raises(ValueError, match="track seed 0 is in both"):  # train.py --data A B: the same check
         run(replace(tiny_args("", tmp_path / "t"), data=[str(data_dir), str(other)]))

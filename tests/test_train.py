@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-import agent.cloning as cloning
-from agent.cloning import Interrupted, TrainArgs, run
-from agent.demos import write_episode
+import agent.training.loop as loop
+from agent.data.dataset import write_episode
+from agent.training.config import TrainArgs, default_out
+from agent.training.experiment import run
+from agent.training.loop import Interrupted
 from envs.carracing import SPEC as CARRACING
 from policies.cores import CORES
 from policies.policy import load_checkpoint, read_checkpoint
@@ -107,7 +109,7 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(data_dir, tmp_path,
     reference = torch.load(tmp_path / "ref" / "last.pt", weights_only=True)
 
     calls = {"n": 0}
-    real_loss = cloning.loss_fn
+    real_loss = loop.loss_fn
 
     def interrupting_loss(*a, **kw):
         calls["n"] += 1
@@ -115,13 +117,13 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(data_dir, tmp_path,
             raise KeyboardInterrupt
         return real_loss(*a, **kw)
 
-    monkeypatch.setattr(cloning, "loss_fn", interrupting_loss)
+    monkeypatch.setattr(loop, "loss_fn", interrupting_loss)
     out = tmp_path / "cut"
     with pytest.raises(Interrupted, match="--resume"):
         run(replace(args, out=str(out)))
     state = read_checkpoint(out / "last.pt")["train_state"]
     assert not state["done"] and (state["epoch"], state["batch"]) != (0, 0)
-    monkeypatch.setattr(cloning, "loss_fn", real_loss)
+    monkeypatch.setattr(loop, "loss_fn", real_loss)
     run(TrainArgs(out=str(out), resume=True, threads=1))  # everything else comes from the run's args.json
     resumed = torch.load(out / "last.pt", weights_only=True)
     assert resumed["train_state"]["done"] and resumed["train_state"]["epoch"] == 2
@@ -153,7 +155,7 @@ def test_defaults_are_the_shipped_recipe():
     assert (a.d_model, a.heads) == (64, 16) and a.window >= 4 and a.frame_stride == 0
     # "auto" resolves from the dataset's env: the shipped CarRacing recipe
     assert (CARRACING.default_encoder, CARRACING.default_frame_stride) == ("carracing", 3)
-    assert cloning.default_out(a) == str(Path("runs/train/nac-focus"))
+    assert default_out(a) == str(Path("runs/train/nac-focus"))
 
 
 def cli(*args, cwd=ROOT):

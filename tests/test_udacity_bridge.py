@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent import udacity_bridge as ub
+from agent.udacity import bridge as ub
 from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, save_checkpoint
 from tests.helpers import constant_policy_checkpoint
 
@@ -139,7 +139,7 @@ def test_manual_mode(checkpoint, payload):
 ])
 def test_bad_payload_is_logged_not_raised(checkpoint, caplog, payload, words):
     server = ub.SteeringServer(load_checkpoint(checkpoint))
-    with caplog.at_level(logging.ERROR, logger="agent.udacity_bridge"):
+    with caplog.at_level(logging.ERROR, logger="agent.udacity.bridge"):
         reply = server.on_telemetry(payload)
     assert reply == {"steering_angle": "0.0", "throttle": "0.0"}  # let go of the gas, wheel straight
     assert server.errors == 1 and server.frames == 0

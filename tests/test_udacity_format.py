@@ -5,8 +5,10 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from agent import demos
-from agent import udacity_format as uf
+from agent.data.dataset import open_dataset, write_episode
+from agent.data.frames import encode_jpeg
+from agent.training.windows import WindowDataset
+from agent.udacity import recordings as uf
 from tests.test_demos import _road
 
 
@@ -27,8 +29,8 @@ def _write_dataset(root, lengths=(5, 4), jpeg_quality=95, cameras=True):
         }
         if cameras:
             arrays["frames_left"], arrays["frames_right"] = _road(T, 3 * e + 1), _road(T, 3 * e + 2)
-        demos.write_episode(root, e, arrays, {"env": "udacity", "theme": "day", "track_seed": e}, jpeg_quality=jpeg_quality)
-    return demos.open_dataset(root)
+        write_episode(root, e, arrays, {"env": "udacity", "theme": "day", "track_seed": e}, jpeg_quality=jpeg_quality)
+    return open_dataset(root)
 
 
 def _read_csv(path):
@@ -51,7 +53,7 @@ def test_export_import_round_trip(tmp_path):
     assert ds.jpeg_frames(0, "frames")[0] == (tmp_path / "log" / "IMG" / names[0]).read_bytes(), "JPEG bytes copied"
 
     out = uf.import_udacity(tmp_path / "log", tmp_path / "back")
-    back = demos.open_dataset(out)
+    back = open_dataset(out)
     assert [m["length"] for m in back.episodes] == [5, 4], "episodes split where the exporter left a gap"
     assert back.card["counts"]["episodes"] == 2 and back.card["counts"]["steps"] == 9
     assert back.card["frame_shape"] == [160, 320, 3] and back.card["source"] == "udacity-recording"
@@ -68,7 +70,7 @@ def test_export_import_round_trip(tmp_path):
             np.testing.assert_array_equal(b[k], a[k])
             assert back.jpeg_frames(i, k).data.tobytes() == ds.jpeg_frames(i, k).data.tobytes()
         assert b["privileged"].shape == (len(a["time"]), 0) and not b["reward"].any()
-    w = demos.WindowDataset(back, window=3)  # trainable as is
+    w = WindowDataset(back, window=3)  # trainable as is
     assert len(w) == 9 and w[0]["target"].shape == (1,)
 
 
@@ -76,7 +78,7 @@ def test_export_executed_action_and_raw_frames(tmp_path):
     ds = _write_dataset(tmp_path / "data", lengths=(3,), jpeg_quality=None)
     rows = _read_csv(uf.export_udacity(tmp_path / "data", tmp_path / "log", label="action"))
     np.testing.assert_array_equal(np.float32([r[3] for r in rows]), ds.load(0)["action"][:, 0])
-    back = demos.open_dataset(uf.import_udacity(tmp_path / "log", tmp_path / "back"))
+    back = open_dataset(uf.import_udacity(tmp_path / "log", tmp_path / "back"))
     err = np.abs(back.load(0)["frames_right"].astype(int) - ds.load(0)["frames_right"]).mean()
     assert err < 2.0, "raw frames are JPEG-encoded once on export"
 
@@ -116,7 +118,7 @@ def _sim_recording(root, offsets_s=(0, 0.1, 0.2, 0.3, 5.0, 5.1), header=False, r
         paths = []
         for cam in ("center", "left", "right"):
             name = f"{cam}_{stamp}.jpg"
-            (img / name).write_bytes(demos._encode_jpeg(frames[k], 75))
+            (img / name).write_bytes(encode_jpeg(frames[k], 75))
             paths.append(f"C:\\Users\\me\\Desktop\\track1\\IMG\\{name}" if windows else f"/home/me/track1/IMG/{name}")
         lines.append(", ".join([*paths, f"{-0.05 * k + 0.0:g}", "0.9", "0", f"{20 + k}.5"]))
     if rows is not None:
@@ -127,7 +129,7 @@ def _sim_recording(root, offsets_s=(0, 0.1, 0.2, 0.3, 5.0, 5.1), header=False, r
 
 def test_import_real_simulator_layout(tmp_path):
     _sim_recording(tmp_path / "rec")
-    back = demos.open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data"))
+    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data"))
     assert [m["length"] for m in back.episodes] == [4, 2], "the 4.7 s pause starts a new episode"
     assert back.episodes[0]["start_time"] == "2016-12-01T13:30:48.287" and back.episodes[1]["csv_lines"] == [5, 6]
     ep = back.load(1)
@@ -142,7 +144,7 @@ def test_import_real_simulator_layout(tmp_path):
 
 def test_import_accepts_header_csv_path_and_reencodes(tmp_path):
     frames = _sim_recording(tmp_path / "rec", header=True, windows=False)
-    back = demos.open_dataset(uf.import_udacity(tmp_path / "rec" / "driving_log.csv", tmp_path / "data", jpeg_quality=90))
+    back = open_dataset(uf.import_udacity(tmp_path / "rec" / "driving_log.csv", tmp_path / "data", jpeg_quality=90))
     assert back.num_steps == 6 and back.episodes[0]["csv_lines"] == [2, 5]
     assert back.episodes[0]["frame_codec"]["frames"] == "jpeg90"
     assert np.abs(back.load(0, keys=["frames"])["frames"].astype(int) - frames[:4]).mean() < 3
@@ -154,7 +156,7 @@ def test_import_without_timestamps_uses_the_frame_period(tmp_path):
         f.rename(f.with_name(f.name.replace("2016_12_01_", "x")))
     log = tmp_path / "rec" / "driving_log.csv"
     log.write_text(log.read_text().replace("2016_12_01_", "x"))
-    back = demos.open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", frame_period=0.05))
+    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", frame_period=0.05))
     assert len(back) == 1 and back.num_steps == 6
     np.testing.assert_allclose(back.load(0, keys=["time"])["time"], np.arange(6) * 0.05)
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import collect as collect_cli
-from agent import demos
-from agent.cloning import TrainArgs, run
-from agent.driver import EvalArgs, evaluate
-from agent.expert import Expert
-from agent.udacity_format import export_udacity, import_udacity
+from agent.data.dataset import open_dataset
+from agent.evaluation.evaluate import EvalArgs, evaluate
+from agent.experts.expert import Expert
+from agent.training.config import TrainArgs
+from agent.training.experiment import run
+from agent.udacity.recordings import export_udacity, import_udacity
 from envs.registry import get_spec
 
 SPEC = get_spec("udacity")
@@ -30,7 +31,7 @@ def udacity_ds(tmp_path_factory) -> Path:
 
 
 def test_collect_records_three_cameras_as_jpeg_with_telemetry(udacity_ds):
-    ds = demos.open_dataset(udacity_ds)
+    ds = open_dataset(udacity_ds)
     card = ds.card
     assert card["env"] == "udacity" and card["gym_id"] == "UdacityStyle-v0"
     assert card["frame_shape"] == [160, 320, 3] and card["cameras"] == ["frames", "frames_left", "frames_right"]
@@ -81,9 +82,9 @@ def test_udacity_format_round_trip_of_a_collected_dataset(udacity_ds, tmp_path):
     log = export_udacity(udacity_ds, tmp_path / "sim")
     rows = log.read_text().strip().splitlines()
     assert len(rows) == 2 * STEPS and rows[0].split(",")[0].endswith(".jpg")
-    back = demos.open_dataset(import_udacity(tmp_path / "sim", tmp_path / "back"))
+    back = open_dataset(import_udacity(tmp_path / "sim", tmp_path / "back"))
     assert len(back) == 2
-    a, b = demos.open_dataset(udacity_ds).load(1), back.load(1)
+    a, b = open_dataset(udacity_ds).load(1), back.load(1)
     np.testing.assert_allclose(b["expert_action"][:, 0], a["expert_action"][:, 0], atol=1e-6)
     np.testing.assert_array_equal(b["frames"], a["frames"])  # the JPEG bytes travel unchanged
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agent import video as vid
+from agent.evaluation import video as vid
 from policies.policy import DrivingPolicy, PolicyConfig
 
 TINY = dict(core_options=dict(d_model=16, heads=4, topk=4), window=4, frame_stride=2, feature_dim=16)

@@ -27,53 +27,13 @@ import queue
 import signal
 import time
 import traceback
-from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from agent.runtime import stop_handler
 
 MAX_WORKERS = 8  # the default's cap: past this, the machine's memory and disk, not cores, set the pace
 CHECK_EVERY = 25  # steps between a worker's progress reports (and its check that the caller still lives)
 STOP_TIMEOUT_S = 20.0  # how long stopped workers get to clean up before they are killed
-
-
-_stop_requested = False  # set by a stop signal (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
-
-
-def _interrupt(signum, frame) -> None:  # noqa: ARG001
-    global _stop_requested
-    _stop_requested = True
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """`kill PID` (or torchrun stopping a rank) stops like Ctrl-C: the caller's KeyboardInterrupt handling runs
-    (the collector drops the unfinished episode and prints its summary; a training rank saves last.pt).
-
-    Both signals also set a flag that ``raise_if_stopped`` turns into a KeyboardInterrupt: Python drops an
-    exception raised while a ``__del__`` runs (Box2D's body definitions are collected during env steps), so a
-    stop landing there would otherwise be lost and the command would run on."""
-    global _stop_requested
-    try:
-        old = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    _stop_requested = False
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        _stop_requested = False
-
-
-def raise_if_stopped() -> None:
-    """Raise the KeyboardInterrupt of a stop signal that Python swallowed (see sigterm_as_interrupt); loops that
-    run for long call it once per step."""
-    global _stop_requested
-    if _stop_requested:
-        _stop_requested = False
-        raise KeyboardInterrupt
 
 
 class WorkerFailed(RuntimeError):
@@ -126,7 +86,7 @@ def _stop_once(signum, frame) -> None:  # noqa: ARG001
     later ones are ignored. A terminal's Ctrl-C reaches the worker and its caller, and the caller then signals
     the worker again: that second SIGINT must not interrupt the worker's own clean-up."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _interrupt(signum, frame)
+    stop_handler(signum, frame)
 
 
 def _worker_main(setup: Callable, setup_args: tuple, work: Callable, threads: int, cwd: str,

@@ -1,11 +1,11 @@
 """Drive the real Udacity simulator with a trained policy: the simulator's socket.io protocol on port 4567.
 
     pip install -e '.[bridge]'                                   # python-socketio 4.x + eventlet
-    python -m agent.udacity_bridge runs/train/nac/best.pt        # serving ... on http://127.0.0.1:4567
-    python -m agent.udacity_bridge best.pt --record out/drive1   # also keep the frames it drove on
+    python -m agent.udacity.bridge runs/train/nac/best.pt        # serving ... on http://127.0.0.1:4567
+    python -m agent.udacity.bridge best.pt --record out/drive1   # also keep the frames it drove on
 
 Why: the project's own ``UdacityStyle-v0`` imitates the simulator; this bridge lets a policy trained
-here (on it, or on recordings imported with ``agent.udacity_format``) drive the real Unity program.
+here (on it, or on recordings imported with ``agent.udacity.recordings``) drive the real Unity program.
 
 With the real simulator: start the bridge first, then the simulator; pick a track and press
 **Autonomous Mode**. The simulator connects by itself to ``ws://127.0.0.1:4567`` (its port is fixed,
@@ -49,7 +49,7 @@ network.
 ``--record DIR`` keeps what the policy saw in the simulator's own format: ``IMG/center_<time>.jpg``
 (the received JPEG bytes as they are) and ``driving_log.csv`` rows ``center, , , steering, throttle,
 0, speed`` (left and right empty: the simulator sends the center camera only; for the same reason
-``agent.udacity_format import``, which wants all three cameras, does not read such a recording).
+``python -m agent.udacity.recordings import``, which wants all three cameras, does not read such a recording).
 """
 from __future__ import annotations
 
@@ -76,6 +76,7 @@ from policies.policy import DrivingPolicy, load_checkpoint
 
 log = logging.getLogger(__name__)
 
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4567  # the simulator always connects here
 DEFAULT_SPEED_LIMIT = 25.0  # mph, as the usual drive.py
@@ -86,7 +87,6 @@ INSTALL_HINT = "pip install -e '.[bridge]' (python-socketio 4.x, python-engineio
 MAX_LOGGED_ERRORS = 10  # a simulator sending garbage 30 times a second should not flood the terminal
 
 
-# ------------------------------------------------------------------------------------ pure pieces
 def throttle_for(steering: float, speed_mph: float, speed_limit: float = DEFAULT_SPEED_LIMIT) -> float:
     """The usual drive loop's throttle: slow down in bends and near the limit, never outside [0, 1]."""
     return float(np.clip(1.0 - steering ** 2 - (speed_mph / speed_limit) ** 2, 0.0, 1.0))
@@ -241,7 +241,6 @@ class SteeringServer:
         return f"served {self.frames} frames{extra}{timing}"
 
 
-# ------------------------------------------------------------------------------------ socket layer
 def import_socketio() -> tuple[Any, Any]:
     """(socketio, eventlet), or RuntimeError with the install command."""
     try:
@@ -335,7 +334,6 @@ class Bridge:
         self._stop.set()
 
 
-# ---------------------------------------------------------------------------------------------- CLI
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
@@ -362,7 +360,7 @@ def _positive(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m agent.udacity_bridge",
+    p = _Parser(prog="python -m agent.udacity.bridge",
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                 description="Let a trained policy drive the real Udacity simulator: serve its socket.io protocol "
                             "(telemetry in, steer out), one policy stream step per frame. Start this, then the "

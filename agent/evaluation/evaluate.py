@@ -10,8 +10,11 @@ shipped expert) and each track seed ``seed, seed+1, ...``:
   without executing it, which gives the steering error on the policy's own state distribution;
 * lane-keeping envs (the spec has ``recover``, udacity): when the car leaves its lane it is put back on
   the centre line and drives on; each such intervention costs 6 s in NVIDIA's autonomy measure;
-* the first ``video_episodes`` episodes are recorded (``agent.video``: HUD, NAC attention panel,
-  optional saliency).
+* the first ``video_episodes`` episodes are recorded (``agent.evaluation.video``: HUD, NAC attention
+  panel, optional saliency).
+
+One episode's loop is agent/evaluation/episode.py, the metrics agent/evaluation/metrics.py, the drivers
+agent/controllers.py.
 
 Output folder (LeRobot style, one per policy): ``metrics.json`` (summary + per-episode rows),
 ``episodes.csv``, ``tb/`` (TensorBoard ``eval/...`` scalars) and ``videos/seed_<K>.mp4``. Several
@@ -29,7 +32,7 @@ CarRacing's [steer, gas, brake]) drive with the expert's values for the missing 
 ``metrics.json`` records this as ``"filled_from_expert"``. Everything env-specific (how to make the env,
 step time, progress, on-road, HUD scale) comes from the env's ``envs.registry.EnvSpec``.
 
-Speed: ``workers`` > 1 drives the (policy, seed) episodes in that many processes (agent.parallel), each with
+Speed: ``workers`` > 1 drives the (policy, seed) episodes in that many processes (agent.workers), each with
 its own env, expert and policies; ``renderer`` picks who draws the frames (CarRacing: gymnasium's ``pygame``,
 the reference, or ``fast``). An episode depends only on its seed, so rows and videos are those of one process;
 each policy's files are written, in seed order, once its last episode is in. Only the timings differ
@@ -43,30 +46,23 @@ from __future__ import annotations
 import math
 import shlex
 import sys
-import time
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from agent.metrics import (EpisodeRecorder, aggregate, atomic_write_text, comparison_markdown, steer_of, write_json,
-                           write_run)
-from agent import video as vid
-from agent.parallel import EpisodePool, check_workers, default_workers, raise_if_stopped, warm_up
-from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec, spec_for_gym_id
+from agent.controllers import ExpertController, PolicyController, load_policy, shipped_checkpoint
+from agent.evaluation import video as vid
+from agent.evaluation.episode import run_episode
+from agent.evaluation.metrics import aggregate, comparison_markdown, write_run
+from agent.runtime import atomic_write_text, show_progress, write_json
+from agent.workers import EpisodePool, check_workers, default_workers, warm_up
+from envs.registry import SeedRanges, get_spec
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SEED = SeedRanges().evaluate  # 1000
-
-
-def shipped_checkpoint(env: str) -> Path:
-    """The NAC student this project ships for ``env`` (evaluate.py's default policy)."""
-    return Path(f"checkpoints/{env}_nac.pt")
 
 
 class Interrupted(Exception):
@@ -97,7 +93,7 @@ class EvalArgs:
     tensorboard: bool = True
     progress: bool = True  # progress bars on stderr when it is a terminal (else one line per episode)
     renderer: str | None = None  # who draws the frames (the env's renderers; default: its first, the reference)
-    workers: int | None = None  # processes driving episodes; validate() resolves None (agent.parallel.default_workers)
+    workers: int | None = None  # processes driving episodes; validate() resolves None (agent.workers.default_workers)
 
     def validate(self) -> "EvalArgs":
         spec = get_spec(self.env)  # ValueError naming the valid envs
@@ -142,134 +138,6 @@ class EvalArgs:
         return list(range(self.seed, self.seed + self.episodes))
 
 
-# ----------------------------------------------------------------------------- controllers
-class ExpertController:
-    """The privileged expert as a driver (baseline): acts on info["privileged"], ignores the frame."""
-
-    is_expert = True
-    has_panel = False
-
-    def __init__(self, expert: Any, name: str = "expert") -> None:
-        self.expert, self.name = expert, name
-
-    def reset(self) -> None:
-        pass
-
-    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
-        t0 = time.perf_counter()
-        action = self.expert.act(info["privileged"])
-        return action, time.perf_counter() - t0
-
-    def visuals(self, frame: np.ndarray, saliency: str | None) -> tuple[np.ndarray | None, np.ndarray | None]:
-        return None, None
-
-
-class PolicyController:
-    """A DrivingPolicy driven through its stream (one frame per step), with a frame buffer for the video."""
-
-    is_expert = False
-
-    def __init__(self, policy: Any, name: str, device: str = "cpu") -> None:
-        self.policy, self.name, self.device = policy, name, device
-        self.config = policy.config
-        self.stream = policy.stream()
-        self.span = (self.config.window - 1) * self.config.frame_stride + 1
-        self.frames: deque[np.ndarray] = deque(maxlen=self.span)
-        names = list(self.config.action_names)
-        env_names = spec_for_gym_id(self.config.env).action_names.get("continuous", ())  # the env action, in order
-        self.filled = [] if self.config.head == "discrete" else [n for n in env_names if n not in names]
-        self._cols = [env_names.index(n) for n in names] if self.config.head != "discrete" else []
-        # NAC cores expose attention internals; others draw no panel.
-        self.has_panel = callable(getattr(policy.core, "internals", None)) and \
-            type(policy.core).__name__.lower().startswith("nac")
-        self._sync = device.startswith("cuda")
-
-    def reset(self) -> None:
-        self.stream.reset()
-        self.frames.clear()
-
-    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
-        if not self.frames:
-            self.frames.extend([frame] * self.span)
-        else:
-            self.frames.append(frame)
-        t0 = time.perf_counter()
-        out = self.stream.step(frame, t)
-        if self._sync:
-            torch.cuda.synchronize()
-        latency = time.perf_counter() - t0
-        action = self.policy.to_env_action(out)
-        if self.config.head == "discrete":
-            return int(action), latency
-        full = np.array(expert_action, dtype=np.float32).reshape(-1).copy()  # components the head lacks
-        full[self._cols] = np.asarray(action, dtype=np.float32).reshape(-1)
-        return full, latency
-
-    def _window(self) -> tuple[torch.Tensor, torch.Tensor, list[float]] | None:
-        """The stream's current window: embeddings [1, W, F], seconds [1, W] (last 0), and those seconds."""
-        emb, times = getattr(self.stream, "embeddings", None), getattr(self.stream, "times", None)
-        if not emb or not times or len(emb) != self.span:
-            return None
-        picks = list(range(0, self.span, self.config.frame_stride))
-        window = torch.stack([emb[i] for i in picks])[None]
-        t = np.array([times[i] for i in picks], dtype=np.float64)
-        rel = (t - t[-1]).astype(np.float32)
-        return window, torch.from_numpy(rel)[None], rel.tolist()
-
-    def visuals(self, frame: np.ndarray, saliency: str | None) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """(attention panel image | None, saliency map | None) for the step just taken."""
-        win = self._window()
-        if win is None:
-            return None, None
-        window, rel, seconds = win
-        panel = None
-        if self.has_panel:
-            W = window.shape[1]
-            internals = self.policy.core.internals(window, self.policy.core_time(rel.to(window.device), 1, W))
-            if internals is not None and "attn" in internals and "index" in internals:
-                last, full = vid.window_attention(internals, W)
-                picks = range(0, self.span, self.config.frame_stride)
-                thumbs = [self.frames[i] for i in picks]
-                panel = vid.attention_panel(thumbs, last, seconds, full, height=vid.SCALE * frame.shape[0] + vid.HUD_H)
-        sal = vid.saliency_map(self.policy, frame, window, rel, saliency) if saliency else None
-        return panel, sal
-
-
-# ----------------------------------------------------------------------------- loading
-def _resolve(path: str | Path) -> Path:
-    """Relative paths: from the cwd first, then from the repo root (so the CLI runs from anywhere)."""
-    p = Path(path)
-    if p.is_absolute() or p.exists():
-        return p
-    return REPO_ROOT / p if (REPO_ROOT / p).exists() else p
-
-
-def load_policy(path: str | Path, env: str, action_space: str | None, device: str) -> Any:
-    """Load a checkpoint and check it was made for ``env`` (and ``action_space`` when given)."""
-    from policies.policy import load_checkpoint
-
-    spec = get_spec(env)
-    p = _resolve(path)
-    if not p.is_file():
-        hint = (" (the shipped student; train one with train.py, or pass --checkpoint CKPT or --expert-drives)"
-                if Path(path) == shipped_checkpoint(env) else "")
-        raise FileNotFoundError(f"--checkpoint {str(path)!r} does not exist{hint}")
-    policy = load_checkpoint(p, map_location=device)
-    cfg = policy.config
-    if cfg.env != spec.gym_id:
-        others = [e for e in ENV_NAMES if get_spec(e).gym_id == cfg.env]
-        hint = f" (use --env {others[0]})" if others else ""
-        raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}, but --env {env} is "
-                         f"{spec.gym_id!r}{hint}")
-    if action_space is not None and cfg.action_space != action_space:
-        raise ValueError(f"checkpoint {str(path)!r} is for the {cfg.action_space!r} action space, but "
-                         f"--action-space {action_space} was given")
-    if cfg.action_space not in spec.action_spaces:
-        raise ValueError(f"checkpoint {str(path)!r} has action_space {cfg.action_space!r}; expected one of "
-                         f"{spec.action_spaces}")
-    return policy
-
-
 def safe_name(text: str) -> str:
     """A display name usable as a folder name: runs of anything but letters, digits, '-', '.' become '_'."""
     import re
@@ -286,77 +154,6 @@ def run_names(paths: Sequence[str]) -> list[str]:
         if len(set(names)) == len(names) or depth >= max(len(pp) for pp in parts):
             return names
         depth += 1
-
-
-# ----------------------------------------------------------------------------- one episode / one policy
-def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space: str, *,
-                video_path: Path | None = None, saliency: str | None = None,
-                bar: tqdm | None = None, on_step: Callable[[], None] | None = None
-                ) -> tuple[dict[str, Any], list[float]]:
-    """Drive one episode on track ``seed``; returns its metrics row and per-step latencies (ms).
-    ``on_step()`` is called after every step (a worker process reports progress through it)."""
-    spec: EnvSpec = expert.spec
-    started = time.perf_counter()
-    frame, info = env.reset(seed=int(seed))
-    controller.reset()
-    rec = EpisodeRecorder(seed, action_space, spec)
-    writer = vid.VideoWriter(video_path) if video_path is not None else None
-    terminated = truncated = False
-    limit = spec.steer_limit[action_space]
-    try:
-        step = 0
-        while not (terminated or truncated):
-            frame = np.array(frame, dtype=np.uint8, copy=True)
-            shadow = None if controller.is_expert else expert.act(info["privileged"])
-            action, latency = controller.act(frame, step * spec.dt, info, shadow)
-            if controller.is_expert:
-                shadow = action
-            if writer is not None:
-                panel, sal = controller.visuals(frame, saliency)
-                hud = vid.draw_hud(vid.SCALE * frame.shape[1], step=step, speed=float(info["speed"]),
-                                   ret=rec.episode_return,
-                                   completion=spec.progress(info),
-                                   policy_steer=steer_of(action, action_space),
-                                   expert_steer=None if controller.is_expert else steer_of(shadow, action_space),
-                                   steer_limit=limit, title=f"{controller.name}  seed {seed}",
-                                   lateral_error=spec.lateral_error(info) if spec.lateral_error else None,
-                                   interventions=rec.interventions if spec.recover is not None else None)
-                writer.append(vid.compose_frame(frame, hud, panel, sal))
-            frame, reward, terminated, truncated, info = env.step(action)
-            raise_if_stopped()
-            rec.record(reward=reward, policy_action=action, expert_action=shadow, latency_s=latency, info=info)
-            if spec.recover is not None and not truncated and (terminated or not spec.on_road(info)):
-                frame, info = spec.recover(env)  # an intervention: back on the centre line, drive on
-                terminated = False
-                rec.intervened()
-            step += 1
-            if bar is not None:
-                bar.update(1)
-            if on_step is not None:
-                on_step()
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    video = ""
-    if writer is not None:
-        writer.close()
-        video = str(Path("videos") / video_path.name)
-    row = rec.finish(terminated=terminated, truncated=truncated,
-                     wall_seconds=time.perf_counter() - started, video=video)
-    return row, [x * 1e3 for x in rec.latency_s]
-
-
-def show_progress(requested: bool, stream: Any = None) -> bool:
-    """Whether to draw tqdm bars: only when asked for and ``stream`` (default: sys.stderr) is a terminal.
-
-    Bars written to a log file (nested ones above all) leave carriage returns and cursor moves in it; callers
-    print plain lines there instead (evaluation: one per episode; training: one per epoch)."""
-    stream = sys.stderr if stream is None else stream
-    try:
-        return bool(requested) and stream.isatty()
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
 
 
 def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expert: Any, out_dir: Path,
@@ -406,11 +203,10 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
     return summary
 
 
-# ----------------------------------------------------------------------------- worker processes
 def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
                   policies: list[tuple[str, str | None]]) -> tuple:
     """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
-    from agent.expert import Expert
+    from agent.experts.expert import Expert
 
     expert = Expert.load(expert_path, action_space, env)
     controllers = [ExpertController(expert) if path is None else
@@ -476,10 +272,9 @@ def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: Eva
 
 def _preload(env: str) -> list[str]:
     """What a worker imports: done once in the fork server, not in every worker."""
-    return [__name__, "agent.expert", "stable_baselines3", "policies.policy", get_spec(env).make.__module__]
+    return [__name__, "agent.experts.expert", "stable_baselines3", "policies.policy", get_spec(env).make.__module__]
 
 
-# ----------------------------------------------------------------------------- the whole evaluation
 def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[str, Any]]:
     """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}."""
     args.validate()
@@ -492,63 +287,21 @@ def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[st
 
 
 def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
-    from agent.expert import Expert
+    from agent.experts.expert import Expert
 
     if args.workers > 1:
         warm_up(_preload(args.env))  # the workers' imports run while this process loads the policies
-
     # 1. what to drive (load everything first, so a bad checkpoint fails before any driving)
-    targets: list[tuple[str, Any, dict[str, Any]]] = []  # (name, controller, meta)
-    if args.policy == "expert":
-        action_space = args.action_space or get_spec(args.env).action_spaces[0]
-    else:
-        paths = list(args.checkpoint) or [str(shipped_checkpoint(args.env))]
-        policies = [load_policy(p, args.env, args.action_space, args.device) for p in paths]
-        spaces = {p.config.action_space for p in policies}
-        if len(spaces) > 1:
-            raise ValueError(f"--checkpoint files mix action spaces {sorted(spaces)}; compare one action space "
-                             f"at a time (the expert that shadows them differs)")
-        action_space = spaces.pop()
-        names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
-        for path, name, policy in zip(paths, names, policies):
-            controller = PolicyController(policy, name, args.device)
-            targets.append((name, controller, {
-                "source": str(path), "policy_config": policy.config.to_dict(),
-                "num_parameters": int(sum(p.numel() for p in policy.parameters())),
-                "filled_from_expert": controller.filled,
-            }))
+    targets, action_space = _policy_targets(args)
     expert = Expert.load(args.expert, action_space, args.env)
-    card = expert.card.get("evaluation") or {}
-    expert_meta = {"source": str(expert.path), "expert_card_evaluation": {
-        k: card[k] for k in ("mean_return", "std_return", "laps_finished", "episodes") if k in card}}
-    if card.get("seeds"):
-        expert_meta["expert_card_evaluation"]["seeds"] = f"{min(card['seeds'])}..{max(card['seeds'])}"
-
+    expert_meta = _expert_meta(expert)
     if args.policy == "expert" or args.with_expert:
         targets.append(("expert", ExpertController(expert), dict(expert_meta)))
-
     # 2. where
     default_name = targets[0][0] if len(targets) == 1 else "compare"
     root = Path(args.out) if args.out else Path("eval") / default_name
     single = len(targets) == 1
-    common = {
-        "env": args.env, "env_id": expert.spec.gym_id, "action_space": action_space, "dt": expert.spec.dt,
-        **({"intervention_cost_s": expert.spec.intervention_cost_s,
-            "interventions": "the car left its lane (spec.on_road false) or the road; it was put back on the "
-                             "centre line and drove on; autonomy = 100 * (1 - interventions * cost / elapsed s)"}
-           if expert.spec.recover is not None else {}),
-        "max_steps": args.max_steps, "device": args.device, "torch_threads": torch.get_num_threads(),
-        "expert": expert_meta["source"],
-        "steer_units": (f"env steer command (action[0]); full scale ±{expert.spec.steer_limit[action_space]}"
-                        if action_space == "continuous"
-                        else "discrete: RIGHT=+1, LEFT=-1, other actions 0"),
-        "latency": "time.perf_counter() around policy stream.step (expert: around Expert.act), per step, ms",
-        "command": command or " ".join(shlex.quote(a) for a in sys.argv),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "torch_version": torch.__version__,
-        "renderer": args.renderer, "workers": args.workers,
-    }
-
+    common = _common_meta(args, expert, action_space, expert_meta["source"], command)
     # 3. drive
     results: dict[str, dict[str, Any]] = {}
     runs = [(name, controller, {"name": name, **meta, **common}) for name, controller, meta in targets]
@@ -562,18 +315,76 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
                 tqdm.write(summary_line(name, results[name]))
     finally:
         if not single and results:
-            rows = list(results.items())
-            (root).mkdir(parents=True, exist_ok=True)
-            title = (f"# Closed-loop evaluation: {args.env} ({action_space}), seeds {args.seeds[0]}..{args.seeds[-1]}, "
-                     f"max {args.max_steps} steps\n\n")
-            atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
-            write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"}
-                                                  for n, s in rows})
+            _write_comparison(root, args, action_space, results)
     videos = sorted(root.glob("videos/*.mp4" if single else "*/videos/*.mp4"))
     tqdm.write(f"outputs in {root}/: " + ("metrics.json, episodes.csv" if single else "comparison.md, <policy>/metrics.json")
                + (f", {len(videos)} video(s) ({videos[0].relative_to(root)}, ...)" if videos else "")
                + (f"; TensorBoard: tensorboard --logdir {root}" if args.tensorboard else ""))
     return results
+
+
+def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]]], str]:
+    """The checkpoints to drive as (name, controller, meta), and their common action space."""
+    if args.policy == "expert":
+        return [], args.action_space or get_spec(args.env).action_spaces[0]
+    paths = list(args.checkpoint) or [str(shipped_checkpoint(args.env))]
+    policies = [load_policy(p, args.env, args.action_space, args.device) for p in paths]
+    spaces = {p.config.action_space for p in policies}
+    if len(spaces) > 1:
+        raise ValueError(f"--checkpoint files mix action spaces {sorted(spaces)}; compare one action space "
+                         f"at a time (the expert that shadows them differs)")
+    names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
+    targets = []
+    for path, name, policy in zip(paths, names, policies):
+        controller = PolicyController(policy, name, args.device)
+        targets.append((name, controller, {
+            "source": str(path), "policy_config": policy.config.to_dict(),
+            "num_parameters": int(sum(p.numel() for p in policy.parameters())),
+            "filled_from_expert": controller.filled,
+        }))
+    return targets, spaces.pop()
+
+
+def _expert_meta(expert: Any) -> dict[str, Any]:
+    """The expert's file and the headline of its own card (the baseline row of comparison.md)."""
+    card = expert.card.get("evaluation") or {}
+    meta = {"source": str(expert.path), "expert_card_evaluation": {
+        k: card[k] for k in ("mean_return", "std_return", "laps_finished", "episodes") if k in card}}
+    if card.get("seeds"):
+        meta["expert_card_evaluation"]["seeds"] = f"{min(card['seeds'])}..{max(card['seeds'])}"
+    return meta
+
+
+def _common_meta(args: EvalArgs, expert: Any, action_space: str, expert_source: str,
+                 command: str | None) -> dict[str, Any]:
+    """What every policy's metrics.json records about the run: env, units, how latency was timed, versions."""
+    spec = expert.spec
+    return {
+        "env": args.env, "env_id": spec.gym_id, "action_space": action_space, "dt": spec.dt,
+        **({"intervention_cost_s": spec.intervention_cost_s,
+            "interventions": "the car left its lane (spec.on_road false) or the road; it was put back on the "
+                             "centre line and drove on; autonomy = 100 * (1 - interventions * cost / elapsed s)"}
+           if spec.recover is not None else {}),
+        "max_steps": args.max_steps, "device": args.device, "torch_threads": torch.get_num_threads(),
+        "expert": expert_source,
+        "steer_units": (f"env steer command (action[0]); full scale ±{spec.steer_limit[action_space]}"
+                        if action_space == "continuous"
+                        else "discrete: RIGHT=+1, LEFT=-1, other actions 0"),
+        "latency": "time.perf_counter() around policy stream.step (expert: around Expert.act), per step, ms",
+        "command": command or " ".join(shlex.quote(a) for a in sys.argv),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": torch.__version__,
+        "renderer": args.renderer, "workers": args.workers,
+    }
+
+
+def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: dict[str, dict[str, Any]]) -> None:
+    rows = list(results.items())
+    root.mkdir(parents=True, exist_ok=True)
+    title = (f"# Closed-loop evaluation: {args.env} ({action_space}), seeds {args.seeds[0]}..{args.seeds[-1]}, "
+             f"max {args.max_steps} steps\n\n")
+    atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
+    write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"} for n, s in rows})
 
 
 def summary_line(name: str, s: dict[str, Any]) -> str:

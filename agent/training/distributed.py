@@ -1,5 +1,5 @@
 """Several processes, one policy: torchrun's environment, the process group and the few collective steps the
-behaviour-cloning loop (agent/cloning.py) needs.
+behaviour-cloning loop (agent/training/loop.py) needs.
 
 ``torchrun --nproc-per-node N train.py ...`` starts N copies of train.py and tells each, through environment
 variables, its rank among them (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``) and where to
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from agent.parallel import sigterm_as_interrupt
+from agent.runtime import sigterm_as_interrupt
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 TIMEOUT = datetime.timedelta(hours=2)  # long: ranks wait in a barrier while the frames cache of a huge dataset is prepared

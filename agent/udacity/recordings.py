@@ -1,7 +1,7 @@
 """The Udacity self-driving-car simulator's recording format, both ways: export a dataset to it, import one.
 
-    python -m agent.udacity_format export data/udacity out/udacity_log     # dataset -> IMG/ + driving_log.csv
-    python -m agent.udacity_format import ~/recordings/track1 data/track1  # recording -> agent.demos dataset
+    python -m agent.udacity.recordings export data/udacity out/udacity_log     # dataset -> IMG/ + driving_log.csv
+    python -m agent.udacity.recordings import ~/recordings/track1 data/track1  # recording -> dataset
 
 Why: behaviour-cloning code written for the simulator (PilotNet notebooks and the like) reads this
 format, and the recordings people published with it are free training data for the udacity env.
@@ -19,7 +19,7 @@ space after each comma); steering is in [-1, 1] (negative = left, 1 = 25 degrees
 and brake in [0, 1], speed in mph. Some published sets start with a header row
 ``center,left,right,steering,throttle,brake,speed``; the importer accepts it.
 
-Mapping to the agent.demos arrays (one episode = one recording session)::
+Mapping to the dataset arrays (agent.data.dataset) (one episode = one recording session)::
 
     frames, frames_left, frames_right   the three cameras, stored as JPEG (the recording's own bytes)
     action, expert_action   [T, 1]      the logged steering (the human or expert who drove)
@@ -29,12 +29,10 @@ Mapping to the agent.demos arrays (one episode = one recording session)::
     privileged              [T, 0]      nothing: a recording has no privileged state
     time                    [T]         seconds since the episode's first frame, from the file names
 """
-
 from __future__ import annotations
 
 import argparse
 import csv
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -45,7 +43,9 @@ from typing import NoReturn, Sequence
 import cv2
 import numpy as np
 
-from agent import demos
+from agent.data.dataset import CARD_NAME, FORMAT, open_dataset, write_episode
+from agent.data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality, jpeg_shape
+from agent.runtime import StagingFolder, refuse_nonempty, write_json_atomic
 
 CSV_NAME = "driving_log.csv"
 IMG_DIR = "IMG"
@@ -57,11 +57,13 @@ DEFAULT_FRAME_PERIOD_S = 0.1  # published recordings log about 10 rows per secon
 EXPORT_START = datetime(2020, 1, 1, 12, 0, 0)  # fake recording date of exported file names
 EXPORT_EPISODE_GAP_S = 10.0  # exported episodes are this far apart, far above the importer's 1 s split
 LABELS = ("expert_action", "action")
-FORMAT = "agent.demos v1 (see the agent/demos.py docstring)"  # the same string agent.collector writes
+
+
+
+
 _STAMP = re.compile(r"^(?:center|left|right)_(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{3})\.\w+$", re.I)
 
 
-# ------------------------------------------------------------------------------------------ helpers
 def parse_stamp(file_name: str) -> datetime | None:
     """The recording time in a simulator file name (``center_2016_12_01_13_30_48_287.jpg``), or None."""
     m = _STAMP.match(file_name)
@@ -89,9 +91,8 @@ def _dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-# ------------------------------------------------------------------------------------------- export
 def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "expert_action",
-                   jpeg_quality: int = demos.RECOMMENDED_JPEG_QUALITY) -> Path:
+                   jpeg_quality: int = RECOMMENDED_JPEG_QUALITY) -> Path:
     """Write every step of every episode as a simulator recording; returns the path of driving_log.csv.
 
     The steering column is the expert's label by default, not the executed action: the executed action
@@ -106,8 +107,8 @@ def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "e
     """
     if label not in LABELS:
         raise ValueError(f"label must be one of {list(LABELS)}, got {label!r}")
-    jpeg_quality = demos.check_jpeg_quality(jpeg_quality)
-    ds = demos.open_dataset(data_dir)
+    jpeg_quality = check_jpeg_quality(jpeg_quality)
+    ds = open_dataset(data_dir)
     out_dir = Path(out_dir)
     names = [set(ds.array_names(i)) for i in range(len(ds))]
     for i, have in enumerate(names):
@@ -118,7 +119,7 @@ def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "e
             raise ValueError(f"episode file {str(ds.paths[i])!r} lacks {what} {missing}; a Udacity log needs "
                              f"three cameras (frames, frames_left, frames_right), {label}, throttle, speed and time")
     final = out_dir.resolve() / IMG_DIR
-    with demos.StagingFolder(out_dir) as tmp:
+    with StagingFolder(out_dir) as tmp:
         (tmp / IMG_DIR).mkdir()
         start_ms = 0
         with open(tmp / CSV_NAME, "w", newline="") as f:
@@ -136,7 +137,7 @@ def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "e
                 for prefix, key in CAMERAS:
                     jf = ds.jpeg_frames(i, key)
                     if jf is None:  # stored raw: encode once
-                        jf = demos.JpegFrames.encode(ds.load(i, keys=[key])[key], jpeg_quality)
+                        jf = JpegFrames.encode(ds.load(i, keys=[key])[key], jpeg_quality)
                     paths[prefix] = []
                     for t, stamp in enumerate(stamps):
                         name = f"{prefix}_{stamp}.jpg"
@@ -150,7 +151,6 @@ def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "e
     return out_dir / CSV_NAME
 
 
-# ------------------------------------------------------------------------------------------- import
 @dataclass
 class LogRow:
     """One validated row of driving_log.csv."""
@@ -238,7 +238,7 @@ def split_sessions(times: np.ndarray, gap_s: float) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, quality: int | None) -> demos.JpegFrames:
+def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, quality: int | None) -> JpegFrames:
     """One camera of an episode: the files' own bytes (quality None) or decoded and re-encoded."""
     data = []
     for r in rows:
@@ -246,7 +246,7 @@ def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, qu
         b = path.read_bytes()
         if quality is None:
             try:
-                shape = demos.jpeg_shape(b)
+                shape = jpeg_shape(b)
             except ValueError as e:
                 raise ValueError(f"{where} line {r.line}: image {path.name!r} is {e}; pass jpeg_quality "
                                  f"(--jpeg-quality) to convert other image formats") from None
@@ -265,13 +265,34 @@ def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, qu
                              f"(height x width x channels), expected {frame_shape[0]}x{frame_shape[1]}x3 like the first image")
         data.append(b)
     if quality is None:
-        return demos.JpegFrames.from_bytes(data, frame_shape)
-    return demos.JpegFrames.encode(np.stack(data) if data else np.zeros((0, *frame_shape), np.uint8), quality)
+        return JpegFrames.from_bytes(data, frame_shape)
+    return JpegFrames.encode(np.stack(data) if data else np.zeros((0, *frame_shape), np.uint8), quality)
+
+
+def _session_arrays(part: list[LogRow], times: np.ndarray, where: str, frame_shape: list,
+                    jpeg_quality: int | None) -> dict[str, object]:
+    """One recording session as a dataset episode's arrays: the cameras, the logged steering as both the
+    executed action and the label, speed in m/s, throttle and brake, time from the session's start."""
+    T = len(part)
+    steer = np.array([r.steering for r in part], dtype=np.float32)[:, None]
+    arrays: dict[str, object] = {key: _read_images(part, c, where, frame_shape, jpeg_quality)
+                                 for c, (_, key) in enumerate(CAMERAS)}
+    arrays.update(
+        action=steer,
+        expert_action=steer.copy(),
+        reward=np.zeros(T, dtype=np.float32),
+        speed=(np.array([r.speed_mph for r in part]) / MPH_PER_MS).astype(np.float32),
+        throttle=np.array([r.throttle for r in part], dtype=np.float32),
+        brake=np.array([r.brake for r in part], dtype=np.float32),
+        privileged=np.zeros((T, 0), dtype=np.float32),
+        time=np.asarray(times, dtype=np.float64),
+    )
+    return arrays
 
 
 def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: int | None = None,
                    episode_gap_s: float = 1.0, frame_period: float | None = None) -> Path:
-    """Turn a simulator recording into an agent.demos dataset in ``out_dir`` (new or empty); returns it.
+    """Turn a simulator recording into a dataset (agent.data.dataset) in ``out_dir`` (new or empty); returns it.
 
     ``log_dir`` is the recording folder or its CSV. ``jpeg_quality`` None (default) stores the
     recording's JPEG files byte for byte (no second lossy encode); a number decodes and re-encodes them
@@ -282,7 +303,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     written; a failed import leaves no ``out_dir`` behind.
     """
     if jpeg_quality is not None:
-        jpeg_quality = demos.check_jpeg_quality(jpeg_quality)
+        jpeg_quality = check_jpeg_quality(jpeg_quality)
     if not episode_gap_s > 0:
         raise ValueError(f"episode_gap_s must be > 0, got {episode_gap_s}")
     if frame_period is not None and not frame_period > 0:
@@ -290,7 +311,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     period = DEFAULT_FRAME_PERIOD_S if frame_period is None else float(frame_period)
     csv_path, img_dir = locate_log(log_dir)
     out_dir = Path(out_dir)
-    demos.refuse_nonempty(out_dir)
+    refuse_nonempty(out_dir)
     rows = read_log(csv_path, img_dir)
     undated = next((r for r in rows if r.stamp is None), None)
     if undated is None:
@@ -306,35 +327,24 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     where = csv_path.name
     frame_shape: list[int] = []
     episodes = []
-    with demos.StagingFolder(out_dir) as tmp:
+    with StagingFolder(out_dir) as tmp:
         for e, (a, b) in enumerate(sessions):
             part = rows[a:b]
             T = len(part)
-            steer = np.array([r.steering for r in part], dtype=np.float32)[:, None]
-            arrays = {key: _read_images(part, c, where, frame_shape, jpeg_quality) for c, (_, key) in enumerate(CAMERAS)}
-            arrays.update(
-                action=steer,
-                expert_action=steer.copy(),
-                reward=np.zeros(T, dtype=np.float32),
-                speed=(np.array([r.speed_mph for r in part]) / MPH_PER_MS).astype(np.float32),
-                throttle=np.array([r.throttle for r in part], dtype=np.float32),
-                brake=np.array([r.brake for r in part], dtype=np.float32),
-                privileged=np.zeros((T, 0), dtype=np.float32),
-                time=(times[a:b] - times[a]).astype(np.float64),
-            )
+            arrays = _session_arrays(part, times[a:b] - times[a], where, frame_shape, jpeg_quality)
             meta = {
                 "env": "udacity", "source": "udacity-recording", "action_space": "continuous",
                 "csv": str(csv_path.resolve()), "csv_lines": [part[0].line, part[-1].line],
                 "start_time": part[0].stamp.isoformat(timespec="milliseconds") if part[0].stamp else None,
                 "track_seed": None, "theme": None, "return": 0.0, "terminated": False, "truncated": False,
             }
-            demos.write_episode(tmp, e, arrays, meta)
+            write_episode(tmp, e, arrays, meta)
             episodes.append({"episode_id": e, "length": T, "csv_lines": meta["csv_lines"],
                              "start_time": meta["start_time"], "duration_s": float(times[b - 1] - times[a])})
         steps = len(rows)
         diffs = np.concatenate([np.diff(times[a:b]) for a, b in sessions])
         dt = round(float(np.median(diffs)), 6) if len(diffs) else period  # seconds per row, as the collector's card
-        demos.write_json_atomic(tmp / demos.CARD_NAME, {
+        write_json_atomic(tmp / CARD_NAME, {
             "format": FORMAT,
             "env": "udacity",
             "source": "udacity-recording",
@@ -353,18 +363,17 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     return out_dir
 
 
-# ---------------------------------------------------------------------------------------------- CLI
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m agent.udacity_format",
-                description="Convert between agent.demos datasets and the Udacity simulator's recording format "
+    p = _Parser(prog="python -m agent.udacity.recordings",
+                description="Convert between this project's datasets and the Udacity simulator's recording format "
                             f"(IMG/ of JPEGs + a header-less {CSV_NAME}: center,left,right,steering,throttle,brake,speed).",
-                epilog="examples: python -m agent.udacity_format export data/udacity out/log; "
-                       "python -m agent.udacity_format import ~/recordings/track1 data/track1")
+                epilog="examples: python -m agent.udacity.recordings export data/udacity out/log; "
+                       "python -m agent.udacity.recordings import ~/recordings/track1 data/track1")
     sub = p.add_subparsers(dest="command", required=True, metavar="{export,import}")
     e = sub.add_parser("export", help="dataset -> Udacity recording",
                        description="Write a dataset with three cameras (frames, frames_left, frames_right) as IMG/ + "
@@ -375,8 +384,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--label", choices=LABELS, default="expert_action",
                    help="steering column: the expert's label (default; what behaviour cloning should learn) or the "
                         "executed action (may carry DART noise)")
-    e.add_argument("--jpeg-quality", type=int, default=demos.RECOMMENDED_JPEG_QUALITY, metavar="Q",
-                   help=f"quality for frames stored raw (default {demos.RECOMMENDED_JPEG_QUALITY}); JPEG frames are copied")
+    e.add_argument("--jpeg-quality", type=int, default=RECOMMENDED_JPEG_QUALITY, metavar="Q",
+                   help=f"quality for frames stored raw (default {RECOMMENDED_JPEG_QUALITY}); JPEG frames are copied")
     i = sub.add_parser("import", help="Udacity recording -> dataset",
                        description="Read a simulator recording (a folder with driving_log.csv and IMG/, or the CSV "
                                    "itself) into a dataset: images are found by file name in IMG/ whatever path the "
@@ -398,14 +407,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "export":
             csv_path = export_udacity(args.data_dir, args.out_dir, label=args.label, jpeg_quality=args.jpeg_quality)
-            ds = demos.open_dataset(args.data_dir)
+            ds = open_dataset(args.data_dir)
             images = sum(1 for _ in (args.out_dir / IMG_DIR).iterdir())
             print(f"exported {len(ds)} episodes, {ds.num_steps} steps ({images} images, "
                   f"{_dir_size(args.out_dir) / 1e6:.1f} MB) to {csv_path}")
         else:
             out = import_udacity(args.log_dir, args.out_dir, jpeg_quality=args.jpeg_quality,
                                  episode_gap_s=args.episode_gap_s, frame_period=args.frame_period)
-            ds = demos.open_dataset(out)
+            ds = open_dataset(out)
             print(f"imported {len(ds)} episodes, {ds.num_steps} steps ({_dir_size(out) / 1e6:.1f} MB) into {out}")
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

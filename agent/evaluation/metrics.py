@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from agent.demos import atomic_write
+from agent.runtime import atomic_write_text, write_json
 
 # The per-episode keys, in CSV column order. Every value is a plain int/float/bool/str.
 EPISODE_KEYS: tuple[str, ...] = (
@@ -33,6 +32,8 @@ EPISODE_KEYS: tuple[str, ...] = (
     "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk", "steer_smoothness", "expert_steer_smoothness", "mean_speed", "latency_median_ms", "latency_p95_ms",
     "wall_seconds", "video",
 )
+
+
 # Per-episode numbers that aggregate() summarises as mean (and std for the return).
 MEAN_KEYS: tuple[str, ...] = (
     "completion", "length", "off_track_steps", "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk",
@@ -198,33 +199,6 @@ def _isnan(x: Any) -> bool:
     return isinstance(x, float) and math.isnan(x)
 
 
-# ----------------------------------------------------------------------------- writers (atomic)
-def atomic_write_text(path: Path, text: str) -> Path:
-    """UTF-8 text through ``agent.demos.atomic_write`` (temp file + rename)."""
-    path = Path(path)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-    return path
-
-
-def _jsonable(x: Any) -> Any:
-    """NaN/inf -> None (strict JSON), numpy scalars -> Python, recursively."""
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, Path):
-        return str(x)
-    return x
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    return atomic_write_text(Path(path), json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
-
-
 def write_episodes_csv(path: str | Path, episodes: Sequence[dict[str, Any]]) -> Path:
     buf = io.StringIO()
     extra = list(dict.fromkeys(k for e in episodes for k in e if k not in EPISODE_KEYS))  # the env's own columns
@@ -266,7 +240,6 @@ def write_run(out_dir: str | Path, summary: dict[str, Any], *, tensorboard: bool
         write_tensorboard(out_dir / "tb", summary)
 
 
-# ----------------------------------------------------------------------------- comparison
 def _pm(mean: float, std: float, fmt: str) -> str:
     return "n/a" if _isnan(mean) else f"{mean:{fmt}} ± {std:{fmt}}"
 

@@ -1,6 +1,6 @@
-"""Export a collect.py dataset (agent.demos format) as a Minari dataset.
+"""Export a collect.py dataset (this project's dataset format) as a Minari dataset.
 
-    python -m agent.minari_export data/carracing_continuous carracing/expert-continuous-v0
+    python -m agent.data.minari_export data/carracing_continuous carracing/expert-continuous-v0
     python collect.py --episodes 25 --export-minari carracing/expert-continuous-v0   # collect, then export
 
 Mapping (Minari's episode convention: ``T + 1`` observations, ``T`` actions):
@@ -25,7 +25,6 @@ size. Minari 0.5 writes HDF5 through ``h5py`` (``pip install "minari[hdf5]"``); 
 built directly from the arrays (``DataCollector``/``add_step_data`` would need jax for nothing).
 A failed export removes its partial folder (Minari writes in place, not atomically).
 """
-
 from __future__ import annotations
 
 import argparse
@@ -41,7 +40,7 @@ from typing import Iterator, Sequence
 import gymnasium as gym
 import numpy as np
 
-from agent import demos
+from agent.data.dataset import FINAL_PREFIX, DemoDataset, open_dataset
 from envs.registry import EnvSpec, get_spec
 
 INFO_KEYS = ("expert_action", "speed", "privileged", "time", "expert_probs")
@@ -69,21 +68,21 @@ def _spaces(spec: EnvSpec, action_space: str) -> tuple[gym.Space, gym.Space]:
     return gym.spaces.Box(0, 255, shape=spec.frame_shape, dtype=np.uint8), act
 
 
-def _main_camera_arrays(data: demos.DemoDataset, i: int) -> list[str]:
+def _main_camera_arrays(data: DemoDataset, i: int) -> list[str]:
     """Every array of episode i but the side cameras (Minari's observation is the main camera)."""
     return [n for n in data.array_names(i) if not n.startswith(("frames_", "final_frames_"))]
 
 
 def _with_final(arrays: dict[str, np.ndarray], key: str) -> np.ndarray | None:
     """`key` over the T+1 observations: the per-step array plus its final_ entry (None if there is none)."""
-    final = arrays.get(demos.FINAL_PREFIX + key)
+    final = arrays.get(FINAL_PREFIX + key)
     if key not in arrays or final is None:
         return None
     return np.concatenate([arrays[key], np.asarray(final, dtype=arrays[key].dtype)[None]])
 
 
 def episode_buffer(arrays: dict[str, np.ndarray], meta: dict, index: int, dt: float):
-    """One agent.demos episode as a minari EpisodeBuffer (see the module docstring for the mapping)."""
+    """One dataset episode as a minari EpisodeBuffer (see the module docstring for the mapping)."""
     from minari.data_collector import EpisodeBuffer
 
     obs = _with_final(arrays, "frames")
@@ -141,7 +140,7 @@ def export_minari(
         raise ValueError(
             f"Minari dataset id must look like '[namespace/]name-v<version>', e.g. 'carracing/expert-v0'; got {dataset_id!r}"
         ) from None
-    data = demos.open_dataset(data_dir)
+    data = open_dataset(data_dir)
     if importlib.util.find_spec("h5py") is None:  # after the user's own mistakes, which matter more
         raise ImportError("Minari export needs h5py (Minari's HDF5 storage): pip install 'minari[hdf5]'")
     root = Path(datasets_path) if datasets_path is not None else Path(data_dir) / "minari"
@@ -214,7 +213,7 @@ class ExportArgs:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m agent.minari_export",
+        prog="python -m agent.data.minari_export",
         description="Convert a collect.py dataset to a Minari dataset (frames, executed actions, rewards, "
         "terminations, truncations; expert labels in infos).",
     )

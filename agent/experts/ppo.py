@@ -1,4 +1,4 @@
-"""The privileged PPO expert of every env: training, evaluation and a small inference wrapper.
+"""Training the privileged PPO expert of every env (a warm start by behaviour cloning, then PPO), and its CLI.
 
 The expert is an SB3 PPO MlpPolicy that reads `info["privileged"]` (the env spec's `feature_names`), not
 pixels, so it trains in the physics-only env at thousands of steps/s and acts every frame. Its labels
@@ -6,9 +6,9 @@ are what the student imitates from the frames. What differs between envs (the pr
 action space and its mapping to the env's, the training env's reward shaping, the scripted teacher of the
 warm start, the shipped files) comes from the env's `envs.registry.EnvSpec`; this module holds no env names.
 
-    python -m agent.expert train --env carracing --action-space continuous --timesteps 1500000 \
+    python -m agent.experts.ppo train --env carracing --action-space continuous --timesteps 1500000 \
         --out checkpoints/expert_carracing_continuous.zip
-    python -m agent.expert evaluate --expert checkpoints/expert_carracing_continuous.zip --episodes 20 --seed 1000
+    python -m agent.experts.ppo evaluate --expert checkpoints/expert_carracing_continuous.zip --episodes 20 --seed 1000
 
 Design choices (why):
 * Warm start: behaviour-clone the env's scripted privileged teacher on perturbed training tracks (actor and
@@ -17,7 +17,6 @@ Design choices (why):
   100000 was ever trained on; checkpoint selection uses the spec's validation seeds, the card reports its
   card seeds (1000..1019). Evaluation always uses the true env reward.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -34,12 +33,11 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
+from agent.experts.expert import EvalResult, Expert, evaluate_model, space_of
+from agent.runtime import resolve_path
 from envs.registry import ENV_NAMES, EnvSpec, get_spec
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
-
-# --------------------------------------------------------------------------------------------- training env
 class RandomTrack(gym.Wrapper):
     """Resets onto a fresh track whose seed is drawn from the training range (never a test seed)."""
 
@@ -135,143 +133,6 @@ def behaviour_clone(model: Any, data: dict[str, np.ndarray], *, epochs: int, see
     policy.set_training_mode(False)
 
 
-# --------------------------------------------------------------------------------------------- the expert
-def _resolve(path: Path) -> Path:
-    """Relative paths are tried from the cwd first, then from the repo root (so tests run anywhere)."""
-    if path.is_absolute() or path.exists():
-        return path
-    return REPO_ROOT / path if (REPO_ROOT / path).exists() else path
-
-
-def _space_of(model: Any) -> str:
-    if isinstance(model.action_space, gym.spaces.Discrete):
-        return "discrete"
-    return "continuous"
-
-
-class Expert:
-    """A trained PPO expert: deterministic env actions from the privileged feature vector."""
-
-    def __init__(self, model: Any, spec: EnvSpec, action_space: str, card: dict[str, Any],
-                 path: Path | None = None) -> None:
-        self.model = model
-        self.spec = spec
-        self.action_space = action_space
-        self.card = card
-        self.path = path
-
-    @classmethod
-    def load(cls, path: str | Path | None = None, action_space: str | None = None, env: str = "carracing") -> "Expert":
-        """Load an SB3 PPO .zip (and its JSON card). path=None -> the env's shipped expert for `action_space`
-        (default: the env's first action space)."""
-        from stable_baselines3 import PPO
-
-        spec = get_spec(env)
-        action_space = spec.check_action_space(action_space or spec.action_spaces[0])
-        p = _resolve(Path(path) if path is not None else spec.default_expert[action_space])
-        if not p.is_file():
-            raise FileNotFoundError(
-                f"expert file not found: {str(p)!r} (expected an SB3 PPO .zip; train one with "
-                f"`python -m agent.expert train --env {env} --action-space {action_space} --out {p}`)"
-            )
-        try:
-            model = PPO.load(p, device="cpu")
-        except Exception as exc:  # corrupt zip, not an SB3 file, ...
-            raise ValueError(f"expert file {str(p)!r} is not a loadable SB3 PPO model: {exc}") from exc
-        got = _space_of(model)
-        if got != action_space:
-            raise ValueError(f"expert file {str(p)!r} is a {got!r} expert, but action_space={action_space!r} was requested")
-        n = len(spec.feature_names)
-        if model.observation_space.shape != (n,):
-            raise ValueError(
-                f"expert file {str(p)!r} expects observations of shape {model.observation_space.shape}, "
-                f"but the {env} env provides {n} privileged features (is it an expert for another env?)"
-            )
-        card_path = p.with_suffix(".json")
-        card = json.loads(card_path.read_text()) if card_path.is_file() else {}
-        return cls(model, spec, action_space, card, p)
-
-    def _obs(self, privileged: np.ndarray) -> np.ndarray:
-        obs = np.asarray(privileged, dtype=np.float32)
-        n = len(self.spec.feature_names)
-        if obs.shape != (n,):
-            raise ValueError(f"privileged must have shape ({n},), got {obs.shape}")
-        return obs
-
-    def act(self, privileged: np.ndarray) -> np.ndarray | int:
-        """Deterministic env action (float32 array, or an int for a discrete expert)."""
-        action, _ = self.model.predict(self._obs(privileged), deterministic=True)
-        return self.spec.expert_to_env_action(action, self.action_space)
-
-    def action_probs(self, privileged: np.ndarray) -> np.ndarray:
-        """Discrete experts only: the policy's probabilities of the discrete actions, float32[n]."""
-        import torch
-
-        if self.action_space != "discrete":
-            raise ValueError("action_probs is only defined for a discrete expert, this one is 'continuous'")
-        obs, _ = self.model.policy.obs_to_tensor(self._obs(privileged))
-        with torch.no_grad():
-            probs = self.model.policy.get_distribution(obs).distribution.probs
-        return probs[0].cpu().numpy().astype(np.float32)
-
-
-# --------------------------------------------------------------------------------------------- evaluation
-@dataclass
-class EvalResult:
-    seeds: list[int]
-    returns: list[float]
-    lengths: list[int]
-    laps: list[bool]
-    off_road_steps: list[int]  # steps with spec.on_road(info) false (CarRacing: no wheel on the road;
-    # udacity: a wheel over the road's edge line, a lane departure)
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.returns))
-
-    @property
-    def std(self) -> float:
-        return float(np.std(self.returns))
-
-    def summary(self) -> str:
-        return (
-            f"return {self.mean:.1f} ± {self.std:.1f} over {len(self.returns)} episodes "
-            f"(seeds {self.seeds[0]}..{self.seeds[-1]}), laps finished {sum(self.laps)}/{len(self.laps)}, "
-            f"episodes with off-road steps {sum(n > 0 for n in self.off_road_steps)}, "
-            f"mean length {np.mean(self.lengths):.0f} frames"
-        )
-
-
-def evaluate_model(model: Any, spec: EnvSpec, action_space: str, seeds: Sequence[int], *, render: bool = False,
-                   max_episode_steps: int | None = None) -> EvalResult:
-    """Run one deterministic episode per track seed with the TRUE env reward; envs step in lockstep
-    so the policy runs batched."""
-    steps = max_episode_steps or spec.default_max_steps
-    envs = [spec.make_expert_env(action_space, render=render, max_episode_steps=steps) for _ in seeds]
-    obs = np.stack([env.reset(seed=int(s))[0] for env, s in zip(envs, seeds)])
-    returns = np.zeros(len(seeds))
-    lengths = np.zeros(len(seeds), dtype=int)
-    off_road = np.zeros(len(seeds), dtype=int)
-    laps = [False] * len(seeds)
-    alive = np.ones(len(seeds), dtype=bool)
-    while alive.any():
-        idx = np.flatnonzero(alive)
-        actions, _ = model.predict(obs[idx], deterministic=True)
-        for j, a in zip(idx, actions):
-            o, r, term, trunc, info = envs[j].step(a)
-            obs[j] = o
-            returns[j] += r
-            lengths[j] += 1
-            off_road[j] += not spec.on_road(info)
-            if term or trunc:
-                alive[j] = False
-                laps[j] = spec.lap_complete(info)
-    for env in envs:
-        env.close()
-    return EvalResult(list(map(int, seeds)), returns.tolist(), lengths.tolist(), laps, off_road.tolist())
-
-
-# --------------------------------------------------------------------------------------------- training
 @dataclass
 class TrainArgs:
     action_space: str | None = None  # default: the env's first
@@ -315,7 +176,7 @@ class TrainArgs:
             raise ValueError(f"--bc-episodes must be >= 0 and --bc-epochs > 0, got {self.bc_episodes}, {self.bc_epochs}")
         if self.init is not None and self.bc_episodes:
             raise ValueError("--init and --bc-episodes are exclusive (both choose the starting policy)")
-        if self.init is not None and not _resolve(self.init).is_file():
+        if self.init is not None and not resolve_path(self.init).is_file():
             raise FileNotFoundError(f"--init expert file not found: {str(self.init)!r}")
 
 
@@ -391,44 +252,9 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = args.spec
     run_name = f"{spec.name}_{args.action_space}_seed{args.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
-    venv = VecMonitor(
-        DummyVecEnv(
-            [
-                (lambda i=i: make_train_env(spec, args.action_space, args.seed * 1000 + i))
-                for i in range(args.n_envs)
-            ]
-        )
-    )
-    init_card = None
-    if args.init is not None:
-        init_json = _resolve(args.init).with_suffix(".json")
-        init_card = json.loads(init_json.read_text()) if init_json.is_file() else None
-        model = PPO.load(_resolve(args.init), env=venv, device="cpu", learning_rate=args.learning_rate,
-                         n_steps=args.n_steps, batch_size=args.batch_size, ent_coef=args.ent_coef,
-                         target_kl=args.target_kl, tensorboard_log=str(args.logdir), seed=args.seed)
-        if _space_of(model) != args.action_space:
-            raise ValueError(f"--init {str(args.init)!r} is not a {args.action_space!r} expert")
-    else:
-        model = PPO(
-            "MlpPolicy",
-            venv,
-            learning_rate=args.learning_rate,
-            n_steps=args.n_steps,
-            batch_size=args.batch_size,
-            n_epochs=10,
-            gamma=0.99,
-            gae_lambda=0.95,
-            clip_range=0.2,
-            ent_coef=args.ent_coef,
-            max_grad_norm=0.5,
-            target_kl=args.target_kl,
-            policy_kwargs=dict(net_arch=dict(pi=[128, 128], vf=[128, 128]),
-                               **({"log_std_init": args.log_std_init} if args.action_space == "continuous" else {})),
-            tensorboard_log=str(args.logdir),
-            seed=args.seed,
-            device="cpu",
-            verbose=0,
-        )
+    venv = VecMonitor(DummyVecEnv([(lambda i=i: make_train_env(spec, args.action_space, args.seed * 1000 + i))
+                                   for i in range(args.n_envs)]))
+    model, init_card = _initial_model(args, venv)
     teacher = spec.teacher()
     if args.bc_episodes:
         tb = time.time()
@@ -445,14 +271,68 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
                          max_episode_steps=args.max_episode_steps)
     log(f"card evaluation (unseen seeds): {res.summary()}")
     os.replace(best_path, out)
-    probe = spec.make_train_env(args.action_space)
-    try:  # the training env's reward shaping, if it has one (a dataclass on a wrapper)
+    card = _expert_card(args, venv, model, teacher, callback, res, init_card)
+    card.update(wall_time_s=round(time.time() - t0, 1), command=command or "",
+                tensorboard=str(args.logdir / f"{run_name}_1"))
+    _atomic_json(out.with_suffix(".json"), card)
+    venv.close()
+    log(f"saved {out} and {out.with_suffix('.json')} ({card['wall_time_s']:.0f} s)")
+    return out
+
+
+def _initial_model(args: TrainArgs, venv: Any) -> tuple[Any, dict[str, Any] | None]:
+    """A fresh PPO model, or (--init) a trained one to fine-tune, with that one's card."""
+    from stable_baselines3 import PPO
+
+    if args.init is not None:
+        init_json = resolve_path(args.init).with_suffix(".json")
+        init_card = json.loads(init_json.read_text()) if init_json.is_file() else None
+        model = PPO.load(resolve_path(args.init), env=venv, device="cpu", learning_rate=args.learning_rate,
+                         n_steps=args.n_steps, batch_size=args.batch_size, ent_coef=args.ent_coef,
+                         target_kl=args.target_kl, tensorboard_log=str(args.logdir), seed=args.seed)
+        if space_of(model) != args.action_space:
+            raise ValueError(f"--init {str(args.init)!r} is not a {args.action_space!r} expert")
+        return model, init_card
+    model = PPO(
+        "MlpPolicy",
+        venv,
+        learning_rate=args.learning_rate,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        n_epochs=10,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_range=0.2,
+        ent_coef=args.ent_coef,
+        max_grad_norm=0.5,
+        target_kl=args.target_kl,
+        policy_kwargs=dict(net_arch=dict(pi=[128, 128], vf=[128, 128]),
+                           **({"log_std_init": args.log_std_init} if args.action_space == "continuous" else {})),
+        tensorboard_log=str(args.logdir),
+        seed=args.seed,
+        device="cpu",
+        verbose=0,
+    )
+    return model, None
+
+
+def _shaping_of(spec: EnvSpec, action_space: str) -> Any:
+    """The training env's reward shaping, if it has one (a dataclass on a wrapper)."""
+    probe = spec.make_train_env(action_space)
+    try:
         shaping = probe.get_wrapper_attr("shaping")
-        shaping = asdict(shaping) if hasattr(shaping, "__dataclass_fields__") else str(shaping)
+        return asdict(shaping) if hasattr(shaping, "__dataclass_fields__") else str(shaping)
     except AttributeError:
-        shaping = None
-    probe.close()
-    card = {
+        return None
+    finally:
+        probe.close()
+
+
+def _expert_card(args: TrainArgs, venv: Any, model: Any, teacher: Any, callback: Any, res: EvalResult,
+                 init_card: dict[str, Any] | None) -> dict[str, Any]:
+    """The expert's JSON card: how it was made, how it was selected, how it scores on unseen tracks."""
+    spec = args.spec
+    return {
         "env": f"{spec.gym_id} ({spec.name}); physics-only for training and evaluation",
         "env_name": spec.name,
         "action_space": args.action_space,
@@ -478,29 +358,21 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
                        "returns": [round(r, 2) for r in res.returns], "lengths": res.lengths,
                        "off_road_steps": res.off_road_steps,
                        "reward": "true env reward, deterministic policy"},
-        "shaping": shaping,
+        "shaping": _shaping_of(spec, args.action_space),
         "hyperparameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
-        "wall_time_s": round(time.time() - t0, 1),
-        "command": command or "",
-        "tensorboard": str(args.logdir / f"{run_name}_1"),
     }
-    _atomic_json(out.with_suffix(".json"), card)
-    venv.close()
-    log(f"saved {out} and {out.with_suffix('.json')} ({card['wall_time_s']:.0f} s)")
-    return out
 
 
-# --------------------------------------------------------------------------------------------- CLI
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m agent.expert",
+        prog="python -m agent.experts.ppo",
         description="Train or evaluate the privileged PPO expert that labels demonstrations (CarRacing or udacity).",
         epilog="examples:\n"
-        "  python -m agent.expert train --env carracing --action-space continuous --timesteps 8192 --bc-episodes 120 \\\n"
+        "  python -m agent.experts.ppo train --env carracing --action-space continuous --timesteps 8192 --bc-episodes 120 \\\n"
         "      --log-std-init -1.6 --eval-every 4096 --out checkpoints/expert_carracing_continuous.zip\n"
-        "  python -m agent.expert train --env udacity --timesteps 200000 --bc-episodes 40 --log-std-init -1.6 \\\n"
+        "  python -m agent.experts.ppo train --env udacity --timesteps 200000 --bc-episodes 40 --log-std-init -1.6 \\\n"
         "      --out checkpoints/expert_udacity.zip\n"
-        "  python -m agent.expert evaluate --expert checkpoints/expert_carracing_continuous.zip --episodes 20 --seed 1000",
+        "  python -m agent.experts.ppo evaluate --expert checkpoints/expert_carracing_continuous.zip --episodes 20 --seed 1000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -560,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ent_coef=ns.ent_coef, init=ns.init, logdir=ns.logdir, bc_episodes=ns.bc_episodes,
                 bc_epochs=ns.bc_epochs, log_std_init=ns.log_std_init, target_kl=ns.target_kl,
             )
-            train(args, command="python -m agent.expert " + shlex.join(argv))
+            train(args, command="python -m agent.experts.ppo " + shlex.join(argv))
         else:
             if ns.episodes <= 0:
                 raise ValueError(f"--episodes must be positive, got {ns.episodes}")
@@ -583,19 +455,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _card_of(path: Path) -> dict[str, Any]:
-    card = _resolve(path).with_suffix(".json")
+    card = resolve_path(path).with_suffix(".json")
     return json.loads(card.read_text()) if card.is_file() else {}
 
 
 def _space_of_file(path: Path) -> str:
     """Action space of the model file (loads it)."""
-    p = _resolve(path)
+    p = resolve_path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--expert file not found: {str(path)!r}")
     from stable_baselines3 import PPO
 
     try:
-        return _space_of(PPO.load(p, device="cpu"))
+        return space_of(PPO.load(p, device="cpu"))
     except Exception as exc:
         raise ValueError(f"--expert {str(path)!r} is not a loadable SB3 PPO model: {exc}") from exc
 

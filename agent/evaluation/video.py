@@ -46,7 +46,6 @@ POLICY_COLOR, EXPERT_COLOR = (70, 150, 255), (255, 160, 40)  # RGB
 SALIENCY_METHODS = ("gradcam", "visualbackprop")
 
 
-# ----------------------------------------------------------------------------- small drawing helpers
 def upscale(frame: np.ndarray, scale: int = SCALE) -> np.ndarray:
     """Nearest-neighbour upscaling: keeps the pixels the policy actually sees."""
     h, w = frame.shape[:2]
@@ -108,7 +107,6 @@ def draw_hud(width: int, *, step: int, speed: float, ret: float, completion: flo
     return img
 
 
-# ----------------------------------------------------------------------------- NAC attention
 def window_attention(internals: dict[str, torch.Tensor], window: int) -> tuple[np.ndarray, np.ndarray]:
     """NAC internals -> (last query's weights over the W window frames [W], all queries [Tq, W]).
 
@@ -177,7 +175,6 @@ def compose_frame(frame: np.ndarray, hud: np.ndarray, panel: np.ndarray | None =
     return np.concatenate([left, panel], axis=1)
 
 
-# ----------------------------------------------------------------------------- saliency
 def _activation_modules(encoder: nn.Module) -> list[nn.Module]:
     """The module whose output is each conv layer's (activated) feature map, in order.
 
@@ -262,7 +259,26 @@ def saliency_map(policy: Any, frame: np.ndarray, window_emb: torch.Tensor, rel_t
     return _normalise(cam, size)
 
 
-# ----------------------------------------------------------------------------- the mp4 writer
+def step_visuals(controller: Any, frame: np.ndarray, saliency: str | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(attention panel image | None, saliency map | None) for the step a controller just took; the expert
+    (no frames, no attention) has neither."""
+    win = None if controller.is_expert else controller.window()
+    if win is None:
+        return None, None
+    window, rel, seconds = win
+    policy, config = controller.policy, controller.config
+    panel = None
+    if controller.has_panel:
+        W = window.shape[1]
+        internals = policy.core.internals(window, policy.core_time(rel.to(window.device), 1, W))
+        if internals is not None and "attn" in internals and "index" in internals:
+            last, full = window_attention(internals, W)
+            thumbs = [controller.frames[i] for i in range(0, controller.span, config.frame_stride)]
+            panel = attention_panel(thumbs, last, seconds, full, height=SCALE * frame.shape[0] + HUD_H)
+    sal = saliency_map(policy, frame, window, rel, saliency) if saliency else None
+    return panel, sal
+
+
 class VideoWriter:
     """mp4 (libx264, yuv420p) written to a hidden temp file and renamed on ``close()``, so an
     interrupted episode never leaves a half video. ``abort()`` discards it."""

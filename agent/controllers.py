@@ -1,0 +1,124 @@
+"""Who drives an env, behind one interface (``reset()``, ``act(frame, t, info, expert_action)``): the
+privileged expert, or a trained policy through its streaming interface. Recording (DAgger students) and
+evaluation both use these, so they sit below both."""
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent.runtime import resolve_path
+from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
+
+
+def load_driver(path: str | Path, env: str, action_space: str) -> Any:
+    """A DAgger student as a driver (agent.controllers.PolicyController on the CPU)."""
+
+    policy = load_policy(path, env, action_space, "cpu")
+    return PolicyController(policy.eval(), name=Path(path).stem)
+
+
+def shipped_checkpoint(env: str) -> Path:
+    """The NAC student this project ships for ``env`` (evaluate.py's default policy)."""
+    return Path(f"checkpoints/{env}_nac.pt")
+
+
+class ExpertController:
+    """The privileged expert as a driver (baseline): acts on info["privileged"], ignores the frame."""
+
+    is_expert = True
+    has_panel = False
+
+    def __init__(self, expert: Any, name: str = "expert") -> None:
+        self.expert, self.name = expert, name
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        action = self.expert.act(info["privileged"])
+        return action, time.perf_counter() - t0
+
+
+class PolicyController:
+    """A DrivingPolicy driven through its stream (one frame per step), with a frame buffer for the video."""
+
+    is_expert = False
+
+    def __init__(self, policy: Any, name: str, device: str = "cpu") -> None:
+        self.policy, self.name, self.device = policy, name, device
+        self.config = policy.config
+        self.stream = policy.stream()
+        self.span = (self.config.window - 1) * self.config.frame_stride + 1
+        self.frames: deque[np.ndarray] = deque(maxlen=self.span)
+        names = list(self.config.action_names)
+        env_names = spec_for_gym_id(self.config.env).action_names.get("continuous", ())  # the env action, in order
+        self.filled = [] if self.config.head == "discrete" else [n for n in env_names if n not in names]
+        self._cols = [env_names.index(n) for n in names] if self.config.head != "discrete" else []
+        # NAC cores expose attention internals; others draw no panel.
+        self.has_panel = callable(getattr(policy.core, "internals", None)) and \
+            type(policy.core).__name__.lower().startswith("nac")
+        self._sync = device.startswith("cuda")
+
+    def reset(self) -> None:
+        self.stream.reset()
+        self.frames.clear()
+
+    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
+        if not self.frames:
+            self.frames.extend([frame] * self.span)
+        else:
+            self.frames.append(frame)
+        t0 = time.perf_counter()
+        out = self.stream.step(frame, t)
+        if self._sync:
+            torch.cuda.synchronize()
+        latency = time.perf_counter() - t0
+        action = self.policy.to_env_action(out)
+        if self.config.head == "discrete":
+            return int(action), latency
+        full = np.array(expert_action, dtype=np.float32).reshape(-1).copy()  # components the head lacks
+        full[self._cols] = np.asarray(action, dtype=np.float32).reshape(-1)
+        return full, latency
+
+    def window(self) -> tuple[torch.Tensor, torch.Tensor, list[float]] | None:
+        """The stream's current window: embeddings [1, W, F], seconds [1, W] (last 0), and those seconds."""
+        emb, times = getattr(self.stream, "embeddings", None), getattr(self.stream, "times", None)
+        if not emb or not times or len(emb) != self.span:
+            return None
+        picks = list(range(0, self.span, self.config.frame_stride))
+        window = torch.stack([emb[i] for i in picks])[None]
+        t = np.array([times[i] for i in picks], dtype=np.float64)
+        rel = (t - t[-1]).astype(np.float32)
+        return window, torch.from_numpy(rel)[None], rel.tolist()
+
+
+def load_policy(path: str | Path, env: str, action_space: str | None, device: str) -> Any:
+    """Load a checkpoint and check it was made for ``env`` (and ``action_space`` when given)."""
+    from policies.policy import load_checkpoint
+
+    spec = get_spec(env)
+    p = resolve_path(path)
+    if not p.is_file():
+        hint = (" (the shipped student; train one with train.py, or pass --checkpoint CKPT or --expert-drives)"
+                if Path(path) == shipped_checkpoint(env) else "")
+        raise FileNotFoundError(f"--checkpoint {str(path)!r} does not exist{hint}")
+    policy = load_checkpoint(p, map_location=device)
+    cfg = policy.config
+    if cfg.env != spec.gym_id:
+        others = [e for e in ENV_NAMES if get_spec(e).gym_id == cfg.env]
+        hint = f" (use --env {others[0]})" if others else ""
+        raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}, but --env {env} is "
+                         f"{spec.gym_id!r}{hint}")
+    if action_space is not None and cfg.action_space != action_space:
+        raise ValueError(f"checkpoint {str(path)!r} is for the {cfg.action_space!r} action space, but "
+                         f"--action-space {action_space} was given")
+    if cfg.action_space not in spec.action_spaces:
+        raise ValueError(f"checkpoint {str(path)!r} has action_space {cfg.action_space!r}; expected one of "
+                         f"{spec.action_spaces}")
+    return policy

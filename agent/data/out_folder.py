@@ -1,0 +1,107 @@
+"""The --out folder of collect.py: what it already holds, whether this run may append to it (same env,
+action space, expert and seed rule), and a lock so that two collectors never write into one folder."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from agent.data.config import CollectConfig, CollectError
+from agent.data.dataset import CARD_NAME, EPISODE_DIR, open_dataset
+
+
+@dataclass
+class Existing:
+    """What an --out folder already holds."""
+
+    metas: list[dict] = field(default_factory=list)
+    card: dict = field(default_factory=dict)
+
+    @property
+    def next_id(self) -> int:
+        return max((m["episode_id"] for m in self.metas), default=-1) + 1
+
+    def ids_to_collect(self, n: int) -> list[int]:
+        """The next `n` episode ids: first the holes below the highest id (episodes an interrupted parallel run
+        had not finished, or a damaged file someone deleted), then new ids after it. So a resumed run ends up
+        with exactly the episodes of an uninterrupted one."""
+        have = {m["episode_id"] for m in self.metas}
+        holes = [i for i in range(self.next_id) if i not in have]
+        return (holes + list(range(self.next_id, self.next_id + n)))[:n]
+
+
+def inspect_out(out: Path) -> Existing:
+    """Read an existing dataset folder (or nothing); refuse folders that are not datasets."""
+    if not out.exists():
+        return Existing()
+    entries = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+    known = {EPISODE_DIR, CARD_NAME, "minari"}
+    files = sorted((out / EPISODE_DIR).glob("episode_*.npz"))
+    if entries - known:
+        raise CollectError(
+            f"--out {str(out)!r} is a folder that is not a collect.py dataset (it holds {sorted(entries - known)[:5]}); "
+            "choose an empty or new folder"
+        )
+    if not files:
+        return Existing()
+    try:
+        ds = open_dataset(out)
+    except ValueError as e:
+        raise CollectError(str(e)) from None
+    return Existing(metas=ds.episodes, card=ds.card)
+
+
+def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, expert_path: str,
+                     seed: int | None = None) -> dict:
+    """The settings this run inherits from the dataset; CollectError if it may not append to it. `seed`: the
+    first track seed this run asks for (cfg.seed, or where cfg.shard's range starts), None to inherit it."""
+    first = existing.metas[0]
+    old_cfg = existing.card.get("config", {})
+    out = cfg.out_dir
+    for key, want in (("env", cfg.env), ("action_space", cfg.action_space)):
+        have = first.get(key)
+        if have != want:
+            raise CollectError(
+                f"--out {str(out)!r} holds a dataset with {key}={have!r}, this run asks for {key}={want!r}; "
+                "use another --out (datasets never mix)"
+            )
+    have_sha = first.get("expert_sha256")
+    if have_sha and have_sha != expert_sha:
+        raise CollectError(
+            f"--out {str(out)!r} was recorded with a different expert ({existing.card.get('expert', {}).get('path', '?')}, "
+            f"sha256 {have_sha[:12]}), this run uses {expert_path} (sha256 {expert_sha[:12]}); use another --out"
+        )
+    base = int(first["track_seed"]) - int(first["episode_id"])
+    if seed is not None and seed != base:
+        if cfg.shard:
+            raise CollectError(
+                f"--out {str(out)!r} uses track seeds {base}+episode id, but shard {cfg.shard[0]}/{cfg.shard[1]} of "
+                f"this run starts at seed {seed}; give the --seed and --episodes of the first run, or use another --out")
+        raise CollectError(
+            f"--out {str(out)!r} uses track seeds {base}+episode id; --seed {seed} would break that rule. "
+            "Leave --seed out to continue, or use another --out"
+        )
+    return {
+        "seed": base,
+        "noise": old_cfg.get("noise", first.get("noise", cfg.spec.default_noise[cfg.action_space])),
+        "noise_hold": old_cfg.get("noise_hold", first.get("noise_hold", cfg.spec.default_noise_hold[cfg.action_space])),
+    }
+
+
+@contextlib.contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    """An flock on OUT/.lock: a second collector into the same folder fails fast; the OS drops the lock
+    when the process dies, so a killed run never leaves a stale lock."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CollectError(f"another collect.py is writing into {str(out)!r}; wait for it or use another --out") from None
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,185 @@
+"""What every stage shares, below all of them: files written atomically (a reader never sees half a file),
+JSON, progress bars only on a terminal, paths found from the repo root, and stop signals (Ctrl-C or SIGTERM
+stop every command the same clean way)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+_stop_requested = False  # set by a stop signal (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
+
+
+def stop_handler(signum, frame) -> None:  # noqa: ARG001
+    global _stop_requested
+    _stop_requested = True
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """`kill PID` (or torchrun stopping a rank) stops like Ctrl-C: the caller's KeyboardInterrupt handling runs
+    (the collector drops the unfinished episode and prints its summary; a training rank saves last.pt).
+
+    Both signals also set a flag that ``raise_if_stopped`` turns into a KeyboardInterrupt: Python drops an
+    exception raised while a ``__del__`` runs (Box2D's body definitions are collected during env steps), so a
+    stop landing there would otherwise be lost and the command would run on."""
+    global _stop_requested
+    try:
+        old = {sig: signal.signal(sig, stop_handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    _stop_requested = False
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        _stop_requested = False
+
+
+def raise_if_stopped() -> None:
+    """Raise the KeyboardInterrupt of a stop signal that Python swallowed (see sigterm_as_interrupt); loops that
+    run for long call it once per step."""
+    global _stop_requested
+    if _stop_requested:
+        _stop_requested = False
+        raise KeyboardInterrupt
+
+
+def atomic_write(path: Path, write) -> None:
+    """Write through a temp file in the same folder, then rename: readers never see a half file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; datasets and checkpoints are meant to be shared
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def refuse_nonempty(out_dir: Path) -> None:
+    """ValueError unless out_dir is absent or an empty folder: a new dataset never lands on old files."""
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ValueError(f"output folder {str(out_dir)!r} exists and is not empty; choose a new folder")
+
+
+@dataclass
+class StagingFolder:
+    """Write into a hidden sibling folder, rename it to ``out_dir`` at the end: a failed or interrupted
+    run leaves nothing behind, and ``out_dir`` never holds half a result."""
+
+    out_dir: Path
+    tmp: Path | None = None
+
+    def __enter__(self) -> Path:
+        refuse_nonempty(self.out_dir)
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(dir=self.out_dir.parent, prefix=f".{self.out_dir.name}.", suffix=".tmp"))
+        os.chmod(self.tmp, 0o755)  # mkdtemp makes 0700; the result is meant to be shared
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        assert self.tmp is not None
+        try:
+            if exc_type is None:
+                refuse_nonempty(self.out_dir)  # someone may have written there meanwhile
+                if self.out_dir.exists():
+                    self.out_dir.rmdir()
+                os.replace(self.tmp, self.out_dir)
+        finally:
+            if self.tmp.exists():
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    atomic_write(Path(path), lambda f: f.write(json.dumps(obj, indent=2).encode()))
+
+
+def show_progress(requested: bool, stream: Any = None) -> bool:
+    """Whether to draw tqdm bars: only when asked for and ``stream`` (default: sys.stderr) is a terminal.
+
+    Bars written to a log file (nested ones above all) leave carriage returns and cursor moves in it; callers
+    print plain lines there instead (evaluation: one per episode; training: one per epoch)."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(requested) and stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """UTF-8 text through ``agent.atomic_write`` (temp file + rename)."""
+    path = Path(path)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    return path
+
+
+def _jsonable(x: Any) -> Any:
+    """NaN/inf -> None (strict JSON), numpy scalars -> Python, recursively."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return atomic_write_text(Path(path), json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_path(path: str | Path) -> Path:
+    """Relative paths are tried from the cwd first, then from the repo root (so the CLIs and tests run from
+    anywhere and find the shipped checkpoints)."""
+    path = Path(path)
+    if path.is_absolute() or path.exists():
+        return path
+    return REPO_ROOT / path if (REPO_ROOT / path).exists() else path
+
+
+def cli_exit_code(work: Callable[[], Any], interrupted: type[BaseException], *, stop_signals: bool = True) -> int:
+    """Run a CLI's work and map what can end it to the exit code a user expects: 0 done; 130 after Ctrl-C or
+    SIGTERM (the stage's ``interrupted`` exception says what was kept); 2 with one line for a bad argument or
+    a missing file (never a traceback for a user's mistake)."""
+    try:
+        if stop_signals:
+            with sigterm_as_interrupt():  # `kill PID` stops like Ctrl-C
+                work()
+        else:
+            work()
+    except interrupted as e:
+        print(f"\n{e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before the stage could say what it kept (e.g. while loading)
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,187 @@
+"""What train.py is asked to do (TrainArgs, one flag per field), its checks, and the arguments whose
+defaults come from the dataset's env or from a checkpoint (--init)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agent.data.dataset import dataset_env, open_datasets
+from policies.nac import MODES as NAC_MODES
+from policies.policy import PolicyConfig, read_checkpoint
+
+HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
+LOSSES = ("huber", "mse")
+LOADING = ("auto", "memory", "lazy")
+
+
+@dataclass
+class TrainArgs:
+    """Behaviour-cloning arguments (CleanRL style: one typed dataclass, one flag per field)."""
+
+    data: str | list[str] = "data/carracing_continuous"  # dataset folder written by collect.py; several (--data A B C, e.g. collection shards) train as one dataset, the episodes `python -m agent.data.merge` would write
+    policy: str = "nac-focus"  # sequence core(s) after the CNN, comma separated; several train one after another on the same data and print a comparison table. Names: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)
+    out: str | None = None  # run folder (default: runs/train/<core>, several cores joined by _)
+    window: int = 8  # frames per window
+    frame_stride: int = 0  # steps between window frames; 0 = the env's own (carracing 3: 8 frames span 0.42 s at 50 Hz)
+    epochs: int = 15  # passes over the training episodes
+    batch_size: int = 64  # windows per optimizer step (256 gave ~4x fewer steps and a worse policy)
+    segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
+    lr: float = 1e-3  # peak AdamW learning rate
+    weight_decay: float = 1e-4  # AdamW weight decay
+    warmup: float = 0.05  # fraction of the optimizer steps spent warming up, then cosine decay to 5%
+    grad_clip: float = 1.0  # clip the gradient norm to this
+    seed: int = 1  # seed of the weights, batches and augmentations (and of the split, unless --split-seed)
+    split_seed: int | None = None  # seed of the split by episode (default: --seed); fix it to compare --seed runs
+    resume: bool = False  # continue the run in --out from its last.pt, with the arguments it started with
+    init: str | None = None  # start from this checkpoint's weights and architecture (fine-tuning, e.g. a DAgger round from the previous round's best.pt); --core and the architecture flags are then taken from it
+    overwrite: bool = False  # allow starting a fresh run in a folder that holds one
+    folds: int = 0  # >= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split
+    val_fraction: float = 0.2  # fraction of the episodes held out for validation (without --folds)
+    head: str = "auto"  # auto (from the dataset) | continuous | discrete | steer (steering only)
+    loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
+    class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
+    augment: bool = True  # camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see agent/training/augment.py)
+    side_correction: float = 0.2  # first-person: train on left/right cameras too, steering + / - this (0 = center only)
+    flip: bool = True  # first-person: mirror half of the segments and negate their steering
+    shift_steer: float = 0.002  # first-person: shift up to 50 camera px sideways, steering += this per px (0 = off)
+    shadows: bool = True  # first-person: darken a random slanted region of the frame (tree and building shadows)
+    crop: str = "auto"  # rows of the camera frame kept, "top:bottom" | none | auto (the env's: udacity 60:135)
+    color: str = "auto"  # rgb | yuv | auto (the env's: udacity yuv, carracing rgb)
+    encoder: str = "auto"  # auto (the env's own) | carracing (paper CNN) | pilotnet
+    image_size: str | None = None  # encoder input "HxW"; default: the env's (udacity 66x200), else the (cropped) frame
+    feature_dim: int = 64  # per-frame CNN embedding size
+    d_model: int = 64  # nac / mha width
+    heads: int = 16  # nac heads (mha uses 4)
+    topk: int = 8  # nac: keys each query attends to (top-k)
+    sparsity: float = 0.5  # nac: fraction of the wiring's connections removed (AutoNCP)
+    nac_mode: str = "exact"  # exact | euler | steady (for plain "nac")
+    hidden: int = 64  # lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)
+    device: str = "auto"  # auto (cuda if available) | cpu | cuda
+    threads: int = 0  # torch CPU threads (per process under torchrun); 0 = auto: 2, or 1 when the machine is already busy (under torchrun: the machine's cores shared among its processes)
+    data_loading: str = "auto"  # where the prepared frames live: memory | lazy (prepared once into an uncompressed cache, DATA/.cache, and read per batch: memory stays bounded, results are identical) | auto (lazy when they would take over 40% of the free memory, or when torchrun runs several processes on the machine)
+    log_every: int = 10  # optimizer steps between TensorBoard scalars
+    progress: bool = True  # progress bars on stderr when it is a terminal (log files get the per-epoch lines only)
+
+
+def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """A policy name -> (core, the options the name sets); the grammar lives in policies.cores.parse_core_name."""
+    from policies.cores import parse_core_name
+
+    return parse_core_name(spec)
+
+
+def check_args(a: TrainArgs) -> list[str]:
+    """Validate at the boundary; returns the list of policy specs."""
+    specs = [s.strip() for s in a.policy.split(",") if s.strip()]
+    if not specs:
+        raise ValueError(f"--core needs at least one name, got {a.policy!r}")
+    if len(set(specs)) != len(specs):
+        raise ValueError(f"--core lists a name twice: {a.policy!r}")
+    for s in specs:
+        parse_policy_spec(s)
+    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "feature_dim", "d_model",
+                 "heads", "topk", "hidden", "threads", "log_every"):
+        if getattr(a, name) < (0 if name in ("threads", "frame_stride") else 1):
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.folds == 1 or a.folds < 0:
+        raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
+    if not 0.0 < a.val_fraction < 1.0:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {a.val_fraction}")
+    if not (a.lr > 0 and a.weight_decay >= 0 and 0 <= a.warmup < 1 and a.grad_clip > 0):
+        raise ValueError("--lr and --grad-clip must be > 0, --weight-decay >= 0, --warmup in [0, 1)")
+    if a.head not in HEAD_CHOICES:
+        raise ValueError(f"--head must be one of {', '.join(HEAD_CHOICES)}, got {a.head!r}")
+    if a.loss not in LOSSES:
+        raise ValueError(f"--loss must be one of {', '.join(LOSSES)}, got {a.loss!r}")
+    if a.nac_mode not in NAC_MODES:
+        raise ValueError(f"--nac-mode must be one of {', '.join(NAC_MODES)}, got {a.nac_mode!r}")
+    if a.init is not None:
+        if len(specs) > 1 or a.folds:
+            raise ValueError("--init fine-tunes one checkpoint: it takes one --core and no --folds")
+        read_checkpoint(a.init)  # a missing or foreign file is refused here, before any data is read
+    if a.data_loading not in LOADING:
+        raise ValueError(f"--data-loading must be one of {', '.join(LOADING)}, got {a.data_loading!r}")
+    if not data_paths(a.data):
+        raise ValueError("--data needs at least one dataset folder")
+    if a.device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda, got {a.device!r}")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but CUDA is not available")
+    if a.image_size is not None:
+        parse_image_size(a.image_size)
+    if a.crop != "auto":
+        parse_crop(a.crop)
+    if a.color not in ("auto", "rgb", "yuv"):
+        raise ValueError(f"--color must be auto, rgb or yuv, got {a.color!r}")
+    if not (0 <= a.side_correction <= 1 and 0 <= a.shift_steer <= 0.02):
+        raise ValueError("--side-correction must be in [0, 1] and --shift-steer in [0, 0.02] (steering per pixel)")
+    return specs
+
+
+def parse_image_size(text: str) -> list[int]:
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+        assert h > 0 and w > 0
+    except (ValueError, AssertionError):
+        raise ValueError(f"--image-size must look like 96x96 (height x width), got {text!r}") from None
+    return [h, w]
+
+
+def core_options(a: TrainArgs, spec: str) -> tuple[str, dict[str, Any]]:
+    """(core, its options) for a policy name: policies.cores.policy_core_options with this run's settings.
+
+    ``--hidden`` overrides the recurrent/MLP width only when it differs from its default; otherwise every
+    core is ``--d-model`` wide (an explicit ``--hidden`` equal to the default reads as "not given")."""
+    from policies.cores import policy_core_options
+
+    default_hidden = next(f.default for f in fields(TrainArgs) if f.name == "hidden")
+    return policy_core_options(spec, d_model=a.d_model, heads=a.heads, topk=a.topk, sparsity=a.sparsity,
+                               nac_mode=a.nac_mode, hidden=None if a.hidden == default_hidden else a.hidden,
+                               seed=22222 + a.seed)
+
+
+def parse_crop(text: str | None) -> list[int] | None:
+    """``--crop 60:135`` -> [60, 135] (rows kept); ``none`` -> None."""
+    if text is None or text.lower() == "none":
+        return None
+    try:
+        top, bottom = (int(v) for v in text.split(":"))
+        assert 0 <= top < bottom
+    except (ValueError, AssertionError):
+        raise ValueError(f"--crop must look like 60:135 (first and one-past-last row kept), none or auto; got {text!r}") from None
+    return [top, bottom]
+
+
+def init_architecture(a: TrainArgs) -> TrainArgs:
+    """--init: the arguments that shape the policy and its input come from the checkpoint, not the flags."""
+    payload = read_checkpoint(a.init)
+    c = PolicyConfig.from_dict(payload["config"])
+    label = (payload.get("metadata") or {}).get("policy") or c.core
+    return replace(a, policy=str(label), window=c.window, frame_stride=c.frame_stride, encoder=c.encoder,
+                   feature_dim=c.feature_dim, image_size=f"{c.image_size[0]}x{c.image_size[1]}",
+                   crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color)
+
+
+def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
+    """Fill the arguments whose default depends on the dataset's env (encoder, frame stride)."""
+    if a.encoder != "auto" and a.frame_stride:
+        return a
+    dataset = open_datasets(a.data)
+    env = dataset_env(dataset.card, dataset.episodes)
+    return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
+                   frame_stride=a.frame_stride or env.default_frame_stride)
+
+
+def default_out(a: TrainArgs) -> str:
+    return str(Path("runs/train") / a.policy.replace(",", "_"))
+
+
+def data_paths(data: str | list[str]) -> list[str]:
+    return [data] if isinstance(data, str) else list(data)
+
+
+def data_label(data: str | list[str]) -> str:
+    return " + ".join(data_paths(data))

@@ -1,0 +1,202 @@
+"""The training data: every episode once, frames prepared for the encoder, in memory or read lazily.
+
+Frames: each episode's frames are prepared once at load time (``policies.policy.prepare_frames``: the
+rows ``--crop`` keeps, then an area resize to the encoder input), so memory holds encoder-sized frames;
+the colour space (``--color``, YUV for PilotNet) is applied on the float batch, after augmentation.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_env, open_datasets
+from agent.data.frames import FrameFile
+from agent.runtime import show_progress
+from agent.training.config import TrainArgs, parse_crop, parse_image_size
+from agent.training.distributed import SINGLE, World, barrier
+from envs.registry import EnvSpec
+from policies.policy import prepare_frames
+
+LAZY_MEMORY_FRACTION = 0.4  # --data-loading auto: lazy when the prepared frames would exceed this share of the free memory
+
+
+@dataclass
+class Data:
+    """Every episode once, its frames already cropped and resized to the encoder's input (so a batch is an
+    index gather, and three 160x320 cameras fit in memory), plus what the split needs. The frames are arrays
+    in memory, or (``--data-loading lazy``) ``FrameFile``s that read a batch's rows from the prepared cache:
+    both answer ``len`` and ``[a:b]``, so nothing downstream tells them apart."""
+
+    frames: list[np.ndarray | FrameFile]  # per episode: uint8 [T, h, w, 3], the main (center) camera
+    side_frames: dict[str, list[np.ndarray | FrameFile]]  # "left"/"right" -> per episode, when the dataset has side cameras
+    times: list[np.ndarray]  # per episode: float64 [T] seconds
+    targets: list[np.ndarray]  # per episode: the expert's labels
+    env: EnvSpec
+    action_names: list[str]  # continuous: the names of the target's columns
+    action_space: str
+    frame_period: float
+    image_size: list[int]  # of the frames held here (= the encoder input)
+    crop: list[int] | None  # rows of the camera frame kept before the resize
+    camera_width: int  # of the recorded frames (the shift augmentation is defined in camera pixels)
+    num_episodes: int
+    lazy: bool = False  # frames read per batch from the prepared cache (--data-loading)
+
+
+def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> Data:
+    """The dataset's episodes, frames prepared for the encoder, in memory or (lazy) as cache files; under
+    torchrun the ranks of a machine prepare the cache together, each a share of the episodes."""
+    dataset = open_datasets(a.data)
+    env = dataset_env(dataset.card, dataset.episodes)
+    spaces = {m.get("action_space") for m in dataset.episodes} | ({dataset.card["action_space"]}
+                                                                   if "action_space" in dataset.card else set())
+    spaces.discard(None)
+    if len(spaces) > 1:
+        raise ValueError(f"dataset {a.data!r} mixes action spaces {sorted(spaces)}")
+    crop = parse_crop(a.crop) if a.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
+    size = parse_image_size(a.image_size) if a.image_size else encoder_size(env, crop, dataset.array_shape(0, "frames"))
+    sides = [s for s in ("left", "right") if a.side_correction > 0 and env.first_person]
+    frames, times, targets = [], [], []
+    camera_width = 0
+    side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in sides}
+    lazy = use_lazy_loading(a, dataset, size, sides, world)
+    if lazy:
+        cache = lazy_cache(dataset, crop, size, out)
+        if world.active:  # the ranks of a machine prepare their share of the cache, then all read all of it
+            for i in range(world.local_rank, len(dataset), world.local_size):
+                for name in ["frames", *[f"frames_{s}" for s in sides if f"frames_{s}" in dataset.array_names(i)]]:
+                    cache(i, name)
+            barrier(world)
+    for i in tqdm(range(len(dataset)), desc="preparing frames" if lazy else "loading episodes", unit="ep",
+                  leave=False, disable=len(dataset) < 4 or not show_progress(a.progress) or not world.main):
+        if lazy:  # the labels and times only; the frames stay on disk
+            names = dataset.array_names(i)
+            if "expert_action" not in names:
+                raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(names)}")
+            arrays = dataset.load(i, keys=["time", "expert_action"])
+            frame_shape = dataset.array_shape(i, "frames")
+        else:
+            arrays = dataset.load(i)
+            if "expert_action" not in arrays:
+                raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(arrays)}")
+            names, frame_shape = list(arrays), arrays["frames"].shape
+        camera_width = frame_shape[2]
+        frames.append(cache(i, "frames") if lazy else prepare_frames(arrays["frames"], crop, size))
+        for s in list(side_frames):
+            if f"frames_{s}" not in names:  # a dataset without side cameras: train on the center one
+                side_frames.pop(s)
+                continue
+            side_frames[s].append(cache(i, f"frames_{s}") if lazy else prepare_frames(arrays[f"frames_{s}"], crop, size))
+        times.append(arrays["time"].astype(np.float64))
+        targets.append(arrays["expert_action"])
+    if len(side_frames) == 1:  # one side camera alone would bias the steering: use both or none
+        side_frames = {}
+    first_target = targets[0]
+    action_space = spaces.pop() if spaces else ("discrete" if first_target.ndim == 1 else "continuous")
+    diffs = np.concatenate([np.diff(t) for t in times if len(t) > 1] or [np.array([env.dt])])
+    frame_period = float(np.median(diffs)) if np.median(diffs) > 0 else env.dt
+    names = list(dataset.card.get("action_names") or env.action_names.get(action_space, ()))
+    if action_space == "continuous" and first_target.shape[-1] != len(names):
+        raise ValueError(f"dataset {a.data!r}: labels have {first_target.shape[-1]} columns but the env's action has "
+                         f"{len(names)} ({names})")
+    return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
+                camera_width, len(dataset), lazy)
+
+
+def encoder_size(env: EnvSpec, crop: list[int] | None, frame_shape: tuple[int, ...]) -> list[int]:
+    """The encoder input [h, w] when --image-size is not given: the env's, else the (cropped) camera frame."""
+    h, w = frame_shape[1:3]
+    return list(env.default_image_size) if env.default_image_size else [
+        (crop[1] if crop else h) - (crop[0] if crop else 0), w]
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the kernel could give without swapping (Linux MemAvailable), None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def use_lazy_loading(a: TrainArgs, dataset: DemoDataset, size: list[int], sides: list[str], world: World) -> bool:
+    """--data-loading: memory and lazy give the same numbers, so auto only weighs memory: lazy when the
+    prepared frames would take more than LAZY_MEMORY_FRACTION of the free memory, or when several ranks share
+    the machine (each would hold its own copy; lazy reads go through the one shared page cache)."""
+    if a.data_loading != "auto":
+        return a.data_loading == "lazy"
+    if world.local_size > 1:
+        return True
+    h, w = size
+    names = dataset.array_names(0)
+    cameras = 1 + sum(f"frames_{s}" in names for s in sides)
+    need = dataset.num_steps * h * w * 3 * cameras
+    free = available_memory()
+    lazy = free is not None and need > LAZY_MEMORY_FRACTION * free
+    if lazy and world.main:
+        tqdm.write(f"the prepared frames would take {need / 1e9:.1f} GB of {free / 1e9:.1f} GB free memory: reading them "
+                   f"per batch from a cache on disk (--data-loading memory to keep them in memory)")
+    return lazy
+
+
+def lazy_cache(dataset: DemoDataset, crop: list[int] | None, size: list[int], out: Path | None):
+    """``cache(i, name)`` -> episode i's camera ``name`` as a FrameFile over its prepared cache file (made on
+    first use). The cache sits in the dataset folder (DATA/.cache, shared by every run with the same crop and
+    size), or in the run folder when the dataset's is read-only."""
+    tag = f"prepared_{'crop%d-%d_' % tuple(crop) if crop else ''}{size[0]}x{size[1]}"
+
+    def cache(i: int, name: str) -> FrameFile:
+        root = dataset.paths[i].parent.parent
+        writable = os.access(root, os.W_OK) and (not (root / CACHE_DIR).exists() or os.access(root / CACHE_DIR, os.W_OK))
+        cache_root = None if writable or out is None else out / CACHE_DIR
+        return dataset.prepared(i, name, tag, lambda f: prepare_frames(f, crop, size), cache_root)
+
+    return cache
+
+
+def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
+    """``--data`` may be a folder as the real Udacity simulator records it (``driving_log.csv`` + ``IMG/``):
+    it is imported once into ``OUT/imported_data`` (JPEG bytes kept as recorded) and trained from there, so
+    ``--resume`` and later runs read the same dataset."""
+    from agent.udacity.recordings import CSV_NAME, import_udacity
+
+    if isinstance(a.data, list):
+        recordings = [d for d in a.data if (Path(d) / CSV_NAME).is_file() and not (Path(d) / "dataset.json").is_file()]
+        if recordings:
+            raise ValueError(f"{recordings[0]!r} is a Udacity simulator recording; several --data folders must be "
+                             f"datasets: import it first (python -m agent.udacity.recordings import ...)")
+        return a
+    data = Path(a.data)
+    if not (data / CSV_NAME).is_file() or (data / "dataset.json").is_file():
+        return a
+    target = out / "imported_data"
+    if not (target / "dataset.json").is_file():
+        tqdm.write(f"{data} is a Udacity simulator recording: importing it into {target}")
+        import_udacity(data, target)
+    return replace(a, data=str(target))
+
+
+def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:
+    """(head, continuous action names, target columns) for --head and the dataset's action space."""
+    head = a.head if a.head != "auto" else data.action_space
+    if head == "discrete":
+        if data.action_space != "discrete":
+            raise ValueError(f"--head discrete needs a discrete dataset; {a.data!r} is {data.action_space}")
+        return "discrete", None, None
+    if data.action_space == "discrete":
+        raise ValueError(f"--head {head} needs continuous actions; {a.data!r} holds discrete actions")
+    names = data.action_names
+    if head == "steer":
+        return "continuous", names[:1], slice(0, 1)
+    return "continuous", names, slice(0, len(names))
+
+
+def episode_targets(data: Data, e: int, cols: slice | None) -> np.ndarray:
+    t = data.targets[e]
+    return t if cols is None else t[:, cols].astype(np.float32)

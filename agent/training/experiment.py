@@ -1,0 +1,163 @@
+"""The whole train.py command: one or several cores, one split or k folds, one process or a torchrun group;
+a summary line per core and, for several, a comparison table (comparison.md / .json)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent.data.dataset import open_datasets
+from agent.runtime import write_json_atomic
+from agent.training import distributed
+from agent.training.config import (
+    TrainArgs,
+    check_args,
+    data_label,
+    default_out,
+    init_architecture,
+    resolve_env_defaults,
+)
+from agent.training.data import load_data, resolve_head, use_recording
+from agent.training.distributed import barrier, device_for
+from agent.training.loop import train_run
+from agent.training.windows import kfold_episodes, split_episodes
+
+SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae",
+                "attn_entropy", "attn_entropy_norm", "attn_max_weight")  # attn_*: log_nac_internals
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and std (over folds) of the best-epoch validation metrics and the costs."""
+    out: dict[str, Any] = {"policy": runs[0]["policy"], "runs": len(runs),
+                           "param_count": runs[0]["param_count"]}
+    for key in SUMMARY_KEYS + ("train_time_s", "samples_per_sec"):
+        values = [r["best"][key] if key in r["best"] else r.get(key) for r in runs]
+        if all(v is not None for v in values):
+            out[key] = {"mean": float(np.mean(values)), "std": float(np.std(values)), "values": values}
+    return out
+
+
+def fmt(stat: dict[str, Any] | None, digits: int = 4) -> str:
+    if stat is None:
+        return "-"
+    if len(stat["values"]) == 1:
+        return f"{stat['mean']:.{digits}f}"
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def comparison_table(summaries: list[dict[str, Any]]) -> str:
+    """Markdown table, one row per policy: its block structure (attention cores), the best-epoch validation
+    metrics, the attention statistics where the run recorded them, parameters and cost."""
+    from policies.cores import block_of
+
+    keys = [k for k in SUMMARY_KEYS if any(k in s for s in summaries)]
+    header = ["policy", "block"] + keys + ["params", "train time (s)", "samples/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for s in summaries:
+        try:
+            block = block_of(s["policy"]) or "-"
+        except ValueError:  # a name this version no longer parses (an old comparison.json)
+            block = "?"
+        row = [s["policy"], block] + [fmt(s.get(k), 3 if k.startswith("attn_") else 4) for k in keys] + [
+            f"{s['param_count']:,}", fmt(s.get("train_time_s"), 0), fmt(s.get("samples_per_sec"), 0)]
+        lines.append("| " + " | ".join(row) + " |")
+    if any(k.startswith("attn_") for k in keys):
+        lines.append("\nattn_*: attention of the attention cores on 128 validation windows (mean over heads and the "
+                     "queries with >= 2 visible keys); uniform attention has attn_entropy_norm 1.000 and "
+                     "attn_max_weight = the mean of 1/(visible keys), 0.245 for 8 causal frames.")
+    return "\n".join(lines) + "\n"
+
+
+def auto_threads(processes: int = 1) -> int:
+    """2 threads on an idle 2-core machine; 1 when other jobs already load it (measured: with a load
+    average of ~5 on 2 cores, 1 thread trains ~1.9x faster than 2, which wait on each other). Under
+    torchrun the ``processes`` of a machine share its cores."""
+    cores = (os.cpu_count() or 1) // max(1, processes)
+    try:
+        busy = os.getloadavg()[0] >= cores - 0.5
+    except OSError:
+        busy = False
+    return 1 if busy or cores < 2 else 2
+
+
+def run(a: TrainArgs) -> dict[str, Any]:
+    """The whole command: one or several policies, one split or k folds. Returns the summaries.
+
+    Under torchrun (agent.training.distributed) every rank runs this: the checks and the data on each, one process
+    group around the training runs, the files written by rank 0."""
+    specs = check_args(a)
+    out = Path(a.out or default_out(a))
+    a.out = str(out)
+    args_path = out / "args.json"
+    if a.resume and a.overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    if a.resume:
+        if not args_path.exists():
+            raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
+        saved = json.loads(args_path.read_text())
+        keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads, "progress": a.progress,
+                "data_loading": a.data_loading}
+        a = TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
+        specs = check_args(a)
+    elif args_path.exists() and not a.overwrite:
+        open_datasets(a.data)  # a mistyped --data is the likelier mistake: say that first
+        raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
+                         f"start again, or another --out")
+    world = distributed.from_env()
+    device = device_for(a.device, world)
+    with distributed.joined(world, device) as world:
+        barrier(world)  # every rank has read and checked the folder before rank 0 writes into it
+        torch.set_num_threads(a.threads or auto_threads(world.local_size))
+        if world.main:  # a raw recording is imported once, by rank 0; the others then read the import
+            a = use_recording(a, out)
+        barrier(world)
+        if not world.main:
+            a = use_recording(a, out)
+        if a.init is not None and not a.resume:
+            a = init_architecture(a)
+        a = resolve_env_defaults(a)
+        data = load_data(a, world, out)
+        resolve_head(a, data)  # fail early on a head the data cannot feed
+        if a.folds:
+            splits = kfold_episodes(data.num_episodes, a.folds, a.seed if a.split_seed is None else a.split_seed)
+        else:
+            splits = [split_episodes(data.num_episodes, a.val_fraction, a.seed if a.split_seed is None else a.split_seed)]
+        if world.main:
+            out.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(args_path, asdict(a))
+
+        summaries = []
+        for spec in specs:
+            spec_dir = out / spec if len(specs) > 1 else out
+            runs = []
+            for k, (train_eps, val_eps) in enumerate(splits):
+                run_dir = spec_dir / f"fold_{k}" if a.folds else spec_dir
+                desc = f"{spec} fold {k + 1}/{a.folds}" if a.folds else spec
+                runs.append(train_run(a, spec, data, train_eps, val_eps, run_dir, desc, world, device))
+            summary = summarize(runs)
+            summaries.append(summary)
+            if a.folds and world.main:
+                write_json_atomic(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
+            if world.main:
+                print(one_line(summary, runs, a))
+        if (len(specs) > 1 or a.folds) and world.main:
+            table = comparison_table(summaries)
+            (out / "comparison.md").write_text(
+                f"Behaviour cloning on `{data_label(a.data)}` (seed {a.seed}, window {a.window}, stride {a.frame_stride}, "
+                f"{a.epochs} epochs{f', {a.folds} folds' if a.folds else ''}); validation metrics at the best epoch.\n\n"
+                + table)
+            write_json_atomic(out / "comparison.json", {"args": asdict(a), "summaries": summaries})
+            print("\n" + table)
+    return {"out": str(out), "summaries": summaries}
+
+
+def one_line(summary: dict[str, Any], runs: list[dict[str, Any]], a: TrainArgs) -> str:
+    metrics = " ".join(f"{k} {fmt(summary[k])}" for k in SUMMARY_KEYS if k in summary)
+    where = runs[0]["run_dir"] + "/best.pt" if len(runs) == 1 else f"{len(runs)} folds"
+    return (f"{summary['policy']}: {metrics} | {summary['param_count']:,} params | "
+            f"{fmt(summary['train_time_s'], 0)} s | {fmt(summary['samples_per_sec'], 0)} samples/s -> {where}")

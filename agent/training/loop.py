@@ -1,0 +1,449 @@
+"""One behaviour-cloning run: train a DrivingPolicy on recorded demonstrations into one output folder.
+
+One run = one output folder (LeRobot style): ``best.pt`` (lowest validation loss), ``last.pt`` (the
+latest state, with optimizer/scheduler/RNG so ``--resume`` continues it), ``metrics.json``, ``args.json``
+and the TensorBoard event file. Several policies (``--policy nac,lstm``) or folds (``--folds 5``)
+make one sub-folder per run and a comparison table (``comparison.md`` / ``.json``).
+
+Split: by episode (``windows.split_episodes`` / ``windows.kfold_episodes``), never by frame.
+Targets: ``expert_action``. Continuous heads regress targets normalised with the training split's
+mean/std (stored in the checkpoint), MSE (or Huber) loss; discrete heads use cross-entropy,
+optionally weighted by inverse class frequency.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from agent.runtime import raise_if_stopped, show_progress, write_json_atomic
+from agent.training import distributed
+from agent.training.augment import augment, augment_first_person
+from agent.training.config import TrainArgs, core_options
+from agent.training.data import Data, episode_targets, resolve_head
+from agent.training.diagnostics import log_nac_internals
+from agent.training.distributed import SINGLE, World, device_for, gather, step_seed
+from agent.training.windows import batch_plan, gather_segments
+from policies.policy import (
+    DrivingPolicy,
+    PolicyConfig,
+    frames_to_float,
+    policy_from_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
+
+
+def initial_policy(path: str, data: Data, head: str, names: list[str] | None) -> DrivingPolicy:
+    """--init: the checkpoint's policy, checked to drive this dataset's env and predict its actions (its frame
+    size and crop already shaped the data: init_architecture). Its target normalisation is kept: the weights
+    were trained against it."""
+    policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
+    c = policy.config
+    expected = {"env": data.env.gym_id, "head": head}
+    if head == "continuous":
+        expected["action_names"] = list(names or [])
+    got = {"env": c.env, "head": c.head, "action_names": list(c.action_names)}
+    wrong = [f"{k} {got[k]!r} (the data needs {v!r})" for k, v in expected.items() if got[k] != v]
+    if wrong:
+        raise ValueError(f"--init {path!r} cannot be fine-tuned on this dataset: its " + "; ".join(wrong))
+    return policy
+
+
+def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, a: TrainArgs,
+            class_weight: torch.Tensor | None) -> torch.Tensor:
+    if policy.config.head == "discrete":
+        return F.cross_entropy(raw, target, weight=class_weight)
+    z = policy.normalize_target(target)
+    return F.smooth_l1_loss(raw, z) if a.loss == "huber" else F.mse_loss(raw, z)
+
+
+@torch.no_grad()
+def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArgs, cols: slice | None,
+             class_weight: torch.Tensor | None = None, chunk: int = 256, world: World = SINGLE) -> dict[str, float]:
+    """Loss and metrics over *every* window of ``episodes`` (each episode's frames encoded once). Under
+    torchrun each rank scores its share of the episodes and every rank reduces all of them in episode order:
+    the numbers one process would get."""
+    policy.eval()
+    W, S = policy.config.window, policy.config.frame_stride
+    scored = {}
+    for e in world.part(episodes):
+        losses, outputs, targets = [], [], []
+        n = len(data.frames[e])
+        for start in range(0, n, chunk):
+            frames, _, index, times, target = gather_segments(data, [(e, start, min(start + chunk, n))], W, S, cols)
+            emb = policy.encode(torch.from_numpy(frames)[None])[0]
+            raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(emb.device)],
+                                             torch.from_numpy(times).to(emb.device))
+            target_t = torch.from_numpy(target).to(emb.device)
+            losses.append(loss_fn(policy, raw, target_t, a, class_weight).item() * len(target))
+            outputs.append(policy.postprocess(raw).cpu())
+            targets.append(target_t.cpu())
+        scored[e] = (losses, outputs, targets)
+    if world.active:
+        scored = {e: v for part in gather(world, scored) for e, v in part.items()}
+    losses = [x for e in episodes for x in scored[e][0]]
+    out, tgt = torch.cat([x for e in episodes for x in scored[e][1]]), torch.cat([x for e in episodes for x in scored[e][2]])
+    metrics = {"val_loss": sum(losses) / len(tgt), "val_windows": len(tgt)}
+    if policy.config.head == "discrete":
+        metrics["val_accuracy"] = (out.argmax(-1) == tgt).float().mean().item()
+    else:
+        low = torch.tensor(policy.config.action_low)
+        high = torch.tensor(policy.config.action_high)
+        err = out.clamp(low, high) - tgt  # judged as the env would see it: clipped
+        metrics["val_mae"] = err.abs().mean().item()
+        metrics["val_mse"] = err.pow(2).mean().item()
+        for i, name in enumerate(policy.config.action_names):
+            metrics[f"val_{name}_mae"] = err[:, i].abs().mean().item()
+    return metrics
+
+
+class Interrupted(Exception):
+    """Ctrl-C during training; last.pt holds the state at the interruption."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state()[1].tolist(),
+             "numpy_pos": int(np.random.get_state()[2]), "python": list(random.getstate()[1])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(("MT19937", np.array(state["numpy"], dtype=np.uint32), state["numpy_pos"], 0, 0.0))
+    random.setstate((3, tuple(state["python"]), None))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def make_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup, then cosine decay to 5% of the peak learning rate."""
+    warm = max(1, int(warmup * total_steps))
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        progress = min(1.0, (step - warm) / max(1, total_steps - warm))
+        return 0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_optimizer(policy: DrivingPolicy, a: TrainArgs) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices/kernels only (not biases, norms or positions)."""
+    decay = [p for n, p in policy.named_parameters() if p.dim() >= 2 and not n.endswith("pos")]
+    rest = [p for n, p in policy.named_parameters() if not (p.dim() >= 2 and not n.endswith("pos"))]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=a.lr)
+
+
+class WindowsForward(torch.nn.Module):
+    """The training forward as one module: a batch's frames -> embeddings -> each window's head output.
+    DistributedDataParallel synchronises gradients of what runs through a module's forward(), so under
+    torchrun this is what it wraps; a single process calls it as it is."""
+
+    def __init__(self, policy: DrivingPolicy):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
+        emb = self.policy.encode(x[None])[0]
+        return self.policy.raw_from_embeddings(emb[index], times)
+
+
+class _NoWriter:
+    """TensorBoard for ranks other than 0: they compute the same scalars and write none."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps: list[int], run_dir: Path,
+              desc: str = "", world: World = SINGLE, device: torch.device | None = None) -> dict[str, Any]:
+    """Train one policy on one split into ``run_dir``; returns its metrics (also written to metrics.json).
+
+    Under torchrun every rank runs this with the same arguments: each step's segments are shared out among
+    the ranks (agent.training.distributed), gradients are averaged by DistributedDataParallel, validation is
+    scored by all and reduced in episode order, and rank 0 alone writes checkpoints, TensorBoard and metrics.json."""
+    device = device or device_for(a.device, world)
+    head, names, cols = resolve_head(a, data)
+    resumed = open_run_folder(a, run_dir, world)
+    if resumed and resumed["train_state"].get("done"):
+        metrics_path = run_dir / "metrics.json"
+        if metrics_path.exists():
+            if world.main:
+                tqdm.write(f"{desc or spec}: already finished, reusing {metrics_path}")
+            return json.loads(metrics_path.read_text())
+    trainer = Trainer(a, spec, data, (train_eps, val_eps), run_dir, desc or spec, world, device, (head, names, cols),
+                      resumed)
+    return trainer.fit()
+
+
+def open_run_folder(a: TrainArgs, run_dir: Path, world: World) -> dict[str, Any] | None:
+    """The checkpoint to resume from (--resume), None for a fresh run; refuses to overwrite a run by accident."""
+    last_path = run_dir / "last.pt"
+    if last_path.exists() and a.resume:
+        resumed = read_checkpoint(last_path)
+        if "train_state" not in resumed:
+            raise ValueError(f"{str(last_path)!r} has no training state to resume from")
+        return resumed
+    if last_path.exists() and not a.overwrite:
+        raise ValueError(f"{str(run_dir)!r} already holds a run (last.pt); pass --resume to continue it, "
+                         f"--overwrite to start again, or another --out")
+    if a.overwrite and world.main:  # a fresh start: old event files would mix two runs in TensorBoard
+        for old in run_dir.glob("events.out.tfevents.*"):
+            old.unlink()
+    return None
+
+
+def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str] | None,
+                 train_targets: np.ndarray, resumed: dict[str, Any] | None, where: Path) -> DrivingPolicy:
+    """The policy to train: the resumed one, the --init checkpoint's, or a new one whose continuous targets are
+    normalised with the training split's statistics."""
+    if resumed:
+        return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
+    if a.init is not None:
+        return initial_policy(a.init, data, head, names)
+    core, options = core_options(a, spec)
+    extra: dict[str, Any] = {}
+    if head == "continuous":
+        extra = {"target_mean": train_targets.mean(0).astype(float).tolist(),
+                 "target_std": np.maximum(train_targets.std(0), 1e-2).astype(float).tolist()}
+    config = PolicyConfig.for_actions(
+        head, names, encoder=a.encoder, feature_dim=a.feature_dim, core=core, core_options=options,
+        window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period,
+        image_size=data.image_size, crop=data.crop,
+        color=a.color if a.color != "auto" else data.env.default_color,
+        action_space=data.action_space, env=data.env.gym_id, **extra)
+    return DrivingPolicy(config)
+
+
+def inverse_frequency_weights(targets: np.ndarray, device: torch.device) -> torch.Tensor:
+    """--class-weights: cross-entropy weights of the discrete actions, inverse to their frequency."""
+    counts = np.bincount(targets, minlength=5).astype(np.float64)
+    w = np.where(counts > 0, counts.sum() / np.maximum(counts, 1) / (counts > 0).sum(), 0.0)
+    return torch.tensor(w, dtype=torch.float32, device=device)
+
+
+class Trainer:
+    """One run's moving parts (policy, optimizer, schedule, TensorBoard, the resumable ``state``) and its steps:
+    ``fit`` = the untrained score, then epochs of optimizer steps, each epoch validated and checkpointed."""
+
+    def __init__(self, a: TrainArgs, spec: str, data: Data, split: tuple[list[int], list[int]], run_dir: Path,
+                 desc: str, world: World, device: torch.device, head: tuple[str, list[str] | None, slice | None],
+                 resumed: dict[str, Any] | None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.a, self.spec, self.data, self.run_dir, self.desc, self.world, self.device = (
+            a, spec, data, run_dir, desc, world, device)
+        self.train_eps, self.val_eps = split
+        head_kind, names, self.cols = head
+        self.resumed = resumed
+        self.last_path, self.best_path = run_dir / "last.pt", run_dir / "best.pt"
+        seed_everything(a.seed)
+        train_targets = np.concatenate([episode_targets(data, e, self.cols) for e in self.train_eps])
+        self.policy = build_policy(a, spec, data, head_kind, names, train_targets, resumed, self.last_path)
+        self.policy.to(device)
+        self.class_weight = (inverse_frequency_weights(train_targets, device)
+                             if head_kind == "discrete" and a.class_weights else None)
+        self.lengths = {e: len(data.frames[e]) for e in self.train_eps}
+        steps_per_epoch = len(batch_plan(self.lengths, a, 0))
+        self.optimizer = make_optimizer(self.policy, a)
+        self.scheduler = make_schedule(self.optimizer, a.epochs * steps_per_epoch, a.warmup)
+        self.state = {"epoch": 0, "batch": 0, "global_step": 0, "best_val_loss": math.inf, "best_epoch": -1,
+                      "history": [], "initial_val": {}, "train_time": 0.0, "train_samples": 0, "epoch_loss_sum": 0.0,
+                      "epoch_samples": 0}
+        if resumed:
+            self.restore(resumed["train_state"])
+        self.metadata = {"data": a.data, "policy": spec, "train_episodes": self.train_eps, "val_episodes": self.val_eps,
+                         "args": asdict(a)}
+        if world.main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = SummaryWriter(str(run_dir)) if world.main else _NoWriter()
+        if not resumed:
+            self.writer.add_text("config", "```\n" + json.dumps({"args": asdict(a), "policy": self.policy.config.to_dict()},
+                                                              indent=2) + "\n```")
+        self.forward: torch.nn.Module = WindowsForward(self.policy)
+        if world.active:  # also makes every rank start from rank 0's weights
+            self.forward = DistributedDataParallel(self.forward, device_ids=[device.index] if device.type == "cuda" else None,
+                                                   forward_sync_buffers=False)
+        self.batch_rng: dict[str, Any] | None = None  # the RNG as the running batch began (replayed on resume)
+
+    def restore(self, ts: dict[str, Any]) -> None:
+        """Continue a run from its last.pt: optimizer, schedule, counters and RNG as they were."""
+        self.optimizer.load_state_dict(ts["optimizer"])
+        self.scheduler.load_state_dict(ts["scheduler"])
+        self.state.update({k: ts.get(k, self.state[k]) for k in self.state})
+        set_rng_state(ts["rng"])
+        if self.world.main:
+            tqdm.write(f"{self.desc}: resuming from {self.last_path} at epoch {self.state['epoch'] + 1}, batch "
+                       f"{self.state['batch']}" + (f" on {self.world.size} processes" if self.world.active else ""))
+
+    def save_last(self, done: bool = False, rng: dict[str, Any] | None = None) -> None:
+        if self.world.main:
+            save_checkpoint(self.last_path, self.policy, metadata=self.metadata, train_state={
+                **self.state, "done": done, "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "rng": rng or rng_state()})
+
+    def validate(self) -> dict[str, float]:
+        return evaluate(self.policy, self.data, self.val_eps, self.a, self.cols, self.class_weight, world=self.world)
+
+    def fit(self) -> dict[str, Any]:
+        if not self.resumed:  # the untrained policy's score: the baseline every later epoch is compared with
+            self.state["initial_val"] = self.validate()
+            self.writer.add_scalar("losses/val", self.state["initial_val"]["val_loss"], 0)
+        try:
+            while self.state["epoch"] < self.a.epochs:
+                self.train_epoch()
+                self.end_epoch()
+        except (KeyboardInterrupt, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and not (self.world.active and distributed.is_peer_failure(e)):
+                raise
+            self.stop(e)
+        self.writer.close()
+        return self.final_metrics()
+
+    def train_epoch(self) -> None:
+        """The optimizer steps of the current epoch (from its next batch on, after a resume)."""
+        a, state = self.a, self.state
+        epoch = state["epoch"]
+        plan = batch_plan(self.lengths, a, epoch)
+        self.policy.train()
+        bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{a.epochs}", initial=state["batch"],
+                   leave=False, dynamic_ncols=True, disable=not show_progress(a.progress) or not self.world.main)
+        window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
+        for segments in plan[state["batch"]:]:
+            raise_if_stopped()
+            self.batch_rng = rng_state()  # an interrupted batch is replayed from here on resume
+            n, step_loss, grad_norm = self.train_step(epoch, segments)
+            self.batch_rng = None
+            window_loss, window_n, n_log = window_loss + step_loss * n, window_n + n, n_log + 1
+            bar.update(1)
+            if n_log >= a.log_every:
+                now = time.perf_counter()
+                self.log_scalars(window_loss / window_n, grad_norm, window_n / (now - t_log))
+                bar.set_postfix(loss=f"{window_loss / window_n:.4f}")
+                window_loss, window_n, t_log, n_log = 0.0, 0, now, 0
+        bar.close()
+        if window_n:
+            self.writer.add_scalar("losses/train", window_loss / window_n, state["global_step"])
+
+    def train_step(self, epoch: int, segments: list[tuple[int, int, int]]) -> tuple[int, float, float]:
+        """One optimizer step on the windows of ``segments``; returns (windows, loss, gradient norm)."""
+        a, world, device, state = self.a, self.world, self.device, self.state
+        t0 = time.perf_counter()
+        n = sum(b - s for _, s, b in segments)  # windows in this step, over all ranks
+        share = 1.0
+        if world.active:  # this rank's share of the step; draws seeded by (seed, epoch, batch, rank)
+            torch.manual_seed(step_seed(a.seed, epoch, state["batch"], world.rank))
+            mine = world.part(segments)
+            share = sum(b - s for _, s, b in mine) / n * world.size  # DDP's mean over ranks -> the step's mean
+            segments = mine or segments[:1]  # too few segments for every rank: compute one, weigh it 0
+        x, index, times, target = self.batch(segments)
+        raw = self.forward(x, torch.from_numpy(index).to(device), torch.from_numpy(times).to(device))
+        loss = loss_fn(self.policy, raw, torch.from_numpy(target).to(device), a, self.class_weight)
+        if world.active:
+            loss = loss * share
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        step_loss = distributed.mean(world, loss.detach()).item()  # the whole step's loss, on every rank
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), a.grad_clip).item()
+        self.optimizer.step()
+        self.scheduler.step()
+        state["batch"] += 1
+        state["global_step"] += n
+        state["train_samples"] += n
+        state["train_time"] += time.perf_counter() - t0
+        state["epoch_loss_sum"] += step_loss * n
+        state["epoch_samples"] += n
+        return n, step_loss, grad_norm
+
+    def batch(self, segments: list[tuple[int, int, int]]) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+        """The (augmented) input frames of ``segments``, each window's frame indexes and times, and the targets."""
+        a, data, config = self.a, self.data, self.policy.config
+        if a.augment and data.env.first_person:  # picks a camera per segment, adjusts the targets
+            return augment_first_person(data, segments, a, self.cols, config.color, self.device)
+        frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, self.cols)
+        frames = torch.from_numpy(frames)
+        x = (augment(frames, slices, config.image_size, self.device, config.color) if a.augment
+             else frames_to_float(frames, config.image_size, self.device, config.color))
+        return x, index, times, target
+
+    def log_scalars(self, loss: float, grad_norm: float, samples_per_sec: float) -> None:
+        gs = self.state["global_step"]
+        self.writer.add_scalar("losses/train", loss, gs)
+        self.writer.add_scalar("charts/learning_rate", self.scheduler.get_last_lr()[0], gs)
+        self.writer.add_scalar("charts/grad_norm", grad_norm, gs)
+        self.writer.add_scalar("charts/samples_per_sec", samples_per_sec, gs)
+
+    def end_epoch(self) -> None:
+        """Validate, log, keep the best checkpoint and save last.pt."""
+        state, writer, epoch = self.state, self.writer, self.state["epoch"]
+        train_loss = state["epoch_loss_sum"] / max(1, state["epoch_samples"])
+        val = self.validate()
+        gs = state["global_step"]
+        writer.add_scalar("losses/val", val["val_loss"], gs)
+        writer.add_scalar("losses/train_epoch", train_loss, gs)
+        for k, v in val.items():
+            if k not in ("val_loss", "val_windows"):
+                writer.add_scalar(f"metrics/{k}", v, gs)
+        if self.world.main:  # attention diagnostics: rank 0's TensorBoard and history alone
+            val.update(log_nac_internals(writer, self.policy, self.data, self.val_eps[0], gs, self.cols))
+        writer.flush()
+        state["history"].append({"epoch": epoch + 1, "train_loss": train_loss, **val})
+        state.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_samples=0)
+        if val["val_loss"] < state["best_val_loss"]:
+            state.update(best_val_loss=val["val_loss"], best_epoch=epoch + 1)
+            if self.world.main:
+                save_checkpoint(self.best_path, self.policy, metadata={**self.metadata, "epoch": epoch + 1, "val": val})
+        self.save_last(done=state["epoch"] >= self.a.epochs)
+        if self.world.main:
+            tqdm.write(f"{self.desc} epoch {epoch + 1}/{self.a.epochs}: train {train_loss:.4f} "
+                       + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows"))
+
+    def stop(self, e: BaseException) -> None:
+        """Ctrl-C, SIGTERM or a failed peer process: save last.pt and raise Interrupted."""
+        self.save_last(rng=self.batch_rng)  # mid-batch: the RNG as that batch began; else the current one
+        self.writer.close()
+        why = "interrupted" if isinstance(e, KeyboardInterrupt) else "another process of the run stopped"
+        saved = f"saved {self.last_path}" if self.world.main else f"rank 0 saves {self.last_path}"
+        raise Interrupted(f"{why} at epoch {self.state['epoch'] + 1}, batch {self.state['batch']}; "
+                          f"{saved}; continue with --resume --out {self.a.out}") from None
+
+    def final_metrics(self) -> dict[str, Any]:
+        """metrics.json: the best epoch's validation scores, the history, costs and the run's settings."""
+        state, a = self.state, self.a
+        best = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
+        metrics = {
+            "policy": self.spec, "run_dir": str(self.run_dir), "best_epoch": state["best_epoch"],
+            "best": {k: v for k, v in best.items() if k != "epoch"}, "last": state["history"][-1],
+            "initial": state["initial_val"],
+            "param_count": self.policy.num_parameters(), "train_time_s": state["train_time"],
+            "samples_per_sec": state["train_samples"] / max(state["train_time"], 1e-9),
+            "train_windows": sum(self.lengths.values()), "val_windows": best["val_windows"], "device": str(self.device),
+            "threads": torch.get_num_threads(), "processes": self.world.size,
+            "data_loading": "lazy" if self.data.lazy else "memory",
+            "history": state["history"], "args": asdict(a), "policy_config": self.policy.config.to_dict(),
+            "train_episodes": self.train_eps, "val_episodes": self.val_eps,
+        }
+        if self.world.main:
+            write_json_atomic(self.run_dir / "metrics.json", metrics)
+        return metrics

@@ -1,0 +1,151 @@
+"""Splits by episode, windows of frames, and the batches of one epoch.
+
+How a batch is made (the CPU budget drives this)
+------------------------------------------------
+Windows follow ``agent.training.windows.window_indices`` (the same windows ``agent.training.windows.WindowDataset`` yields), but
+a training batch is a few *segments* of consecutive steps instead of independent windows: the frames
+a segment needs are encoded by the CNN once, and every window of the segment gathers its frames'
+embeddings. With window 8 and stride 3 a 16-step segment encodes 37 frames for 16 windows instead of
+128 -- the CNN, which dominates the cost, runs ~3.5x less. Each step of every training episode is the
+last step of exactly one window per epoch (random segment offsets, shuffled segments). Validation
+encodes each episode once and scores *every* window -- the same numbers as a per-window forward.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from agent.data.dataset import DemoDataset
+from agent.training.config import TrainArgs
+from agent.training.data import Data, episode_targets
+
+
+def split_episodes(n_episodes: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Train/validation split by episode, never by frame (frames of one episode are highly correlated)."""
+    if n_episodes < 2:
+        raise ValueError(f"need at least 2 episodes to split into train and validation, got {n_episodes}")
+    order = np.random.default_rng(seed).permutation(n_episodes)
+    n_val = min(n_episodes - 1, max(1, round(val_fraction * n_episodes)))
+    return sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
+
+
+def kfold_episodes(n_episodes: int, folds: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """K folds by episode: each episode is in exactly one validation fold."""
+    if not 2 <= folds <= n_episodes:
+        raise ValueError(f"folds must be in [2, number of episodes={n_episodes}], got {folds}")
+    order = np.random.default_rng(seed).permutation(n_episodes)
+    parts = np.array_split(order, folds)
+    return [
+        (sorted(np.concatenate([p for j, p in enumerate(parts) if j != k]).tolist()), sorted(parts[k].tolist()))
+        for k in range(folds)
+    ]
+
+
+def window_indices(t: int, window: int, frame_stride: int) -> np.ndarray:
+    """Frame indices of the window ending at step ``t``; before the episode start, frame 0 repeats
+    (exactly what a fresh streaming policy sees after ``reset``)."""
+    return np.maximum(t - frame_stride * np.arange(window - 1, -1, -1), 0)
+
+
+class WindowDataset(Dataset):
+    """Windows of ``window`` frames (every ``frame_stride``-th) ending at each step of the chosen episodes.
+
+    The chosen episodes are decompressed into memory once (a 1000-step episode is ~28 MB of
+    frames), so sampling a window is an index gather, not a disk read.
+    """
+
+    def __init__(
+        self,
+        dataset: DemoDataset,
+        episode_indices: list[int] | None = None,
+        window: int = 8,
+        frame_stride: int = 1,
+        target: str = "expert_action",
+    ):
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        if frame_stride < 1:
+            raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
+        episode_indices = list(range(len(dataset))) if episode_indices is None else list(episode_indices)
+        if not episode_indices:
+            raise ValueError("WindowDataset needs at least one episode")
+        self.window, self.frame_stride, self.target = window, frame_stride, target
+        self.frames: list[np.ndarray] = []
+        self.times: list[np.ndarray] = []
+        self.targets: list[np.ndarray] = []
+        index = []
+        for j, i in enumerate(episode_indices):
+            names = dataset.array_names(i)
+            if target not in names:
+                raise ValueError(f"target {target!r} is not in the dataset; it has {sorted(names)}")
+            arrays = dataset.load(i, keys=["frames", "time", target])  # not the other cameras: decoding costs
+            self.frames.append(arrays["frames"])
+            self.times.append(arrays["time"].astype(np.float64))
+            self.targets.append(arrays[target])
+            index.append(np.stack([np.full(len(arrays["frames"]), j), np.arange(len(arrays["frames"]))], 1))
+        self.index = np.concatenate(index) if index else np.zeros((0, 2), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, n: int) -> dict[str, torch.Tensor]:
+        e, t = self.index[n]
+        idx = window_indices(int(t), self.window, self.frame_stride)
+        times = self.times[e][idx]
+        target = self.targets[e][t]
+        return {
+            "frames": torch.from_numpy(self.frames[e][idx]),
+            "time": torch.from_numpy((times - times[-1]).astype(np.float32)),
+            "target": torch.as_tensor(target, dtype=torch.int64 if np.issubdtype(np.asarray(target).dtype, np.integer) else torch.float32),
+        }
+
+    def targets_array(self) -> np.ndarray:
+        """All targets stacked (for normalisation statistics and class weights)."""
+        return np.concatenate(self.targets)
+
+
+def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:
+    """Cover every step of every episode once with ``(episode, start, stop)`` segments, random offsets, shuffled."""
+    segments = []
+    for e, n in lengths.items():
+        offset = int(rng.integers(segment))
+        for s in range(-offset, n, segment):
+            a, b = max(s, 0), min(s + segment, n)
+            if b > a:
+                segments.append((e, a, b))
+    order = rng.permutation(len(segments))
+    return [segments[i] for i in order]
+
+
+def batch_plan(lengths: dict[int, int], a: TrainArgs, epoch: int) -> list[list[tuple[int, int, int]]]:
+    """The epoch's batches: deterministic in (seed, epoch), so a resumed run replays the same order."""
+    rng = np.random.default_rng([a.seed, epoch])
+    segments = make_segments(lengths, a.segment, rng)
+    per_batch = max(1, a.batch_size // a.segment) if a.segment <= a.batch_size else 1
+    return [segments[i: i + per_batch] for i in range(0, len(segments), per_batch)]
+
+
+def gather_segments(data: Data, segments: list[tuple[int, int, int]], window: int, stride: int,
+                    cols: slice | None, cameras: list[str] | None = None
+                    ) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
+    """Frames of the segments (concatenated), each segment's frame slice, per-window frame index ``[N, W]``
+    into the concatenation, window times ``[N, W]`` (seconds, last 0) and targets ``[N, ...]``.
+    ``cameras`` picks each segment's camera (center, left, right); default: the center one."""
+    frames, slices, index, times, targets = [], [], [], [], []
+    offset = 0
+    span = (window - 1) * stride
+    for k, (e, a, b) in enumerate(segments):
+        lo = max(a - span, 0)
+        cam = "center" if cameras is None else cameras[k]
+        frames.append((data.frames if cam == "center" else data.side_frames[cam])[e][lo:b])
+        slices.append((offset, offset + b - lo))
+        ts = data.times[e]
+        for t in range(a, b):
+            idx = window_indices(t, window, stride)
+            index.append(idx - lo + offset)
+            times.append(ts[idx] - ts[t])
+        targets.append(episode_targets(data, e, cols)[a:b])
+        offset += b - lo
+    return (np.concatenate(frames), slices, np.stack(index), np.stack(times).astype(np.float32),
+            np.concatenate(targets))
