@@ -7,6 +7,7 @@
     python evaluate.py --checkpoint nac.pt lstm.pt --with-expert --out eval/compare   # comparison.md
     python evaluate.py --checkpoint nac.pt --saliency --video-episodes 2              # Grad-CAM overlay
     python evaluate.py --episodes 20 --workers 2 --renderer fast                      # 2 processes, OpenCV frames
+    python evaluate.py --data ~/recordings/lake --checkpoint runs/train/real/best.pt  # offline, on a real recording
 
 What drives: --checkpoint (trained policies, .pt from train.py) or --expert-drives (the PPO expert, .zip;
 --expert picks which one). --policy expert, the old spelling of --expert-drives, still works and says so.
@@ -58,6 +59,10 @@ HELP = {
     "progress": "progress bars on stderr when it is a terminal (else one line per episode)",
     "renderer": "who draws the camera frames: carracing pygame (gymnasium's, the reference the shipped students "
                 "were trained on) | fast (OpenCV, about 12x faster); udacity: native (default: the env's first)",
+    "data": "score the checkpoints offline on recorded driving instead of driving: a real simulator recording "
+            "(driving_log.csv + IMG/) or a dataset; steering MSE/MAE against the recorded values and their 0.5 s "
+            "average, beside always-straight and the training mean, per session, with a PNG of predicted vs recorded "
+            "steering (writes OUT/offline.md, offline.json, steering_<k>.png; default OUT: eval/offline)",
     "workers": "episodes driven at the same time, one process each; metrics and videos are those of a single "
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",
@@ -103,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         if kind is bool:
             action = parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default)
             action.help = text  # set afterwards: Python 3.11's BooleanOptionalAction appends its own "(default: ...)"
-        elif f.name in ("checkpoint", "name"):
-            parser.add_argument(flag, nargs="+", default=[], metavar="CKPT" if f.name == "checkpoint" else "NAME",
+        elif f.name in ("checkpoint", "name", "data"):
+            parser.add_argument(flag, nargs="+", default=[], metavar={"checkpoint": "CKPT", "name": "NAME"}.get(f.name, "DATA"),
                                 help=text)
         elif f.name == "policy":
             parser.add_argument(flag, dest=f.name, action="store_const", const="expert", default=None, help=text)

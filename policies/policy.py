@@ -254,6 +254,26 @@ class DrivingPolicy(nn.Module):
         low, high = np.asarray(self.config.action_low, np.float32), np.asarray(self.config.action_high, np.float32)
         return np.clip(out.numpy().astype(np.float32), low, high)
 
+    @torch.no_grad()
+    def predict_episode(self, frames: np.ndarray, times: np.ndarray | None = None, batch: int = 256) -> np.ndarray:
+        """Outputs ``[T, out]`` for a whole recorded episode (frames ``[T, H, W, 3]``, times in seconds), the ones
+        ``stream()`` gives stepping through it frame by frame, computed in batches: every frame is encoded once
+        and each step's window gathers its embeddings (frame 0 repeats before the start, as in the stream)."""
+        self.eval()
+        c = self.config
+        T = len(frames)
+        times = np.arange(T) * c.frame_period if times is None else np.asarray(times, dtype=np.float64)
+        emb = torch.cat([self.encode(torch.as_tensor(np.asarray(frames[a:a + batch]))[None])[0]
+                         for a in range(0, T, batch)]) if T else torch.zeros(0)
+        offsets = c.frame_stride * np.arange(c.window - 1, -1, -1)
+        out = []
+        for a in range(0, T, batch):
+            steps = np.arange(a, min(a + batch, T))
+            idx = np.maximum(steps[:, None] - offsets[None], 0)
+            rel = torch.from_numpy((times[idx] - times[steps][:, None]).astype(np.float32))
+            out.append(self.postprocess(self.raw_from_embeddings(emb[torch.from_numpy(idx)], rel)))
+        return torch.cat(out).cpu().numpy() if out else np.zeros((0, c.action_dim), np.float32)
+
     def stream(self) -> "PolicyStream":
         """A closed-loop runner: ``s = policy.stream(); s.reset(); out = s.step(frame, t)`` (eval mode)."""
         return PolicyStream(self)

@@ -210,3 +210,22 @@ def test_a_checkpoint_from_before_blocks_loads_as_the_bare_paper_layer(tmp_path)
     assert loaded.core.block_kind == "bare" and loaded.core.nac.log_logit_scale is None
     frames = random_frames(8).view(2, 4, SIZE, SIZE, 3)
     assert torch.equal(loaded(frames), policy.eval()(frames))
+
+
+def test_predict_episode_equals_stepping_the_stream():
+    """The batched offline prediction (evaluate.py --data) gives what the closed-loop stream gives, irregular
+    timestamps included."""
+    import numpy as np
+
+    from policies.policy import DrivingPolicy, PolicyConfig
+
+    torch.manual_seed(0)
+    policy = DrivingPolicy(PolicyConfig.for_actions("continuous", ["steer"], encoder="carracing", feature_dim=8,
+                                                    core="nac", core_options={"d_model": 16, "heads": 4, "topk": 3},
+                                                    window=4, frame_stride=2, image_size=[32, 32])).eval()
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (23, 32, 32, 3), dtype=np.uint8)
+    times = np.cumsum(rng.uniform(0.05, 0.4, 23))
+    stream = policy.stream()
+    stepped = np.stack([stream.step(f, t).numpy() for f, t in zip(frames, times)])
+    np.testing.assert_allclose(policy.predict_episode(frames, times, batch=5), stepped, atol=1e-5)

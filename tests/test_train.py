@@ -243,3 +243,31 @@ def test_sigterm_saves_a_resumable_checkpoint(data_dir, tmp_path):
     assert "interrupted at epoch" in err and "--resume" in err and "Traceback" not in err
     state = read_checkpoint(out / "last.pt")["train_state"]
     assert not state["done"] and state["global_step"] > 0
+
+
+def test_a_single_episode_trains_on_time_blocks_with_a_window_gap(tmp_path):
+    """One recording session: the last --val-fraction of its steps validate, and the steps just before them
+    (one window span) are used by neither side, so no training window or label touches a validation frame."""
+    from agent.training.windows import block_pieces, window_span
+
+    data = write_synthetic(tmp_path / "one", episodes=1, length=120)
+    run(tiny_args(data, tmp_path / "run", epochs=3, val_fraction=0.25))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    span = window_span(3, 2)  # tiny_args: window 3, frame stride 2
+    assert metrics["time_blocks"] == [[0, 0, 120 - 30 - span], [0, 90, 120]]
+    assert metrics["train_episodes"] == [0] and metrics["val_episodes"] == [1]
+    assert metrics["val_windows"] == 30 and metrics["train_windows"] == 120 - 30 - span
+    assert metrics["best"]["val_loss"] < metrics["initial"]["val_loss"]
+    # several episodes: each one's end validates; one too short for both blocks and the gap trains whole
+    train, val = block_pieces([100, 6, 50], 0.2, gap=5)
+    assert train == [(0, 0, 75), (1, 0, 6), (2, 0, 35)] and val == [(0, 80, 100), (2, 40, 50)]
+    with pytest.raises(ValueError, match="long enough"):
+        block_pieces([4], 0.2, gap=5)
+
+
+def test_a_single_episode_cannot_be_split_by_episode_or_folded(tmp_path):
+    data = write_synthetic(tmp_path / "one", episodes=1, length=60)
+    with pytest.raises(ValueError, match="--split blocks"):
+        run(tiny_args(data, tmp_path / "a", split="episodes"))
+    with pytest.raises(ValueError, match="drop --folds"):
+        run(tiny_args(data, tmp_path / "b", folds=2))

@@ -178,8 +178,8 @@ def test_malformed_logs_name_the_line(tmp_path, case):
     edit, message = BAD_ROWS[case]
     _sim_recording(tmp_path / "rec", rows=edit)
     error = FileNotFoundError if case == "image" else ValueError
-    with pytest.raises(error, match=message):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+    with pytest.raises(error, match=message):  # a missing image is an error only when asked (see below)
+        uf.import_udacity(tmp_path / "rec", tmp_path / "data", strict_images=case == "image")
     assert not (tmp_path / "data").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
@@ -188,7 +188,7 @@ def test_missing_logs_and_empty_csv(tmp_path):
     with pytest.raises(FileNotFoundError, match="has no driving_log.csv"):
         uf.import_udacity(tmp_path / "rec", tmp_path / "data")
     (tmp_path / "rec" / "driving_log.csv").write_text("\n\n")
-    with pytest.raises(ValueError, match="holds no rows"):
+    with pytest.raises(ValueError, match="holds no usable rows"):
         uf.import_udacity(tmp_path / "rec", tmp_path / "data")
     (tmp_path / "rec" / "IMG").rmdir()
     with pytest.raises(FileNotFoundError, match="has no IMG/ folder"):
@@ -221,3 +221,113 @@ def test_cli(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         uf.main(["import", "--help"])
     assert e.value.code == 0 and "--episode-gap" in capsys.readouterr().out
+
+
+def test_rows_with_missing_images_are_skipped_and_counted(tmp_path):
+    """A user deleted a few bad frames: those rows go, with one warning that counts them."""
+    _sim_recording(tmp_path / "rec")
+    for name in ("center_2016_12_01_13_30_48_487.jpg", "right_2016_12_01_13_30_53_387.jpg"):
+        (tmp_path / "rec" / "IMG" / name).unlink()
+    warnings = []
+    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    assert back.num_steps == 4 and [m["csv_lines"] for m in back.episodes] == [[1, 4], [5, 5]]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: skipped 2 of 6 rows") and "line 3" in warnings[0]
+    assert back.card["import"]["skipped_rows"] == 2 and back.card["import"]["skipped_examples"][0]["line"] == 3
+    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "strict"), "--strict-images"]) == 2
+    for f in (tmp_path / "rec" / "IMG").iterdir():
+        f.unlink()
+    with pytest.raises(ValueError, match="all 6 name images missing"):
+        uf.import_udacity(tmp_path / "rec", tmp_path / "none", warn=warnings.append)
+
+
+def test_center_only_recordings_and_the_bridge_s_own_recordings_import(tmp_path):
+    """Users who record one camera, and the bridge's --record folders (center column only, empty sides)."""
+    from agent.udacity.bridge import Recorder
+
+    rec = Recorder(tmp_path / "bridge")
+    frames = _road(5, 1)
+    for k in range(5):
+        rec.add(encode_jpeg(frames[k], 90), steering=0.1 * k, throttle=0.3, speed_mph=8.02615e-05 if k == 0 else 12.0)
+    rec.close()
+    back = open_dataset(uf.import_udacity(tmp_path / "bridge", tmp_path / "data"))
+    assert back.num_steps == 5 and back.card["cameras"] == {"frames": "center"}
+    assert sorted(back.array_names(0)) == sorted(["frames", "action", "expert_action", "reward", "speed", "throttle",
+                                                  "brake", "privileged", "time"])
+    np.testing.assert_allclose(back.load(0, keys=["expert_action"])["expert_action"][:, 0], [0, 0.1, 0.2, 0.3, 0.4],
+                               atol=1e-6)
+    # a recording whose side columns are logged for some rows and not for others: center only, for every row
+    _sim_recording(tmp_path / "mixed", rows=lambda ls: [", ".join([ls[0].split(", ")[0], "", "", *ls[0].split(", ")[3:]])] + ls[1:])
+    assert open_dataset(uf.import_udacity(tmp_path / "mixed", tmp_path / "m")).card["cameras"] == {"frames": "center"}
+
+
+def test_a_one_session_recording_trains_with_the_default_command(tmp_path):
+    """The most common recording (drive, stop recording) has no pause: train.py splits it in time blocks."""
+    from agent.training.config import TrainArgs
+    from agent.training.experiment import run
+
+    _sim_recording(tmp_path / "rec", offsets_s=tuple(round(0.1 * k, 1) for k in range(20)))
+    run(TrainArgs(data=str(tmp_path / "rec"), out=str(tmp_path / "run"), epochs=1, batch_size=8, segment=8,
+                  window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1,
+                  progress=False))
+    metrics = __import__("json").loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["time_blocks"] == [[0, 0, 14], [0, 16, 20]], "the last 20 %, a window span (2 steps) before it"
+
+
+def test_several_recordings_train_as_one(tmp_path):
+    """--data A B with raw recordings: each is imported into the run folder, then they are read as one dataset."""
+    from agent.training.config import TrainArgs
+    from agent.training.experiment import run
+
+    _sim_recording(tmp_path / "a")
+    _sim_recording(tmp_path / "b", offsets_s=(0, 0.1, 0.2))
+    run(TrainArgs(data=[str(tmp_path / "a"), str(tmp_path / "b")], out=str(tmp_path / "run"), epochs=1, batch_size=8,
+                  segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False))
+    assert [open_dataset(tmp_path / "run" / "imported_data" / k).num_steps for k in ("0", "1")] == [6, 3]
+    metrics = __import__("json").loads((tmp_path / "run" / "metrics.json").read_text())
+    assert sorted(metrics["train_episodes"] + metrics["val_episodes"]) == [0, 1, 2], "3 sessions split by episode"
+
+
+def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors(tmp_path, capsys):
+    """evaluate.py --data REC --checkpoint CKPT: a policy that always steers 0.1, scored on a raw recording;
+    its numbers are checked against ones computed here, and the plot is a real PNG."""
+    import json
+
+    import cv2
+    import torch
+
+    import evaluate
+    from agent.data.labels import centred_average
+    from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+
+    offsets = tuple(round(0.1 * k, 1) for k in range(12)) + (5.0, 5.1, 5.2)
+    _sim_recording(tmp_path / "rec", offsets_s=offsets)
+    torch.manual_seed(0)
+    policy = DrivingPolicy(PolicyConfig.for_actions("continuous", ["steer"], encoder="pilotnet", core="gru",
+                                                    core_options={"hidden": 8}, window=3, frame_stride=1, feature_dim=8,
+                                                    image_size=[66, 200], crop=[60, 135], env="UdacityStyle-v0",
+                                                    target_mean=[0.02], target_std=[0.1]))
+    with torch.no_grad():
+        policy.head.weight.zero_()
+        policy.head.bias.fill_((0.1 - 0.02) / 0.1)  # outputs 0.1 after the target normalisation
+    save_checkpoint(tmp_path / "const.pt", policy)
+    out = tmp_path / "eval"
+    assert evaluate.main(["--data", str(tmp_path / "rec"), "--checkpoint", str(tmp_path / "const.pt"),
+                          "--out", str(out), "--no-progress"]) == 0
+    result = json.loads((out / "offline.json").read_text())
+    steer = [np.array([-0.05 * k for k in range(12)]), np.array([-0.6, -0.65, -0.7])]
+    times = [np.arange(12) * 0.1, np.array([0, 0.1, 0.2])]
+    assert [s["frames"] for s in result["sessions"]] == [12, 3]
+    for row, y, t in zip(result["sessions"], steer, times):
+        assert row["policy_raw"]["mse"] == pytest.approx(np.mean((0.1 - y) ** 2), rel=1e-4)
+        assert row["straight_avg"]["mse"] == pytest.approx(np.mean(centred_average(t, y) ** 2), rel=1e-6)
+        assert row["mean_raw"]["mae"] == pytest.approx(np.mean(np.abs(0.02 - y)), rel=1e-5)
+    all_y = np.concatenate(steer)
+    assert result["pooled"]["straight_raw"]["mse"] == pytest.approx(np.mean(all_y ** 2))
+    assert cv2.imread(str(out / "steering_1.png")).shape == (360, 1400, 3)
+    assert "| always straight |" in (out / "offline.md").read_text()
+    assert "steering MSE" in capsys.readouterr().out  # tqdm.write: stdout
+    # a checkpoint of the other env: one line, exit 2
+    assert evaluate.main(["--data", str(tmp_path / "rec"), "--checkpoint", "checkpoints/carracing_nac.pt",
+                          "--out", str(tmp_path / "e2")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "UdacityStyle-v0" in err[0]

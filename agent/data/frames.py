@@ -239,3 +239,22 @@ class FrameFile:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         rows = self[:]
         return rows if dtype is None else rows.astype(dtype)
+
+
+class FrameRows:
+    """Rows ``start .. stop-1`` of a frame array or ``FrameFile``, answering ``len`` and ``[a:b]`` like them: a
+    part of an episode (a time block held out for validation) without copying or reading its frames."""
+
+    def __init__(self, frames: np.ndarray | FrameFile | FrameRows, start: int, stop: int):
+        if not 0 <= start <= stop <= len(frames):
+            raise ValueError(f"rows {start}..{stop} are not within 0..{len(frames)}")
+        self.frames, self.start, self.stop = frames, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError(f"FrameRows reads rows a:b (step 1), got {key!r}")
+        a, b, _ = key.indices(len(self))
+        return self.frames[self.start + a:self.start + max(a, b)]

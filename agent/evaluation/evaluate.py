@@ -55,6 +55,7 @@ import torch
 from tqdm import tqdm
 
 from agent.controllers import ExpertController, PolicyController, load_policy, shipped_checkpoint
+from agent.data.dataset import dataset_env
 from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, write_run
@@ -94,6 +95,7 @@ class EvalArgs:
     progress: bool = True  # progress bars on stderr when it is a terminal (else one line per episode)
     renderer: str | None = None  # who draws the frames (the env's renderers; default: its first, the reference)
     workers: int | None = None  # processes driving episodes; validate() resolves None (agent.workers.default_workers)
+    data: list[str] = field(default_factory=list)  # recorded data to score the checkpoints on offline, instead of driving
 
     def validate(self) -> "EvalArgs":
         spec = get_spec(self.env)  # ValueError naming the valid envs
@@ -106,6 +108,9 @@ class EvalArgs:
                              f"given with --checkpoint), got {self.policy!r}")
         if self.policy == "expert" and self.checkpoint:
             raise ValueError("give either --checkpoint or --expert-drives, not both (use --with-expert to compare)")
+        if self.data and (self.policy == "expert" or self.with_expert):
+            raise ValueError("--data scores policy checkpoints against recorded steering; the expert needs an env "
+                             "(drop --expert-drives / --with-expert)")
         if self.policy == "expert" and self.saliency:
             raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
         for name, low in (("episodes", 1), ("max_steps", 1), ("video_episodes", 0), ("threads", 1), ("seed", 0)):
@@ -281,7 +286,7 @@ def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[st
     previous = torch.get_num_threads()
     torch.set_num_threads(args.threads)  # intra-op threads; single-frame inference is fastest with 1
     try:
-        return _evaluate(args, command)
+        return _evaluate_recorded(args) if args.data else _evaluate(args, command)
     finally:
         torch.set_num_threads(previous)  # a library call should not leave the process single-threaded
 
@@ -385,6 +390,31 @@ def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: di
              f"max {args.max_steps} steps\n\n")
     atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
     write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"} for n, s in rows})
+
+
+def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
+    """--data: score every checkpoint's steering on recorded driving (agent.evaluation.offline)."""
+    from agent.evaluation.offline import evaluate_recorded, offline_markdown, recorded_data
+
+    root = Path(args.out) if args.out else Path("eval") / "offline"
+    data = recorded_data(args.data, root)
+    env = dataset_env(data.card, data.episodes)
+    paths = list(args.checkpoint) or [str(shipped_checkpoint(env.name))]
+    policies = [load_policy(p, env.name, None, args.device) for p in paths]
+    names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
+    results = {}
+    for name, policy in zip(names, policies):
+        results[name] = evaluate_recorded(policy, data, root if len(paths) == 1 else root / name, name,
+                                          progress=show_progress(args.progress))
+        p = results[name]["pooled"]
+        tqdm.write(f"{name}: steering MSE {p['policy_avg']['mse']:.4f} vs the 0.5 s average "
+                   f"({p['policy_vs_straight_mse_avg']:.2f} x always-straight's {p['straight_avg']['mse']:.4f}), "
+                   f"{p['policy_raw']['mse']:.4f} vs the recorded values ({p['straight_raw']['mse']:.4f} straight), "
+                   f"{p['frames']} frames")
+    table = offline_markdown(results)
+    atomic_write_text(root / "offline.md", f"# Offline steering scores on {', '.join(args.data)}\n\n{table}")
+    tqdm.write(f"outputs in {root}/: offline.md, offline.json, steering_<session>.png")
+    return results
 
 
 def summary_line(name: str, s: dict[str, Any]) -> str:

@@ -39,7 +39,9 @@ class TrainArgs:
     init: str | None = None  # start from this checkpoint's weights and architecture (fine-tuning, e.g. a DAgger round from the previous round's best.pt); --core and the architecture flags are then taken from it
     overwrite: bool = False  # allow starting a fresh run in a folder that holds one
     folds: int = 0  # >= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split
-    val_fraction: float = 0.2  # fraction of the episodes held out for validation (without --folds)
+    val_fraction: float = 0.2  # fraction of the episodes held out for validation (without --folds); with --split blocks, of every episode's steps
+    strict_images: bool = False  # a real simulator recording given to --data: refuse it when a row names a missing image (default: skip such rows and say how many)
+    split: str = "auto"  # episodes (hold out whole episodes) | blocks (hold out the last --val-fraction of every episode in time, one window's gap before it) | auto (blocks for a single episode, e.g. a one-session simulator recording; else episodes)
     head: str = "auto"  # auto (from the dataset) | continuous | discrete | steer (steering only)
     loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
     class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
@@ -92,6 +94,8 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--val-fraction must be in (0, 1), got {a.val_fraction}")
     if not (a.lr > 0 and a.weight_decay >= 0 and 0 <= a.warmup < 1 and a.grad_clip > 0):
         raise ValueError("--lr and --grad-clip must be > 0, --weight-decay >= 0, --warmup in [0, 1)")
+    if a.split not in ("auto", "episodes", "blocks"):
+        raise ValueError(f"--split must be auto, episodes or blocks, got {a.split!r}")
     if a.head not in HEAD_CHOICES:
         raise ValueError(f"--head must be one of {', '.join(HEAD_CHOICES)}, got {a.head!r}")
     if a.loss not in LOSSES:

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_env, open_datasets
-from agent.data.frames import FrameFile
+from agent.data.dataset import CACHE_DIR, CARD_NAME, DemoDataset, dataset_env, open_datasets
+from agent.data.frames import FrameFile, FrameRows
 from agent.runtime import show_progress
-from agent.training.config import TrainArgs, parse_crop, parse_image_size
+from agent.training.config import TrainArgs, data_paths, parse_crop, parse_image_size
 from agent.training.distributed import SINGLE, World, barrier
 from envs.registry import EnvSpec
 from policies.policy import prepare_frames
@@ -44,6 +44,7 @@ class Data:
     camera_width: int  # of the recorded frames (the shift augmentation is defined in camera pixels)
     num_episodes: int
     lazy: bool = False  # frames read per batch from the prepared cache (--data-loading)
+    pieces: list[tuple[int, int, int]] | None = None  # time blocks: episode k here is (dataset episode, start, stop)
 
 
 def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> Data:
@@ -161,25 +162,23 @@ def lazy_cache(dataset: DemoDataset, crop: list[int] | None, size: list[int], ou
 
 
 def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
-    """``--data`` may be a folder as the real Udacity simulator records it (``driving_log.csv`` + ``IMG/``):
-    it is imported once into ``OUT/imported_data`` (JPEG bytes kept as recorded) and trained from there, so
-    ``--resume`` and later runs read the same dataset."""
+    """``--data`` may name folders as the real Udacity simulator records them (``driving_log.csv`` + ``IMG/``):
+    each is imported once into ``OUT/imported_data`` (``imported_data/<k>`` for the k-th of several; JPEG bytes
+    kept as recorded) and trained from there, so ``--resume`` and later runs read the same datasets."""
     from agent.udacity.recordings import CSV_NAME, import_udacity
 
-    if isinstance(a.data, list):
-        recordings = [d for d in a.data if (Path(d) / CSV_NAME).is_file() and not (Path(d) / "dataset.json").is_file()]
-        if recordings:
-            raise ValueError(f"{recordings[0]!r} is a Udacity simulator recording; several --data folders must be "
-                             f"datasets: import it first (python -m agent.udacity.recordings import ...)")
+    paths = data_paths(a.data)
+    raw = [(Path(d) / CSV_NAME).is_file() and not (Path(d) / CARD_NAME).is_file() for d in paths]
+    if not any(raw):
         return a
-    data = Path(a.data)
-    if not (data / CSV_NAME).is_file() or (data / "dataset.json").is_file():
-        return a
-    target = out / "imported_data"
-    if not (target / "dataset.json").is_file():
-        tqdm.write(f"{data} is a Udacity simulator recording: importing it into {target}")
-        import_udacity(data, target)
-    return replace(a, data=str(target))
+    targets = [out / "imported_data"] if isinstance(a.data, str) else [out / "imported_data" / str(k) for k in range(len(paths))]
+    data = []
+    for path, is_raw, target in zip(paths, raw, targets):
+        if is_raw and not (target / CARD_NAME).is_file():
+            tqdm.write(f"{path} is a Udacity simulator recording: importing it into {target}")
+            import_udacity(path, target, strict_images=a.strict_images, warn=tqdm.write)
+        data.append(str(target) if is_raw else path)
+    return replace(a, data=data[0] if isinstance(a.data, str) else data)
 
 
 def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:
@@ -200,3 +199,15 @@ def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice
 def episode_targets(data: Data, e: int, cols: slice | None) -> np.ndarray:
     t = data.targets[e]
     return t if cols is None else t[:, cols].astype(np.float32)
+
+
+def take_pieces(data: Data, pieces: list[tuple[int, int, int]]) -> Data:
+    """The same data with one episode per ``(episode, start, stop)`` row range: contiguous time blocks of
+    the recorded episodes, frames not copied (in memory: array views; lazy: ``FrameRows`` over the files)."""
+    def rows(frames: np.ndarray | FrameFile, a: int, b: int) -> np.ndarray | FrameRows:
+        return frames[a:b] if isinstance(frames, np.ndarray) else FrameRows(frames, a, b)
+
+    return replace(data, frames=[rows(data.frames[e], a, b) for e, a, b in pieces],
+                   side_frames={cam: [rows(eps[e], a, b) for e, a, b in pieces] for cam, eps in data.side_frames.items()},
+                   times=[data.times[e][a:b] for e, a, b in pieces], targets=[data.targets[e][a:b] for e, a, b in pieces],
+                   num_episodes=len(pieces), pieces=list(pieces))

@@ -25,7 +25,7 @@ from agent.training.config import (
 from agent.training.data import load_data, resolve_head, use_recording
 from agent.training.distributed import barrier, device_for
 from agent.training.loop import train_run
-from agent.training.windows import kfold_episodes, split_episodes
+from agent.training.windows import describe_blocks, make_splits
 
 SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae",
                 "attn_entropy", "attn_entropy_norm", "attn_max_weight")  # attn_*: log_nac_internals
@@ -123,10 +123,9 @@ def run(a: TrainArgs) -> dict[str, Any]:
         a = resolve_env_defaults(a)
         data = load_data(a, world, out)
         resolve_head(a, data)  # fail early on a head the data cannot feed
-        if a.folds:
-            splits = kfold_episodes(data.num_episodes, a.folds, a.seed if a.split_seed is None else a.split_seed)
-        else:
-            splits = [split_episodes(data.num_episodes, a.val_fraction, a.seed if a.split_seed is None else a.split_seed)]
+        data, splits = make_splits(a, data)
+        if data.pieces is not None and world.main:
+            print(describe_blocks(data, splits[0]))
         if world.main:
             out.mkdir(parents=True, exist_ok=True)
             write_json_atomic(args_path, asdict(a))

@@ -443,6 +443,7 @@ class Trainer:
             "data_loading": "lazy" if self.data.lazy else "memory",
             "history": state["history"], "args": asdict(a), "policy_config": self.policy.config.to_dict(),
             "train_episodes": self.train_eps, "val_episodes": self.val_eps,
+            **({"time_blocks": [list(p) for p in self.data.pieces]} if self.data.pieces is not None else {}),
         }
         if self.world.main:
             write_json_atomic(self.run_dir / "metrics.json", metrics)

@@ -18,13 +18,73 @@ from torch.utils.data import Dataset
 
 from agent.data.dataset import DemoDataset
 from agent.training.config import TrainArgs
-from agent.training.data import Data, episode_targets
+from agent.training.data import Data, episode_targets, take_pieces
+
+SPLITS = ("auto", "episodes", "blocks")
+
+
+def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], list[int]]]]:
+    """The run's (train, validation) episode lists, and the data they index.
+
+    ``--split episodes`` holds out whole episodes (``--folds K``: K folds of them); ``--split blocks`` holds out
+    the last ``--val-fraction`` of every episode in time; ``auto`` is blocks when the data is a single episode
+    (a real simulator recording of one session) and episodes otherwise."""
+    seed = a.seed if a.split_seed is None else a.split_seed
+    mode = a.split if a.split != "auto" else ("blocks" if data.num_episodes == 1 else "episodes")
+    if mode == "blocks":
+        if a.folds:
+            raise ValueError(f"--folds holds out whole episodes; {'this dataset has one episode, so ' if data.num_episodes == 1 else ''}"
+                             f"drop --folds (one split in time blocks) or use --split episodes")
+        train, val = block_pieces([len(f) for f in data.frames], a.val_fraction, window_span(a.window, a.frame_stride))
+        return take_pieces(data, train + val), [(list(range(len(train))), list(range(len(train), len(train) + len(val))))]
+    if a.folds:
+        return data, kfold_episodes(data.num_episodes, a.folds, seed)
+    return data, [split_episodes(data.num_episodes, a.val_fraction, seed)]
+
+
+def window_span(window: int, frame_stride: int) -> int:
+    """Steps one window covers, from its first frame to its last."""
+    return (window - 1) * frame_stride + 1
+
+
+def block_pieces(lengths: list[int], val_fraction: float, gap: int
+                 ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """Split every episode in time: its last ``val_fraction`` of steps validate, its steps up to ``gap`` steps
+    before them train, as ``(episode, start, stop)`` pieces. The gap (one window span) keeps every training
+    window and its label clear of the validation block, so no validation frame is ever trained on; an episode
+    too short for both blocks and the gap trains whole."""
+    train, val = [], []
+    for e, n in enumerate(lengths):
+        n_val = round(val_fraction * n)
+        stop = n - n_val - gap
+        if n_val < 1 or stop < 1:
+            train.append((e, 0, n))
+            continue
+        train.append((e, 0, stop))
+        val.append((e, n - n_val, n))
+    if not val:
+        raise ValueError(f"no episode is long enough to hold out {val_fraction:.0%} of its steps for validation "
+                         f"with a gap of {gap} steps (one window) before them; record longer or lower --window")
+    return train, val
+
+
+def describe_blocks(data: Data, split: tuple[list[int], list[int]]) -> str:
+    """One line saying which steps train and which validate, for a split in time blocks."""
+    assert data.pieces is not None
+    train, val = split
+    parts = [f"episode {data.pieces[v][0]}: trains on steps {data.pieces[t][1]}..{data.pieces[t][2] - 1}, validates on "
+             f"{data.pieces[v][1]}..{data.pieces[v][2] - 1}"
+             for v in val for t in train if data.pieces[t][0] == data.pieces[v][0]]
+    whole = [str(data.pieces[t][0]) for t in train if not any(data.pieces[v][0] == data.pieces[t][0] for v in val)]
+    return ("split in time blocks (the gap between them is one window, so no training window sees a validation "
+            "frame): " + "; ".join(parts) + (f"; too short to split, trained whole: episodes {', '.join(whole)}" if whole else ""))
 
 
 def split_episodes(n_episodes: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Train/validation split by episode, never by frame (frames of one episode are highly correlated)."""
     if n_episodes < 2:
-        raise ValueError(f"need at least 2 episodes to split into train and validation, got {n_episodes}")
+        raise ValueError(f"need at least 2 episodes to split into train and validation by episode, got {n_episodes}; "
+                         f"--split blocks holds out the end of every episode in time instead")
     order = np.random.default_rng(seed).permutation(n_episodes)
     n_val = min(n_episodes - 1, max(1, round(val_fraction * n_episodes)))
     return sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())

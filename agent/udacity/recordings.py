@@ -38,7 +38,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path, PureWindowsPath
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 import cv2
 import numpy as np
@@ -156,7 +156,7 @@ class LogRow:
     """One validated row of driving_log.csv."""
 
     line: int  # line number in the CSV (1-based), for messages and the episode's row range
-    images: tuple[Path, Path, Path]  # center, left, right, resolved inside IMG/
+    images: tuple[Path, Path | None, Path | None]  # center, left, right, resolved inside IMG/ (sides: None if not logged)
     steering: float
     throttle: float
     brake: float
@@ -179,12 +179,28 @@ def locate_log(log_dir: str | Path) -> tuple[Path, Path]:
     return csv_path, img_dir
 
 
-def read_log(csv_path: Path, img_dir: Path) -> list[LogRow]:
+@dataclass
+class Log:
+    """The usable rows of a driving_log.csv, and the rows skipped because an image they name is missing."""
+
+    rows: list[LogRow]
+    skipped: list[tuple[int, str]]  # (CSV line, the missing file's name)
+
+    @property
+    def cameras(self) -> list[tuple[str, str]]:
+        """(file prefix, array) of the cameras every row has: all three, or the center one alone (a recording
+        of one camera, such as the bridge's --record, or with side images missing in some rows)."""
+        return list(CAMERAS) if all(r.images[1] and r.images[2] for r in self.rows) else [CAMERAS[0]]
+
+
+def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> Log:
     """Parse and validate every row; errors name the CSV line. Image paths are resolved by file name
-    inside ``img_dir``, whatever folder, drive letter or separator the recording machine wrote."""
+    inside ``img_dir``, whatever folder, drive letter or separator the recording machine wrote. A row whose
+    image file is missing (a user deleted bad frames) is skipped and counted, or refused with
+    ``strict_images``; empty left/right columns mean a center-only recording."""
     files = {f.name: f for f in img_dir.iterdir()}
     lower = {name.lower(): f for name, f in files.items()}  # logs recorded on Windows ignore case
-    rows: list[LogRow] = []
+    log = Log([], [])
     where = csv_path.name
     with open(csv_path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
         reader = csv.reader(f, skipinitialspace=True)
@@ -194,39 +210,61 @@ def read_log(csv_path: Path, img_dir: Path) -> list[LogRow]:
                 fields = [x.strip() for x in fields]
                 if not any(fields):
                     continue  # blank line
-                if not rows and [x.lower() for x in fields] == list(COLUMNS):
+                if not log.rows and not log.skipped and [x.lower() for x in fields] == list(COLUMNS):
                     continue  # the header row of some published sets
                 if len(fields) != len(COLUMNS):
                     raise ValueError(f"{where} line {n}: expected {len(COLUMNS)} columns ({','.join(COLUMNS)}), got {len(fields)}")
-                images = []
-                for col, logged in zip(COLUMNS[:3], fields[:3]):
-                    name = PureWindowsPath(logged).name  # splits on both \ and /
-                    if not name:
-                        raise ValueError(f"{where} line {n}: the {col} image path is empty")
-                    found = files.get(name) or lower.get(name.lower())
-                    if found is None:
-                        raise FileNotFoundError(f"{where} line {n}: {col} image {name!r} (logged as {logged!r}) "
-                                                f"is not in {str(img_dir)!r}")
-                    images.append(found)
-                values = []
-                for col, text in zip(COLUMNS[3:], fields[3:]):
-                    try:
-                        v = float(text)
-                    except ValueError:
-                        raise ValueError(f"{where} line {n}: {col} {text!r} is not a number") from None
-                    if not np.isfinite(v):
-                        raise ValueError(f"{where} line {n}: {col} {text!r} is not a finite number")
-                    values.append(v)
+                images, missing = _row_images(fields, where, n, files, lower, img_dir, strict_images)
+                values = _row_values(fields, where, n)
+                if missing is not None:
+                    log.skipped.append((n, missing))
+                    continue
                 steering, throttle, brake, speed = values
-                if abs(steering) > 1 + STEER_TOLERANCE:
-                    raise ValueError(f"{where} line {n}: steering {steering} is outside [-1, 1]")
-                rows.append(LogRow(n, (images[0], images[1], images[2]), float(np.clip(steering, -1, 1)),
-                                   throttle, brake, speed, parse_stamp(images[0].name)))
+                log.rows.append(LogRow(n, images, steering, throttle, brake, speed, parse_stamp(images[0].name)))
         except csv.Error as e:
             raise ValueError(f"{where} line {reader.line_num}: {e}") from None
-    if not rows:
-        raise ValueError(f"{str(csv_path)!r} holds no rows (an empty recording?)")
-    return rows
+    if not log.rows:
+        what = f"; all {len(log.skipped)} name images missing from {str(img_dir)!r}" if log.skipped else " (an empty recording?)"
+        raise ValueError(f"{str(csv_path)!r} holds no usable rows{what}")
+    return log
+
+
+def _row_images(fields: list[str], where: str, n: int, files: dict[str, Path], lower: dict[str, Path],
+                img_dir: Path, strict: bool) -> tuple[tuple[Path, Path | None, Path | None], str | None]:
+    """The row's image files (left/right None when not logged), and the name of a missing one (None: all found)."""
+    images: list[Path | None] = []
+    for col, logged in zip(COLUMNS[:3], fields[:3]):
+        name = PureWindowsPath(logged).name  # splits on both \ and /
+        if not name:
+            if col == "center":
+                raise ValueError(f"{where} line {n}: the center image path is empty")
+            images.append(None)  # a center-only recording
+            continue
+        found = files.get(name) or lower.get(name.lower())
+        if found is None:
+            if strict:
+                raise FileNotFoundError(f"{where} line {n}: {col} image {name!r} (logged as {logged!r}) "
+                                        f"is not in {str(img_dir)!r}")
+            return (Path(name), None, None), name
+        images.append(found)
+    return (images[0], images[1], images[2]), None  # type: ignore[return-value]
+
+
+def _row_values(fields: list[str], where: str, n: int) -> tuple[float, float, float, float]:
+    """steering (clipped to [-1, 1] when a hair outside), throttle, brake, speed in mph; errors name the line."""
+    values = []
+    for col, text in zip(COLUMNS[3:], fields[3:]):
+        try:
+            v = float(text)
+        except ValueError:
+            raise ValueError(f"{where} line {n}: {col} {text!r} is not a number") from None
+        if not np.isfinite(v):
+            raise ValueError(f"{where} line {n}: {col} {text!r} is not a finite number")
+        values.append(v)
+    steering, throttle, brake, speed = values
+    if abs(steering) > 1 + STEER_TOLERANCE:
+        raise ValueError(f"{where} line {n}: steering {steering} is outside [-1, 1]")
+    return float(np.clip(steering, -1, 1)), throttle, brake, speed
 
 
 def split_sessions(times: np.ndarray, gap_s: float) -> list[tuple[int, int]]:
@@ -270,13 +308,13 @@ def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, qu
 
 
 def _session_arrays(part: list[LogRow], times: np.ndarray, where: str, frame_shape: list,
-                    jpeg_quality: int | None) -> dict[str, object]:
+                    jpeg_quality: int | None, cameras: list[tuple[str, str]]) -> dict[str, object]:
     """One recording session as a dataset episode's arrays: the cameras, the logged steering as both the
     executed action and the label, speed in m/s, throttle and brake, time from the session's start."""
     T = len(part)
     steer = np.array([r.steering for r in part], dtype=np.float32)[:, None]
     arrays: dict[str, object] = {key: _read_images(part, c, where, frame_shape, jpeg_quality)
-                                 for c, (_, key) in enumerate(CAMERAS)}
+                                 for c, (_, key) in enumerate(cameras)}
     arrays.update(
         action=steer,
         expert_action=steer.copy(),
@@ -291,7 +329,8 @@ def _session_arrays(part: list[LogRow], times: np.ndarray, where: str, frame_sha
 
 
 def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: int | None = None,
-                   episode_gap_s: float = 1.0, frame_period: float | None = None) -> Path:
+                   episode_gap_s: float = 1.0, frame_period: float | None = None, strict_images: bool = False,
+                   warn: Callable[[str], None] | None = None) -> Path:
     """Turn a simulator recording into a dataset (agent.data.dataset) in ``out_dir`` (new or empty); returns it.
 
     ``log_dir`` is the recording folder or its CSV. ``jpeg_quality`` None (default) stores the
@@ -299,8 +338,9 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     (smaller, or to accept non-JPEG images). ``time`` comes from the timestamps in the file names; when
     a name has none, every row gets ``row index * frame_period`` (default ``DEFAULT_FRAME_PERIOD_S`` =
     0.1 s) and the log is one episode. With timestamps, consecutive rows more than ``episode_gap_s``
-    apart (or going back in time) start a new episode. The whole CSV is validated before anything is
-    written; a failed import leaves no ``out_dir`` behind.
+    apart (or going back in time) start a new episode. Rows whose images are missing are skipped, counted
+    in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``.
+    The whole CSV is validated before anything is written; a failed import leaves no ``out_dir`` behind.
     """
     if jpeg_quality is not None:
         jpeg_quality = check_jpeg_quality(jpeg_quality)
@@ -312,26 +352,20 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     csv_path, img_dir = locate_log(log_dir)
     out_dir = Path(out_dir)
     refuse_nonempty(out_dir)
-    rows = read_log(csv_path, img_dir)
-    undated = next((r for r in rows if r.stamp is None), None)
-    if undated is None:
-        t0 = rows[0].stamp
-        times = np.array([(r.stamp - t0).total_seconds() for r in rows])  # type: ignore[operator]
-        sessions = split_sessions(times, episode_gap_s)
-        time_from = "timestamps in the image file names"
-    else:
-        times = np.arange(len(rows)) * period
-        sessions = [(0, len(rows))]
-        time_from = (f"row index x {period} s (line {undated.line}: {undated.images[0].name!r} has no "
-                     f"timestamp); one episode")
-    where = csv_path.name
+    log = read_log(csv_path, img_dir, strict_images=strict_images)
+    if log.skipped:
+        line, name = log.skipped[0]
+        (warn or (lambda m: print(m, file=sys.stderr)))(
+            f"warning: skipped {len(log.skipped)} of {len(log.rows) + len(log.skipped)} rows of {csv_path} whose images "
+            f"are missing from {img_dir} (first: line {line}, {name!r}); --strict-images refuses such a recording")
+    rows, cameras = log.rows, log.cameras
+    times, sessions, time_from = _row_times(rows, period, episode_gap_s)
     frame_shape: list[int] = []
     episodes = []
     with StagingFolder(out_dir) as tmp:
         for e, (a, b) in enumerate(sessions):
             part = rows[a:b]
-            T = len(part)
-            arrays = _session_arrays(part, times[a:b] - times[a], where, frame_shape, jpeg_quality)
+            arrays = _session_arrays(part, times[a:b] - times[a], csv_path.name, frame_shape, jpeg_quality, cameras)
             meta = {
                 "env": "udacity", "source": "udacity-recording", "action_space": "continuous",
                 "csv": str(csv_path.resolve()), "csv_lines": [part[0].line, part[-1].line],
@@ -339,7 +373,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
                 "track_seed": None, "theme": None, "return": 0.0, "terminated": False, "truncated": False,
             }
             write_episode(tmp, e, arrays, meta)
-            episodes.append({"episode_id": e, "length": T, "csv_lines": meta["csv_lines"],
+            episodes.append({"episode_id": e, "length": len(part), "csv_lines": meta["csv_lines"],
                              "start_time": meta["start_time"], "duration_s": float(times[b - 1] - times[a])})
         steps = len(rows)
         diffs = np.concatenate([np.diff(times[a:b]) for a, b in sessions])
@@ -351,16 +385,30 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             "action_space": "continuous",
             "action_names": ["steer"],
             "frame_shape": frame_shape,
-            "cameras": {k: p for p, k in CAMERAS},
+            "cameras": {k: p for p, k in cameras},
             "frame_codec": f"jpeg{jpeg_quality}" if jpeg_quality else "jpeg (the recording's files, byte for byte)",
             "dt": dt,
             "counts": {"episodes": len(episodes), "steps": steps, "hours_of_driving": steps * dt / 3600},
             "import": {"csv": str(csv_path.resolve()), "images": str(img_dir.resolve()), "time_from": time_from,
                        "episode_gap_s": episode_gap_s, "jpeg_quality": jpeg_quality,
-                       "speed": "logged in mph, stored in m/s (mph / 2.23694)"},
+                       "speed": "logged in mph, stored in m/s (mph / 2.23694)",
+                       "skipped_rows": len(log.skipped),
+                       "skipped_examples": [{"line": n, "missing": name} for n, name in log.skipped[:5]]},
             "episodes": episodes,
         })
     return out_dir
+
+
+def _row_times(rows: list[LogRow], period: float, episode_gap_s: float
+               ) -> tuple[np.ndarray, list[tuple[int, int]], str]:
+    """Seconds of every row from the first, the sessions ([start, stop) rows), and where the times came from."""
+    undated = next((r for r in rows if r.stamp is None), None)
+    if undated is None:
+        t0 = rows[0].stamp
+        times = np.array([(r.stamp - t0).total_seconds() for r in rows])  # type: ignore[operator]
+        return times, split_sessions(times, episode_gap_s), "timestamps in the image file names"
+    return (np.arange(len(rows)) * period, [(0, len(rows))],
+            f"row index x {period} s (line {undated.line}: {undated.images[0].name!r} has no timestamp); one episode")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -399,6 +447,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds between rows that start a new episode (default 1.0)")
     i.add_argument("--frame-period", type=float, default=None, metavar="S",
                    help=f"seconds per row when file names carry no timestamp (default {DEFAULT_FRAME_PERIOD_S})")
+    i.add_argument("--strict-images", action="store_true",
+                   help="refuse a recording in which a row names a missing image (default: skip such rows, say how many)")
     return p
 
 
@@ -413,9 +463,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{_dir_size(args.out_dir) / 1e6:.1f} MB) to {csv_path}")
         else:
             out = import_udacity(args.log_dir, args.out_dir, jpeg_quality=args.jpeg_quality,
-                                 episode_gap_s=args.episode_gap_s, frame_period=args.frame_period)
+                                 episode_gap_s=args.episode_gap_s, frame_period=args.frame_period,
+                                 strict_images=args.strict_images)
             ds = open_dataset(out)
-            print(f"imported {len(ds)} episodes, {ds.num_steps} steps ({_dir_size(out) / 1e6:.1f} MB) into {out}")
+            cams = ", ".join(ds.card["cameras"]) if isinstance(ds.card.get("cameras"), dict) else ""
+            print(f"imported {len(ds)} episodes, {ds.num_steps} steps ({cams}; {_dir_size(out) / 1e6:.1f} MB) into {out}")
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

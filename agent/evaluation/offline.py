@@ -1,0 +1,142 @@
+"""Offline evaluation on recorded driving (``evaluate.py --data REC --checkpoint CKPT``): how well a policy's
+steering matches what a driver did, frame by frame, on a real simulator recording or a dataset.
+
+Every episode (recording session) is streamed through the policy with its recorded timestamps, as the
+closed-loop stream would see it (time-aware cores get the real, irregular clock). Steering is scored against
+the recorded value and against its centred 0.5 s average (agent.data.labels: what a keyboard driver meant),
+next to two trivial predictors that any useful policy must beat: always straight (0) and always the training
+data's mean (from the checkpoint's target normalisation). Per session and pooled over all frames; one PNG per
+session shows predicted and recorded steering over time (the plot users look at first)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+from agent.data.dataset import CARD_NAME, DemoDataset, dataset_env, open_datasets
+from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
+from agent.runtime import atomic_write, write_json
+
+PREDICTORS = ("policy", "straight", "mean")
+PLOT_W, PLOT_H, MARGIN = 1400, 360, 48
+
+
+def recorded_data(paths: list[str], out: Path, warn: Any = tqdm.write) -> DemoDataset:
+    """The datasets, with raw simulator recordings (driving_log.csv + IMG/) imported once into OUT/imported_data/<k>."""
+    from agent.udacity.recordings import CSV_NAME, import_udacity
+
+    roots = []
+    for k, path in enumerate(paths):
+        p = Path(path)
+        if (p / CSV_NAME).is_file() and not (p / CARD_NAME).is_file():
+            target = out / "imported_data" / str(k)
+            if not (target / CARD_NAME).is_file():
+                warn(f"{p} is a Udacity simulator recording: importing it into {target}")
+                import_udacity(p, target, warn=warn)
+            roots.append(target)
+        else:
+            roots.append(p)
+    return open_datasets(roots if len(roots) > 1 else roots[0])
+
+
+def scores(pred: np.ndarray, target: np.ndarray) -> dict[str, float]:
+    err = np.asarray(pred, np.float64) - np.asarray(target, np.float64)
+    return {"mse": float(np.mean(err ** 2)), "mae": float(np.mean(np.abs(err)))}
+
+
+def score_episode(steer: np.ndarray, times: np.ndarray, predicted: np.ndarray, mean: float,
+                  width_s: float = DEFAULT_SMOOTHING_S) -> dict[str, Any]:
+    """MSE and MAE of the policy, always-straight and the training mean, against the raw steering and its
+    centred average over ``width_s``."""
+    smooth = centred_average(times, steer, width_s)
+    preds = {"policy": predicted, "straight": np.zeros_like(steer), "mean": np.full_like(steer, mean)}
+    return {"frames": int(len(steer)),
+            **{f"{name}_raw": scores(p, steer) for name, p in preds.items()},
+            **{f"{name}_avg": scores(p, smooth) for name, p in preds.items()},
+            "corr_raw": _corr(predicted, steer), "corr_avg": _corr(predicted, smooth),
+            "pred_std": float(np.std(predicted)), "steer_std": float(np.std(steer))}
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float | None:
+    if len(a) < 2 or np.std(a) == 0 or np.std(b) == 0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Frame-weighted means over sessions (so the pooled MSE is the MSE over every frame)."""
+    n = np.array([r["frames"] for r in rows], dtype=np.float64)
+    out: dict[str, Any] = {"frames": int(n.sum()), "sessions": len(rows)}
+    for key in (f"{p}_{t}" for p in PREDICTORS for t in ("raw", "avg")):
+        out[key] = {m: float(np.dot(n, [r[key][m] for r in rows]) / n.sum()) for m in ("mse", "mae")}
+    for t in ("raw", "avg"):
+        out[f"policy_vs_straight_mse_{t}"] = out[f"policy_{t}"]["mse"] / max(out[f"straight_{t}"]["mse"], 1e-12)
+    return out
+
+
+def steering_plot(path: Path, times: np.ndarray, steer: np.ndarray, smooth: np.ndarray, predicted: np.ndarray,
+                  title: str) -> None:
+    """Recorded (grey), its centred average (blue) and predicted (orange) steering over time, as a PNG."""
+    img = np.full((PLOT_H, PLOT_W, 3), 255, np.uint8)
+    t0, t1 = float(times[0]), float(max(times[-1], times[0] + 1e-6))
+    lim = max(0.25, float(np.abs(np.concatenate([steer, predicted])).max()) * 1.05)
+
+    def xy(t: np.ndarray, v: np.ndarray) -> np.ndarray:
+        x = MARGIN + (t - t0) / (t1 - t0) * (PLOT_W - 2 * MARGIN)
+        y = PLOT_H / 2 - v / lim * (PLOT_H / 2 - MARGIN)
+        return np.stack([x, y], 1).round().astype(np.int32)
+
+    cv2.line(img, (MARGIN, PLOT_H // 2), (PLOT_W - MARGIN, PLOT_H // 2), (200, 200, 200), 1)
+    for v in (-lim, lim):
+        y = int(PLOT_H / 2 - v / lim * (PLOT_H / 2 - MARGIN))
+        cv2.putText(img, f"{v:+.2f}", (2, y + 4), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (90, 90, 90), 1, cv2.LINE_AA)
+    for values, color, width in ((steer, (170, 170, 170), 1), (smooth, (200, 90, 20), 2), (predicted, (20, 120, 240), 2)):
+        cv2.polylines(img, [xy(times, values)], False, color, width, cv2.LINE_AA)  # BGR
+    legend = f"{title}   grey: recorded   blue: {DEFAULT_SMOOTHING_S} s average   orange: predicted   ({t1 - t0:.0f} s)"
+    cv2.putText(img, legend, (MARGIN, 24), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (40, 40, 40), 1, cv2.LINE_AA)
+    ok, buf = cv2.imencode(".png", img)
+    atomic_write(path, lambda f: f.write(buf.tobytes()))
+
+
+def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, progress: bool = False) -> dict[str, Any]:
+    """Score one policy on every episode of ``data``; writes OUT/offline.json and OUT/steering_<k>.png."""
+    env = dataset_env(data.card, data.episodes)
+    if policy.config.env != env.gym_id:
+        raise ValueError(f"checkpoint {name!r} drives {policy.config.env!r}; the data was recorded in {env.gym_id!r}")
+    if policy.config.head == "discrete" or "steer" not in policy.config.action_names:
+        raise ValueError(f"checkpoint {name!r} predicts no continuous steering; offline scores compare steering")
+    col = list(policy.config.action_names).index("steer")
+    label_names = list(data.card.get("action_names") or env.action_names.get("continuous", ["steer"]))
+    mean = float((policy.config.target_mean or [0.0] * policy.config.action_dim)[col])
+    rows = []
+    for i in tqdm(range(len(data)), desc=name, unit="session", disable=not progress):
+        arrays = data.load(i, keys=["frames", "time", "expert_action"])
+        steer = np.asarray(arrays["expert_action"], np.float64).reshape(len(arrays["time"]), -1)[:, label_names.index("steer")]
+        times = np.asarray(arrays["time"], np.float64)
+        predicted = policy.predict_episode(arrays["frames"], times)[:, col].astype(np.float64)
+        row = {"episode": i, "duration_s": float(times[-1] - times[0]) if len(times) else 0.0,
+               **score_episode(steer, times, predicted, mean)}
+        rows.append(row)
+        steering_plot(out_dir / f"steering_{i}.png", times, steer, centred_average(times, steer), predicted,
+                      f"{name}, session {i}")
+    summary = {"name": name, "data": str(data.root), "smoothing_s": DEFAULT_SMOOTHING_S, "mean_predictor": mean,
+               "pooled": pooled(rows), "sessions": rows}
+    write_json(out_dir / "offline.json", summary)
+    return summary
+
+
+def offline_markdown(results: dict[str, dict[str, Any]]) -> str:
+    """One row per policy (pooled over every frame), beside the two trivial predictors."""
+    first = next(iter(results.values()))["pooled"]
+    lines = ["| predictor | MSE vs 0.5 s average | MAE vs 0.5 s average | MSE vs recorded | MAE vs recorded | MSE / straight's (avg) |",
+             "|---|---|---|---|---|---|"]
+    rows = [(n, r["pooled"], "policy") for n, r in results.items()] + [
+        ("always straight", first, "straight"), ("training mean", first, "mean")]
+    for label, p, key in rows:
+        ratio = p[f"{key}_avg"]["mse"] / max(first["straight_avg"]["mse"], 1e-12)
+        lines.append(f"| {label} | {p[f'{key}_avg']['mse']:.4f} | {p[f'{key}_avg']['mae']:.4f} | "
+                     f"{p[f'{key}_raw']['mse']:.4f} | {p[f'{key}_raw']['mae']:.4f} | {ratio:.2f} |")
+    return "\n".join(lines) + f"\n\n{first['frames']} frames in {first['sessions']} session(s).\n"
