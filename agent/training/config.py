@@ -43,6 +43,7 @@ class TrainArgs:
     strict_images: bool = False  # a real simulator recording given to --data: refuse it when a row names a missing image (default: skip such rows and say how many)
     split: str = "auto"  # episodes (hold out whole episodes) | blocks (hold out the last --val-fraction of every episode in time, one window's gap before it) | auto (blocks for a single episode, e.g. a one-session simulator recording; else episodes)
     head: str = "auto"  # auto (from the dataset) | continuous | discrete | steer (steering only)
+    smooth_labels: str = "auto"  # seconds: train on the labels averaged over this centred window within each episode; auto: 0.5 for real simulator recordings (keyboard steering is a train of taps), 0 for an expert's labels
     loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
     class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
     augment: bool = True  # camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see agent/training/augment.py)
@@ -94,6 +95,11 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--val-fraction must be in (0, 1), got {a.val_fraction}")
     if not (a.lr > 0 and a.weight_decay >= 0 and 0 <= a.warmup < 1 and a.grad_clip > 0):
         raise ValueError("--lr and --grad-clip must be > 0, --weight-decay >= 0, --warmup in [0, 1)")
+    if a.smooth_labels != "auto":
+        try:
+            assert 0 <= float(a.smooth_labels) < 60
+        except (ValueError, AssertionError):
+            raise ValueError(f"--smooth-labels must be auto or seconds in [0, 60), got {a.smooth_labels!r}") from None
     if a.split not in ("auto", "episodes", "blocks"):
         raise ValueError(f"--split must be auto, episodes or blocks, got {a.split!r}")
     if a.head not in HEAD_CHOICES:

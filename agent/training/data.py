@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from agent.data.dataset import CACHE_DIR, CARD_NAME, DemoDataset, dataset_env, open_datasets
 from agent.data.frames import FrameFile, FrameRows
+from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
 from agent.training.config import TrainArgs, data_paths, parse_crop, parse_image_size
 from agent.training.distributed import SINGLE, World, barrier
@@ -103,8 +104,19 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
     if action_space == "continuous" and first_target.shape[-1] != len(names):
         raise ValueError(f"dataset {a.data!r}: labels have {first_target.shape[-1]} columns but the env's action has "
                          f"{len(names)} ({names})")
+    smoothing = label_smoothing_s(a, dataset)
+    if smoothing > 0 and action_space == "continuous":  # keyboard taps -> what the driver meant (agent.data.labels)
+        targets = [centred_average(t, y, smoothing).astype(np.float32) for t, y in zip(times, targets)]
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
                 camera_width, len(dataset), lazy)
+
+
+def label_smoothing_s(a: TrainArgs, dataset: DemoDataset) -> float:
+    """--smooth-labels in seconds; auto: the centred 0.5 s average for recordings of the real simulator (keyboard
+    or mouse steering is a train of taps), none for an expert's labels (already what it meant)."""
+    if a.smooth_labels != "auto":
+        return float(a.smooth_labels)
+    return DEFAULT_SMOOTHING_S if dataset.card.get("source") == "udacity-recording" else 0.0
 
 
 def encoder_size(env: EnvSpec, crop: list[int] | None, frame_shape: tuple[int, ...]) -> list[int]:

@@ -27,7 +27,7 @@ from agent.training.distributed import barrier, device_for
 from agent.training.loop import train_run
 from agent.training.windows import describe_blocks, make_splits
 
-SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae",
+SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse", "val_steer_vs_straight",
                 "attn_entropy", "attn_entropy_norm", "attn_max_weight")  # attn_*: log_nac_internals
 
 

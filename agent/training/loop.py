@@ -105,6 +105,12 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArg
         metrics["val_mse"] = err.pow(2).mean().item()
         for i, name in enumerate(policy.config.action_names):
             metrics[f"val_{name}_mae"] = err[:, i].abs().mean().item()
+        if "steer" in policy.config.action_names:  # the trivial predictors every policy must beat
+            i = list(policy.config.action_names).index("steer")
+            metrics["val_steer_mse"] = err[:, i].pow(2).mean().item()
+            metrics["val_steer_straight_mse"] = tgt[:, i].pow(2).mean().item()
+            metrics["val_steer_mean_mse"] = (tgt[:, i] - policy.target_mean[i].cpu()).pow(2).mean().item()
+            metrics["val_steer_vs_straight"] = metrics["val_steer_mse"] / max(metrics["val_steer_straight_mse"], 1e-12)
     return metrics
 
 
