@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
             action = parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default)
             action.help = text  # set afterwards: Python 3.11's BooleanOptionalAction appends its own "(default: ...)"
         else:
-            base = {int: int, float: float, int | None: int}.get(kind, str)
+            base = {int: int, float: float, int | None: int, float | None: float}.get(kind, str)
             metavar = {"policy": "CORE[,CORE...]", "data": "DATA"}.get(f.name)
             several = {"nargs": "+"} if f.name == "data" else {}
             parser.add_argument(flag, dest=f.name, type=base, default=default, metavar=metavar, help=text, **several)

@@ -47,9 +47,9 @@ class TrainArgs:
     loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
     class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
     augment: bool = True  # camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see agent/training/augment.py)
-    side_correction: float = 0.2  # first-person: train on left/right cameras too, steering + / - this (0 = center only)
+    side_correction: float | None = None  # first-person: train on left/right cameras too, steering + / - this (0 = center only); default: 0.2 for simulator data, 0 for real recordings (their keyboard labels are smaller than the correction: measured, docs/udacity.md)
     flip: bool = True  # first-person: mirror half of the segments and negate their steering
-    shift_steer: float = 0.002  # first-person: shift up to 50 camera px sideways, steering += this per px (0 = off)
+    shift_steer: float | None = None  # first-person: shift up to 50 camera px sideways, steering += this per px (0 = off); default: 0.002 for simulator data, 0 for real recordings
     shadows: bool = True  # first-person: darken a random slanted region of the frame (tree and building shadows)
     crop: str = "auto"  # rows of the camera frame kept, "top:bottom" | none | auto (the env's: udacity 60:135)
     color: str = "auto"  # rgb | yuv | auto (the env's: udacity yuv, carracing rgb)
@@ -126,7 +126,7 @@ def check_args(a: TrainArgs) -> list[str]:
         parse_crop(a.crop)
     if a.color not in ("auto", "rgb", "yuv"):
         raise ValueError(f"--color must be auto, rgb or yuv, got {a.color!r}")
-    if not (0 <= a.side_correction <= 1 and 0 <= a.shift_steer <= 0.02):
+    if not ((a.side_correction is None or 0 <= a.side_correction <= 1) and (a.shift_steer is None or 0 <= a.shift_steer <= 0.02)):
         raise ValueError("--side-correction must be in [0, 1] and --shift-steer in [0, 0.02] (steering per pixel)")
     return specs
 
@@ -175,14 +175,21 @@ def init_architecture(a: TrainArgs) -> TrainArgs:
                    crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color)
 
 
+SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the PilotNet/Udacity recipe's label shifts
+RECORDING_AUGMENTATION = {"side_correction": 0.0, "shift_steer": 0.0}  # real recordings: center camera, no shifts
+
+
 def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
-    """Fill the arguments whose default depends on the dataset's env (encoder, frame stride)."""
-    if a.encoder != "auto" and a.frame_stride:
+    """Fill the arguments whose default depends on the dataset (encoder, frame stride, the augmentations that
+    shift the steering label: on for simulator data, off for a real simulator's recordings)."""
+    if a.encoder != "auto" and a.frame_stride and a.side_correction is not None and a.shift_steer is not None:
         return a
     dataset = open_datasets(a.data)
     env = dataset_env(dataset.card, dataset.episodes)
+    recipe = RECORDING_AUGMENTATION if dataset.card.get("source") == "udacity-recording" else SIMULATOR_AUGMENTATION
     return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
-                   frame_stride=a.frame_stride or env.default_frame_stride)
+                   frame_stride=a.frame_stride or env.default_frame_stride,
+                   **{k: v if getattr(a, k) is None else getattr(a, k) for k, v in recipe.items()})
 
 
 def default_out(a: TrainArgs) -> str:

@@ -60,7 +60,7 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
         raise ValueError(f"dataset {a.data!r} mixes action spaces {sorted(spaces)}")
     crop = parse_crop(a.crop) if a.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
     size = parse_image_size(a.image_size) if a.image_size else encoder_size(env, crop, dataset.array_shape(0, "frames"))
-    sides = [s for s in ("left", "right") if a.side_correction > 0 and env.first_person]
+    sides = [s for s in ("left", "right") if (a.side_correction or 0) > 0 and env.first_person]
     frames, times, targets = [], [], []
     camera_width = 0
     side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in sides}
