@@ -38,6 +38,7 @@ HEADS = ("discrete", "continuous")
 COLORS = ("rgb", "yuv")
 # RGB -> YUV (BT.601, as OpenCV's COLOR_RGB2YUV) on [0, 1] pixels, U and V centred on 0.5
 _YUV = torch.tensor([[0.299, 0.587, 0.114], [-0.14713, -0.28886, 0.436], [0.615, -0.51499, -0.10001]])
+TIME_INPUTS = ("seconds", "index")
 DISCRETE_ACTIONS = ("noop", "right", "left", "gas", "brake")  # CarRacing's discrete action ids 0..4
 ACTION_RANGES = {"steer": (-1.0, 1.0), "gas": (0.0, 1.0), "brake": (0.0, 1.0)}
 
@@ -58,6 +59,7 @@ class PolicyConfig:
     window: int = 8  # frames per window
     frame_stride: int = 3  # steps between window frames (window spans (window-1)*frame_stride steps)
     frame_period: float = 0.02  # seconds between consecutive recorded frames (CarRacing: 50 Hz)
+    time_input: str = "seconds"  # what the core gets as time: seconds (the frames' true timestamps) | index (their window positions: the ablation that hides the clock)
     head: str = "continuous"  # "discrete" (5-way classifier) | "continuous" (regressor)
     action_names: list[str] = field(default_factory=lambda: ["steer", "gas", "brake"])
     action_low: list[float] = field(default_factory=lambda: [-1.0, 0.0, 0.0])  # clip range of to_env_action
@@ -98,6 +100,8 @@ class PolicyConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if len(self.image_size) != 2 or min(self.image_size) < 1:
             raise ValueError(f"image_size must be [height, width], got {self.image_size!r}")
+        if self.time_input not in TIME_INPUTS:
+            raise ValueError(f"time_input must be one of {TIME_INPUTS}, got {self.time_input!r}")
         if self.color not in COLORS:
             raise ValueError(f"color must be one of {COLORS}, got {self.color!r}")
         if self.crop is not None and (len(self.crop) != 2 or not 0 <= self.crop[0] < self.crop[1]):
@@ -214,8 +218,9 @@ class DrivingPolicy(nn.Module):
         return self.encoder(x)
 
     def core_time(self, time: torch.Tensor | None, batch: int, window: int) -> torch.Tensor:
-        """Seconds relative to the last frame ``[B, W]`` -> core units (window frames 1 apart)."""
-        if time is None:
+        """Seconds relative to the last frame ``[B, W]`` -> core units (window frames 1 apart). With
+        ``time_input`` "index" the core gets window positions whatever the clock said."""
+        if time is None or self.config.time_input == "index":
             return torch.arange(1 - window, 1, device=self.device, dtype=torch.float32).expand(batch, window)
         time = torch.as_tensor(time, device=self.device)
         if tuple(time.shape) != (batch, window):

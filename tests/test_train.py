@@ -271,3 +271,44 @@ def test_a_single_episode_cannot_be_split_by_episode_or_folded(tmp_path):
         run(tiny_args(data, tmp_path / "a", split="episodes"))
     with pytest.raises(ValueError, match="drop --folds"):
         run(tiny_args(data, tmp_path / "b", folds=2))
+
+
+def test_irregular_training_windows_keep_true_timestamps(tmp_path):
+    """--window-gaps K: each gap between a window's frames is frame_stride x k, k in 1..K, ending at its step,
+    and the times the core gets are the frames' true timestamps relative to the last one."""
+    from agent.data.dataset import open_dataset
+    from agent.training.config import resolve_env_defaults
+    from agent.training.data import load_data
+    from agent.training.windows import gather_segments, irregular_window_indices
+
+    torch.manual_seed(0)
+    idx = irregular_window_indices(np.arange(30, 60), window=4, stride=2, max_gap=3)
+    gaps = np.diff(idx, axis=1)
+    assert (idx[:, -1] == np.arange(30, 60)).all() and set(np.unique(gaps)) == {2, 4, 6}
+    data_dir = write_synthetic(tmp_path / "d", episodes=2, length=50)
+    a = resolve_env_defaults(tiny_args(data_dir, tmp_path / "o", window=4, frame_stride=2))
+    data = load_data(a)
+    torch.manual_seed(1)
+    frames, _, index, times, _ = gather_segments(data, [(1, 20, 36)], 4, 2, None, max_gap=3)
+    ts = open_dataset(data_dir).load(1, keys=["time"])["time"]
+    lo = 20 - 3 * 2 * 3
+    np.testing.assert_allclose(times, ts[index + lo] - ts[np.arange(20, 36)][:, None], atol=1e-6)
+    np.testing.assert_array_equal(frames[index[:, -1]], np.asarray(data.frames[1][20:36]))
+    run(tiny_args(data_dir, tmp_path / "run", window=4, frame_stride=2, window_gaps=3, epochs=1))
+
+
+def test_time_input_index_hides_the_clock_from_the_core():
+    from policies.policy import DrivingPolicy, PolicyConfig
+
+    frames = torch.randint(0, 255, (2, 4, 32, 32, 3), dtype=torch.uint8)
+    regular = -torch.arange(3, -1, -1, dtype=torch.float32).expand(2, 4) * 0.06
+    late = regular * torch.tensor([3.0, 2.0, 1.5, 1.0])
+    outputs = {}
+    for time_input in ("seconds", "index"):
+        torch.manual_seed(0)
+        policy = DrivingPolicy(PolicyConfig.for_actions("continuous", encoder="carracing", feature_dim=8, core="nac",
+                                                        core_options={"d_model": 16, "heads": 4, "topk": 3}, window=4,
+                                                        frame_stride=3, image_size=[32, 32], time_input=time_input)).eval()
+        outputs[time_input] = [policy(frames, t) for t in (regular, late)]
+    assert not torch.allclose(*outputs["seconds"]), "NAC reads the timestamps"
+    torch.testing.assert_close(*outputs["index"])

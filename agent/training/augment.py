@@ -72,7 +72,8 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: Tr
     n_seg = len(segments)
     r = torch.rand(n_seg, 8)
     cameras = [cams[min(int(u * len(cams)), len(cams) - 1)] for u in r[:, 0].tolist()]
-    frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, cols, cameras)
+    frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, cols, cameras,
+                                                           a.window_gaps)
     target = target.copy()
     frames = torch.from_numpy(frames)
     h, w = frames.shape[1:3]

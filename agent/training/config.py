@@ -29,6 +29,8 @@ class TrainArgs:
     epochs: int = 15  # passes over the training episodes
     batch_size: int = 64  # windows per optimizer step (256 gave ~4x fewer steps and a worse policy)
     segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
+    time_input: str = "seconds"  # what the core gets as each frame's time: seconds (true timestamps) | index (window positions, ignoring the clock: the ablation that isolates NAC's time input)
+    window_gaps: int = 1  # training windows with irregular timing: each gap between a window's frames is --frame-stride x k, k drawn from 1..this (frames late or dropped; the core gets their true timestamps; time-blind cores the same frames in the same order); 1 = regular. Validation stays regular
     lr: float = 1e-3  # peak AdamW learning rate
     weight_decay: float = 1e-4  # AdamW weight decay
     warmup: float = 0.05  # fraction of the optimizer steps spent warming up, then cosine decay to 5%
@@ -85,7 +87,7 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--core lists a name twice: {a.policy!r}")
     for s in specs:
         parse_policy_spec(s)
-    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "feature_dim", "d_model",
+    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "window_gaps", "feature_dim", "d_model",
                  "heads", "topk", "hidden", "threads", "log_every"):
         if getattr(a, name) < (0 if name in ("threads", "frame_stride") else 1):
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
@@ -100,6 +102,8 @@ def check_args(a: TrainArgs) -> list[str]:
             assert 0 <= float(a.smooth_labels) < 60
         except (ValueError, AssertionError):
             raise ValueError(f"--smooth-labels must be auto or seconds in [0, 60), got {a.smooth_labels!r}") from None
+    if a.time_input not in ("seconds", "index"):
+        raise ValueError(f"--time-input must be seconds or index, got {a.time_input!r}")
     if a.split not in ("auto", "episodes", "blocks"):
         raise ValueError(f"--split must be auto, episodes or blocks, got {a.split!r}")
     if a.head not in HEAD_CHOICES:

@@ -235,7 +235,7 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
                  "target_std": np.maximum(train_targets.std(0), 1e-2).astype(float).tolist()}
     config = PolicyConfig.for_actions(
         head, names, encoder=a.encoder, feature_dim=a.feature_dim, core=core, core_options=options,
-        window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period,
+        window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period, time_input=a.time_input,
         image_size=data.image_size, crop=data.crop,
         color=a.color if a.color != "auto" else data.env.default_color,
         action_space=data.action_space, env=data.env.gym_id, **extra)
@@ -387,7 +387,8 @@ class Trainer:
         a, data, config = self.a, self.data, self.policy.config
         if a.augment and data.env.first_person:  # picks a camera per segment, adjusts the targets
             return augment_first_person(data, segments, a, self.cols, config.color, self.device)
-        frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, self.cols)
+        frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, self.cols,
+                                                               max_gap=a.window_gaps)
         frames = torch.from_numpy(frames)
         x = (augment(frames, slices, config.image_size, self.device, config.color) if a.augment
              else frames_to_float(frames, config.image_size, self.device, config.color))

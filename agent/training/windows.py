@@ -187,25 +187,40 @@ def batch_plan(lengths: dict[int, int], a: TrainArgs, epoch: int) -> list[list[t
 
 
 def gather_segments(data: Data, segments: list[tuple[int, int, int]], window: int, stride: int,
-                    cols: slice | None, cameras: list[str] | None = None
+                    cols: slice | None, cameras: list[str] | None = None, max_gap: int = 1
                     ) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
     """Frames of the segments (concatenated), each segment's frame slice, per-window frame index ``[N, W]``
     into the concatenation, window times ``[N, W]`` (seconds, last 0) and targets ``[N, ...]``.
-    ``cameras`` picks each segment's camera (center, left, right); default: the center one."""
+    ``cameras`` picks each segment's camera (center, left, right); default: the center one. ``max_gap`` > 1
+    draws every gap between a window's frames as ``stride x k``, k uniform in 1..max_gap (torch's generator):
+    windows as a camera that drops or delays frames delivers them, with their true timestamps."""
     frames, slices, index, times, targets = [], [], [], [], []
     offset = 0
-    span = (window - 1) * stride
+    span = (window - 1) * stride * max_gap
     for k, (e, a, b) in enumerate(segments):
         lo = max(a - span, 0)
         cam = "center" if cameras is None else cameras[k]
         frames.append((data.frames if cam == "center" else data.side_frames[cam])[e][lo:b])
         slices.append((offset, offset + b - lo))
         ts = data.times[e]
-        for t in range(a, b):
-            idx = window_indices(t, window, stride)
-            index.append(idx - lo + offset)
-            times.append(ts[idx] - ts[t])
+        if max_gap > 1:
+            idx = irregular_window_indices(np.arange(a, b), window, stride, max_gap)
+            index.extend(idx - lo + offset)
+            times.extend(ts[idx] - ts[np.arange(a, b)][:, None])
+        else:
+            for t in range(a, b):
+                idx = window_indices(t, window, stride)
+                index.append(idx - lo + offset)
+                times.append(ts[idx] - ts[t])
         targets.append(episode_targets(data, e, cols)[a:b])
         offset += b - lo
     return (np.concatenate(frames), slices, np.stack(index), np.stack(times).astype(np.float32),
             np.concatenate(targets))
+
+
+def irregular_window_indices(steps: np.ndarray, window: int, stride: int, max_gap: int) -> np.ndarray:
+    """``[len(steps), window]`` frame indexes of windows ending at ``steps`` whose gaps are ``stride x k``, k
+    drawn uniformly from 1..max_gap per gap (frame 0 repeats before the episode start, as in window_indices)."""
+    k = torch.randint(1, max_gap + 1, (len(steps), window - 1)).numpy()
+    back = np.concatenate([np.cumsum(k[:, ::-1], axis=1)[:, ::-1], np.zeros((len(steps), 1), np.int64)], axis=1)
+    return np.maximum(steps[:, None] - stride * back, 0)
