@@ -323,3 +323,9 @@ def test_bad_timing_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.startswith("error:") and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o").exists()
+
+
+def test_timing_options_are_refused_offline():
+    with pytest.raises(ValueError, match="closed loop"):
+        EvalArgs(data=["recording"], jitter="1:2", progress=False, workers=1).validate()
+    assert EvalArgs(drop_prob=0, progress=False, workers=1).validate().timing.regular  # all off: regular timing
