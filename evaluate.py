@@ -8,10 +8,15 @@
     python evaluate.py --checkpoint nac.pt --saliency --video-episodes 2              # Grad-CAM overlay
     python evaluate.py --episodes 20 --workers 2 --renderer fast                      # 2 processes, OpenCV frames
     python evaluate.py --data ~/recordings/lake --checkpoint runs/train/real/best.pt  # offline, on a real recording
+    python evaluate.py --drop-prob 0.2 --renderer fast                                # 20 % of the frames lost
+    python evaluate.py --env udacity --jitter 1:3 --latency-steps 1                   # irregular steps, 0.1 s late
 
 What drives: --checkpoint (trained policies, .pt from train.py) or --expert-drives (the PPO expert, .zip;
 --expert picks which one). --policy expert, the old spelling of --expert-drives, still works and says so.
 Episodes use track seeds SEED, SEED+1, ... (default 1000: unseen by expert training and by collect.py).
+Timing conditions (--drop-prob, --jitter, --latency-steps; agent/evaluation/timing.py) apply to every driver,
+the expert of --expert-drives / --with-expert included; the policy gets the true timestamp of every frame it sees,
+draws are seeded by the track seed, and metrics.json records them in its "timing" block.
 Every flag is a field of agent.evaluation.evaluate.EvalArgs (--expert-drives is the field policy); one episode's loop
 lives in agent/evaluation/episode.py.
 """
@@ -63,10 +68,17 @@ HELP = {
             "(driving_log.csv + IMG/) or a dataset; steering MSE/MAE against the recorded values and their 0.5 s "
             "average, beside always-straight and the training mean, per session, with a PNG of predicted vs recorded "
             "steering (writes OUT/offline.md, offline.json, steering_<k>.png; default OUT: eval/offline)",
+    "drop_prob": "timing: probability P in [0, 1) that the policy gets no new frame at a step; its stream is not "
+                 "stepped and its last action is held (the first frame of an episode always arrives)",
+    "jitter": "timing: K1:K2, the policy gets a frame every k env steps, k drawn from K1..K2 at each frame; the env "
+              "keeps its own dt and the action is held in between (default: every step)",
+    "latency_steps": "timing: each action reaches the env this many env steps after the policy decided it; the "
+                     "first ones apply the neutral action (zeros: no steering, no gas)",
     "workers": "episodes driven at the same time, one process each; metrics and videos are those of a single "
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",
 }
+METAVARS = {"drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
 CHOICES = {"env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
            "saliency_method": ["gradcam", "visualbackprop"]}
 
@@ -118,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         elif f.name in CHOICES:
             parser.add_argument(flag, choices=CHOICES[f.name], default=default, help=text)
         else:
-            parser.add_argument(flag, type=int if kind in (int, int | None) else str, default=default, help=text)
+            number = {int: int, int | None: int, float: float}.get(kind, str)
+            parser.add_argument(flag, type=number, default=default, metavar=METAVARS.get(f.name), help=text)
     return parser
 
 

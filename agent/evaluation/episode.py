@@ -12,43 +12,44 @@ from tqdm import tqdm
 
 from agent.evaluation import video as vid
 from agent.evaluation.metrics import EpisodeRecorder, steer_of
+from agent.evaluation.timing import TimingConditions, neutral_action
 from agent.runtime import raise_if_stopped
 from envs.registry import EnvSpec
 
 
 def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space: str, *,
                 video_path: Path | None = None, saliency: str | None = None,
-                bar: tqdm | None = None, on_step: Callable[[], None] | None = None
-                ) -> tuple[dict[str, Any], list[float]]:
+                bar: tqdm | None = None, on_step: Callable[[], None] | None = None,
+                timing: TimingConditions | None = None) -> tuple[dict[str, Any], list[float]]:
     """Drive one episode on track ``seed``; returns its metrics row and per-step latencies (ms).
-    ``on_step()`` is called after every step (a worker process reports progress through it)."""
+    ``on_step()`` is called after every step (a worker process reports progress through it). ``timing``
+    (agent.evaluation.timing) decides at which steps the controller gets a frame and when its actions reach
+    the env; None or all options off: every frame, at once."""
     spec: EnvSpec = expert.spec
+    timing = timing or TimingConditions()
     started = time.perf_counter()
     frame, info = env.reset(seed=int(seed))
     controller.reset()
+    clock = timing.episode(seed, neutral_action(env.action_space))
     rec = EpisodeRecorder(seed, action_space, spec)
     writer = vid.VideoWriter(video_path) if video_path is not None else None
+    visuals: tuple[Any, Any] = (None, None)
     terminated = truncated = False
-    limit = spec.steer_limit[action_space]
     try:
         step = 0
         while not (terminated or truncated):
             frame = np.array(frame, dtype=np.uint8, copy=True)
             shadow = None if controller.is_expert else expert.act(info["privileged"])
-            action, latency = controller.act(frame, step * spec.dt, info, shadow)
-            if controller.is_expert:
-                shadow = action
+            decision, latency = None, None  # None: the controller gets no frame, its last action is held
+            if clock.sees_frame(step):
+                decision, latency = controller.act(frame, step * spec.dt, info, shadow)
+            if controller.is_expert:  # the expert's own action on this state is what it is compared with
+                shadow = decision if decision is not None else expert.act(info["privileged"])
+            action = clock.action(decision)
             if writer is not None:
-                panel, sal = vid.step_visuals(controller, frame, saliency)
-                hud = vid.draw_hud(vid.SCALE * frame.shape[1], step=step, speed=float(info["speed"]),
-                                   ret=rec.episode_return,
-                                   completion=spec.progress(info),
-                                   policy_steer=steer_of(action, action_space),
-                                   expert_steer=None if controller.is_expert else steer_of(shadow, action_space),
-                                   steer_limit=limit, title=f"{controller.name}  seed {seed}",
-                                   lateral_error=spec.lateral_error(info) if spec.lateral_error else None,
-                                   interventions=rec.interventions if spec.recover is not None else None)
-                writer.append(vid.compose_frame(frame, hud, panel, sal))
+                visuals = vid.step_visuals(controller, frame, saliency) if decision is not None else visuals
+                writer.append(_video_frame(controller, spec, frame, visuals, info, rec, step, action, shadow,
+                                           action_space, seed))
             frame, reward, terminated, truncated, info = env.step(action)
             raise_if_stopped()
             rec.record(reward=reward, policy_action=action, expert_action=shadow, latency_s=latency, info=info)
@@ -71,4 +72,21 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
         video = str(Path("videos") / video_path.name)
     row = rec.finish(terminated=terminated, truncated=truncated,
                      wall_seconds=time.perf_counter() - started, video=video)
+    if not timing.regular:
+        row.update(clock.stats())
     return row, [x * 1e3 for x in rec.latency_s]
+
+
+def _video_frame(controller: Any, spec: EnvSpec, frame: np.ndarray, visuals: tuple[Any, Any], info: dict[str, Any],
+                 rec: EpisodeRecorder, step: int, action: Any, shadow: Any, action_space: str, seed: int) -> np.ndarray:
+    """One video frame: the camera frame, the HUD, and the policy's attention panel and saliency (held from
+    the last step the policy saw a frame)."""
+    hud = vid.draw_hud(vid.SCALE * frame.shape[1], step=step, speed=float(info["speed"]),
+                       ret=rec.episode_return,
+                       completion=spec.progress(info),
+                       policy_steer=steer_of(action, action_space),
+                       expert_steer=None if controller.is_expert else steer_of(shadow, action_space),
+                       steer_limit=spec.steer_limit[action_space], title=f"{controller.name}  seed {seed}",
+                       lateral_error=spec.lateral_error(info) if spec.lateral_error else None,
+                       interventions=rec.interventions if spec.recover is not None else None)
+    return vid.compose_frame(frame, hud, *visuals)

@@ -10,6 +10,10 @@ shipped expert) and each track seed ``seed, seed+1, ...``:
   without executing it, which gives the steering error on the policy's own state distribution;
 * lane-keeping envs (the spec has ``recover``, udacity): when the car leaves its lane it is put back on
   the centre line and drives on; each such intervention costs 6 s in NVIDIA's autonomy measure;
+* timing conditions (``drop_prob``, ``jitter``, ``latency_steps``; agent/evaluation/timing.py): the policy
+  may get no frame at a step (its stream is not stepped, its last action is held) and its actions may reach
+  the env late; the expert drives under the same conditions with ``--expert-drives`` / ``--with-expert``
+  (a baseline for what held and late actions cost); ``metrics.json`` records them in its ``timing`` block;
 * the first ``video_episodes`` episodes are recorded (``agent.evaluation.video``: HUD, NAC attention
   panel, optional saliency).
 
@@ -59,6 +63,7 @@ from agent.data.dataset import dataset_env
 from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, write_run
+from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
 from agent.runtime import atomic_write_text, show_progress, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import SeedRanges, get_spec
@@ -96,6 +101,10 @@ class EvalArgs:
     renderer: str | None = None  # who draws the frames (the env's renderers; default: its first, the reference)
     workers: int | None = None  # processes driving episodes; validate() resolves None (agent.workers.default_workers)
     data: list[str] = field(default_factory=list)  # recorded data to score the checkpoints on offline, instead of driving
+    # timing conditions (agent.evaluation.timing; issue 22): all off = regular timing
+    drop_prob: float = 0.0  # probability that the policy gets no new frame at a step (its last action is held)
+    jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
+    latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
 
     def validate(self) -> "EvalArgs":
         spec = get_spec(self.env)  # ValueError naming the valid envs
@@ -136,7 +145,16 @@ class EvalArgs:
             policies = 1 if self.policy == "expert" else max(1, len(self.checkpoint)) + bool(self.with_expert)
             self.workers = default_workers(self.episodes * policies, self.threads)
         check_workers(self.workers)
+        timing = self.timing.check(self.max_steps)
+        if self.data and not timing.regular:
+            raise ValueError("--drop-prob, --jitter and --latency-steps are conditions of driving in closed loop; "
+                             "--data scores recorded frames offline (drop one or the other)")
         return self
+
+    @property
+    def timing(self) -> TimingConditions:
+        """The timing conditions of the run (ValueError on a malformed --jitter)."""
+        return TimingConditions(self.drop_prob, parse_jitter(self.jitter), self.latency_steps)
 
     @property
     def seeds(self) -> list[int]:
@@ -194,14 +212,16 @@ def _episode_outputs(args: EvalArgs, is_expert: bool, out_dir: Path, i: int, see
     """run_episode's video_path and saliency for episode i (seed) of a policy."""
     record = args.video and i < args.video_episodes
     return {"video_path": out_dir / "videos" / f"seed_{seed}.mp4" if record else None,
-            "saliency": args.saliency_method if args.saliency and not is_expert else None}
+            "saliency": args.saliency_method if args.saliency and not is_expert else None,
+            "timing": args.timing}
 
 
 def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: EvalArgs, out_dir: Path,
                   meta: dict[str, Any], interrupted: bool) -> dict[str, Any]:
     """metrics.json etc. of one policy from its finished episodes (in seed order); Interrupted if it was."""
     summary = aggregate(rows, latencies, **meta, interrupted=interrupted,
-                        seeds=[r["seed"] for r in rows], requested_seeds=args.seeds)
+                        seeds=[r["seed"] for r in rows], requested_seeds=args.seeds,
+                        timing=timing_summary(args.timing, meta["dt"], rows))
     write_run(out_dir, summary, tensorboard=args.tensorboard)
     if interrupted:
         raise Interrupted(f"interrupted: wrote {len(rows)} finished episode(s) of {meta['name']} to {out_dir}")
@@ -387,7 +407,7 @@ def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: di
     rows = list(results.items())
     root.mkdir(parents=True, exist_ok=True)
     title = (f"# Closed-loop evaluation: {args.env} ({action_space}), seeds {args.seeds[0]}..{args.seeds[-1]}, "
-             f"max {args.max_steps} steps\n\n")
+             f"max {args.max_steps} steps" + ("" if args.timing.regular else f", {args.timing.label()}") + "\n\n")
     atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
     write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"} for n, s in rows})
 
@@ -425,4 +445,12 @@ def summary_line(name: str, s: dict[str, Any]) -> str:
             f"{s['num_episodes']} episodes, completion {f(s['mean_completion'], '.3f')}, laps "
             f"{s['laps_completed']}/{s['num_episodes']}, steer MAE {f(s['mean_steer_mae'], '.3f')}, "
             f"smoothness {f(s['mean_steer_smoothness'], '.3f')}, latency {f(s['latency_median_ms'], '.2f')} / "
-            f"{f(s['latency_p95_ms'], '.2f')} ms (median / p95)")
+            f"{f(s['latency_p95_ms'], '.2f')} ms (median / p95)" + _timing_note(s.get("timing")))
+
+
+def _timing_note(timing: dict[str, Any] | None) -> str:
+    """'; the driver saw 80.1 % of the frames (...)' under timing conditions; '' under regular timing."""
+    if not timing or timing["regular"]:
+        return ""
+    return (f"; the driver saw {100 * timing['frames_seen_fraction']:.1f} % of the frames "
+            f"(drop {timing['drop_prob']:g}, jitter {timing['jitter'] or 'off'}, latency {timing['latency_steps']} steps)")

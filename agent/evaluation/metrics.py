@@ -91,13 +91,15 @@ class EpisodeRecorder:
     def episode_return(self) -> float:
         return float(np.sum(self.rewards)) if self.rewards else 0.0
 
-    def record(self, *, reward: float, policy_action: Any, expert_action: Any, latency_s: float,
+    def record(self, *, reward: float, policy_action: Any, expert_action: Any, latency_s: float | None,
                info: dict[str, Any]) -> None:
-        """One env step: the action taken, the expert's action on the same state, and the step's ``info``."""
+        """One env step: the action taken, the expert's action on the same state, and the step's ``info``.
+        ``latency_s`` None: the policy ran no inference at this step (it got no frame and held its action)."""
         self.rewards.append(float(reward))
         self.policy_steer.append(steer_of(policy_action, self.action_space))
         self.expert_steer.append(steer_of(expert_action, self.action_space))
-        self.latency_s.append(float(latency_s))
+        if latency_s is not None:
+            self.latency_s.append(float(latency_s))
         self.speed.append(float(info["speed"]))
         self.on_track.append(self.spec.on_road(info))
         self.completion = float(self.spec.progress(info))
