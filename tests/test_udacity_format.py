@@ -331,3 +331,9 @@ def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors
                           "--out", str(tmp_path / "e2")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "UdacityStyle-v0" in err[0]
+
+
+def test_a_folder_holding_a_recording_one_level_down_says_where_it_is(tmp_path):
+    _sim_recording(tmp_path / "downloads" / "track2")
+    with pytest.raises(FileNotFoundError, match="it holds track2/: point at that folder"):
+        open_dataset(tmp_path / "downloads")

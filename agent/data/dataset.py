@@ -300,10 +300,10 @@ def open_dataset(root: str | Path) -> DemoDataset:
     card_path = root / CARD_NAME
     files = sorted((root / EPISODE_DIR).glob("episode_*.npz"))
     if not files:
-        raise FileNotFoundError(
-            f"dataset folder {str(root)!r} holds no episodes (expected {EPISODE_DIR}/episode_*.npz); "
-            f"is it the --out folder of collect.py?"
-        )
+        inside = sorted(p.parent.name for p in [*root.glob("*/driving_log.csv"), *root.glob(f"*/{CARD_NAME}")])
+        hint = (f"; it holds {', '.join(f'{n}/' for n in inside)}: point at that folder (a dataset, or a simulator "
+                f"recording with driving_log.csv and IMG/)" if inside else "; is it the --out folder of collect.py?")
+        raise FileNotFoundError(f"dataset folder {str(root)!r} holds no episodes (expected {EPISODE_DIR}/episode_*.npz){hint}")
     try:
         card = json.loads(card_path.read_text()) if card_path.exists() else {}
     except json.JSONDecodeError as e:
