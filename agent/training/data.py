@@ -46,6 +46,7 @@ class Data:
     num_episodes: int
     lazy: bool = False  # frames read per batch from the prepared cache (--data-loading)
     pieces: list[tuple[int, int, int]] | None = None  # time blocks: episode k here is (dataset episode, start, stop)
+    smoothing_s: float = 0.0  # the targets are the labels averaged over this centred window (--smooth-labels)
 
 
 def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> Data:
@@ -108,7 +109,7 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
     if smoothing > 0 and action_space == "continuous":  # keyboard taps -> what the driver meant (agent.data.labels)
         targets = [centred_average(t, y, smoothing).astype(np.float32) for t, y in zip(times, targets)]
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
-                camera_width, len(dataset), lazy)
+                camera_width, len(dataset), lazy, smoothing_s=smoothing if action_space == "continuous" else 0.0)
 
 
 def label_smoothing_s(a: TrainArgs, dataset: DemoDataset) -> float:

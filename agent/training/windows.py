@@ -12,6 +12,8 @@ encodes each episode once and scores *every* window -- the same numbers as a per
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -35,7 +37,9 @@ def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], l
         if a.folds:
             raise ValueError(f"--folds holds out whole episodes; {'this dataset has one episode, so ' if data.num_episodes == 1 else ''}"
                              f"drop --folds (one split in time blocks) or use --split episodes")
-        train, val = block_pieces([len(f) for f in data.frames], a.val_fraction, window_span(a.window, a.frame_stride))
+        # the gap: one window, and at least half the label smoothing, so no training input or label sees validation
+        gap = max(window_span(a.window, a.frame_stride), math.ceil(data.smoothing_s / 2 / data.frame_period) + 1)
+        train, val = block_pieces([len(f) for f in data.frames], a.val_fraction, gap)
         return take_pieces(data, train + val), [(list(range(len(train))), list(range(len(train), len(train) + len(val))))]
     if a.folds:
         return data, kfold_episodes(data.num_episodes, a.folds, seed)
@@ -76,8 +80,8 @@ def describe_blocks(data: Data, split: tuple[list[int], list[int]]) -> str:
              f"{data.pieces[v][1]}..{data.pieces[v][2] - 1}"
              for v in val for t in train if data.pieces[t][0] == data.pieces[v][0]]
     whole = [str(data.pieces[t][0]) for t in train if not any(data.pieces[v][0] == data.pieces[t][0] for v in val)]
-    return ("split in time blocks (the gap between them is one window, so no training window sees a validation "
-            "frame): " + "; ".join(parts) + (f"; too short to split, trained whole: episodes {', '.join(whole)}" if whole else ""))
+    return ("split in time blocks (the gap between them is one window or half the label average, so no training "
+            "window or label sees a validation frame): " + "; ".join(parts) + (f"; too short to split, trained whole: episodes {', '.join(whole)}" if whole else ""))
 
 
 def split_episodes(n_episodes: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
