@@ -31,7 +31,7 @@ demo: $(STAMP)
 	@echo "demo done:"
 	@echo "  comparison  $(DEMO)/eval/comparison.md (the policy trained just now vs the shipped NAC)"
 	@echo "  why the fresh one drives worse: it saw 4 short expert episodes for 6 epochs; the shipped one saw"
-	@echo "  80 episodes (with 3 DAgger rounds) for 15 epochs. The demo shows the pipeline, not a trained driver."
+	@echo "  125 episodes (5 DAgger collections, fine-tuned round by round). The demo shows the pipeline, not a trained driver."
 	@echo "  videos      $(DEMO)/eval/*/videos/*.mp4"
 	@echo "  metrics     $(DEMO)/eval/*/metrics.json, $(DEMO)/train/metrics.json"
 	@echo "  TensorBoard $(VENV)/bin/tensorboard --logdir $(DEMO)"
