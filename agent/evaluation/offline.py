@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import CARD_NAME, DemoDataset, dataset_env, open_datasets
+from agent.data.dataset import DemoDataset, dataset_env, open_datasets
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import atomic_write, write_json
 
@@ -26,19 +26,9 @@ PLOT_W, PLOT_H, MARGIN = 1400, 360, 48
 
 def recorded_data(paths: list[str], out: Path, warn: Any = tqdm.write) -> DemoDataset:
     """The datasets, with raw simulator recordings (driving_log.csv + IMG/) imported once into OUT/imported_data/<k>."""
-    from agent.udacity.recordings import CSV_NAME, import_udacity
+    from agent.udacity.recordings import import_recordings
 
-    roots = []
-    for k, path in enumerate(paths):
-        p = Path(path)
-        if (p / CSV_NAME).is_file() and not (p / CARD_NAME).is_file():
-            target = out / "imported_data" / str(k)
-            if not (target / CARD_NAME).is_file():
-                warn(f"{p} is a Udacity simulator recording: importing it into {target}")
-                import_udacity(p, target, warn=warn)
-            roots.append(target)
-        else:
-            roots.append(p)
+    roots = import_recordings(paths, [out / "imported_data" / str(k) for k in range(len(paths))], warn=warn)
     return open_datasets(roots if len(roots) > 1 else roots[0])
 
 

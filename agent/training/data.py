@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import CACHE_DIR, CARD_NAME, DemoDataset, dataset_env, open_datasets
+from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_env, open_datasets
 from agent.data.frames import FrameFile, FrameRows
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
@@ -178,20 +178,12 @@ def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
     """``--data`` may name folders as the real Udacity simulator records them (``driving_log.csv`` + ``IMG/``):
     each is imported once into ``OUT/imported_data`` (``imported_data/<k>`` for the k-th of several; JPEG bytes
     kept as recorded) and trained from there, so ``--resume`` and later runs read the same datasets."""
-    from agent.udacity.recordings import CSV_NAME, import_udacity
+    from agent.udacity.recordings import import_recordings
 
     paths = data_paths(a.data)
-    raw = [(Path(d) / CSV_NAME).is_file() and not (Path(d) / CARD_NAME).is_file() for d in paths]
-    if not any(raw):
-        return a
     targets = [out / "imported_data"] if isinstance(a.data, str) else [out / "imported_data" / str(k) for k in range(len(paths))]
-    data = []
-    for path, is_raw, target in zip(paths, raw, targets):
-        if is_raw and not (target / CARD_NAME).is_file():
-            tqdm.write(f"{path} is a Udacity simulator recording: importing it into {target}")
-            import_udacity(path, target, strict_images=a.strict_images, warn=tqdm.write)
-        data.append(str(target) if is_raw else path)
-    return replace(a, data=data[0] if isinstance(a.data, str) else data)
+    data = import_recordings(paths, targets, strict_images=a.strict_images, warn=tqdm.write)
+    return a if data == paths else replace(a, data=data[0] if isinstance(a.data, str) else data)
 
 
 def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:

@@ -399,6 +399,22 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     return out_dir
 
 
+def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, strict_images: bool = False,
+                      warn: Callable[[str], None] | None = None) -> list[str]:
+    """Each path as a dataset folder: a raw simulator recording (driving_log.csv + IMG/, no dataset card) is
+    imported once into its target and the target stands in for it; datasets pass through as they are."""
+    out = []
+    for path, target in zip(paths, targets):
+        if (Path(path) / CSV_NAME).is_file() and not (Path(path) / CARD_NAME).is_file():
+            if not (target / CARD_NAME).is_file():
+                (warn or print)(f"{path} is a Udacity simulator recording: importing it into {target}")
+                import_udacity(path, target, strict_images=strict_images, warn=warn)
+            out.append(str(target))
+        else:
+            out.append(str(path))
+    return out
+
+
 def _row_times(rows: list[LogRow], period: float, episode_gap_s: float
                ) -> tuple[np.ndarray, list[tuple[int, int]], str]:
     """Seconds of every row from the first, the sessions ([start, stop) rows), and where the times came from."""
