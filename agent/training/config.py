@@ -10,11 +10,12 @@ import torch
 
 from agent.data.dataset import dataset_env, open_datasets
 from policies.nac import MODES as NAC_MODES
-from policies.policy import PolicyConfig, read_checkpoint
+from policies.policy import TIME_INPUTS, PolicyConfig, read_checkpoint
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LOSSES = ("huber", "mse")
 LOADING = ("auto", "memory", "lazy")
+SPLITS = ("auto", "episodes", "blocks")  # agent.training.windows.make_splits
 
 
 @dataclass
@@ -102,10 +103,10 @@ def check_args(a: TrainArgs) -> list[str]:
             assert 0 <= float(a.smooth_labels) < 60
         except (ValueError, AssertionError):
             raise ValueError(f"--smooth-labels must be auto or seconds in [0, 60), got {a.smooth_labels!r}") from None
-    if a.time_input not in ("seconds", "index"):
-        raise ValueError(f"--time-input must be seconds or index, got {a.time_input!r}")
-    if a.split not in ("auto", "episodes", "blocks"):
-        raise ValueError(f"--split must be auto, episodes or blocks, got {a.split!r}")
+    if a.time_input not in TIME_INPUTS:
+        raise ValueError(f"--time-input must be one of {', '.join(TIME_INPUTS)}, got {a.time_input!r}")
+    if a.split not in SPLITS:
+        raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {a.split!r}")
     if a.head not in HEAD_CHOICES:
         raise ValueError(f"--head must be one of {', '.join(HEAD_CHOICES)}, got {a.head!r}")
     if a.loss not in LOSSES:
