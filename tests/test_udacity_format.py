@@ -12,7 +12,7 @@ from agent.udacity import recordings as uf
 from tests.test_demos import _road
 
 
-def _write_dataset(root, lengths=(5, 4), jpeg_quality=95, cameras=True):
+def _write_dataset(root, lengths=(5, 4), jpeg_quality=95, cameras=True, meta=None):
     """Episodes laid out as the udacity env records them (three cameras, steering [T, 1], m/s)."""
     for e, T in enumerate(lengths):
         rng = np.random.default_rng(e)
@@ -29,7 +29,8 @@ def _write_dataset(root, lengths=(5, 4), jpeg_quality=95, cameras=True):
         }
         if cameras:
             arrays["frames_left"], arrays["frames_right"] = _road(T, 3 * e + 1), _road(T, 3 * e + 2)
-        write_episode(root, e, arrays, {"env": "udacity", "theme": "day", "track_seed": e}, jpeg_quality=jpeg_quality)
+        write_episode(root, e, arrays, {"env": "udacity", "theme": "day", "track_seed": e, **(meta or {})},
+                      jpeg_quality=jpeg_quality)
     return open_dataset(root)
 
 
@@ -287,6 +288,38 @@ def test_several_recordings_train_as_one(tmp_path):
     assert [open_dataset(tmp_path / "run" / "imported_data" / k).num_steps for k in ("0", "1")] == [6, 3]
     metrics = __import__("json").loads((tmp_path / "run" / "metrics.json").read_text())
     assert sorted(metrics["train_episodes"] + metrics["val_episodes"]) == [0, 1, 2], "3 sessions split by episode"
+
+
+def test_real_recordings_train_with_simulator_data_and_only_the_recordings_validate(tmp_path):
+    """--data REC SIM: a person's sessions join an expert's simulator episodes; the split holds out recorded sessions
+    only, only their labels are averaged (the expert's are what it meant), and the label-shifting augmentations
+    stay off as for recordings alone."""
+    import json
+
+    from agent.training.config import TrainArgs, resolve_env_defaults
+    from agent.training.data import load_data
+    from agent.training.experiment import run
+
+    _sim_recording(tmp_path / "rec", offsets_s=(0, 0.1, 0.2, 0.3, 5.0, 5.1, 5.2, 9.0, 9.1, 9.2))
+    rec = uf.import_udacity(tmp_path / "rec", tmp_path / "rec_data")
+    sim = _write_dataset(tmp_path / "sim", lengths=(6, 5, 7), meta={"action_space": "continuous"}).root
+    a = resolve_env_defaults(TrainArgs(data=[str(rec), str(sim)], out=str(tmp_path / "run"), epochs=1, batch_size=8,
+                                       segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4,
+                                       threads=1, progress=False, seed=3))
+    assert (a.side_correction, a.shift_steer) == (0.0, 0.0)
+    data = load_data(a)
+    assert data.recorded == [True, True, True, False, False, False]
+    raw = open_dataset(sim).load(0, keys=["expert_action"])["expert_action"]
+    np.testing.assert_array_equal(data.targets[3], raw)  # the expert's labels are not averaged
+    assert not np.allclose(data.targets[0], open_dataset(rec).load(0, keys=["expert_action"])["expert_action"])
+    run(a)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["val_episodes"] and set(metrics["val_episodes"]) <= {0, 1, 2}
+    assert {3, 4, 5} <= set(metrics["train_episodes"])
+    # a recording joined with another env's data: one clear error
+    other = _write_dataset(tmp_path / "other", lengths=(3,), meta={"env": "carracing", "action_space": "continuous"}).root
+    with pytest.raises(ValueError, match="differs from .* in its env"):
+        load_data(TrainArgs(data=[str(rec), str(other)]))
 
 
 def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors(tmp_path, capsys):

@@ -318,13 +318,37 @@ def open_dataset(root: str | Path) -> DemoDataset:
     return DemoDataset(root=root, card=card, episodes=metas, paths=paths)
 
 
+RECORDING_SOURCE = "udacity-recording"  # the "source" of a real simulator recording (card and episode meta)
+
+
+def is_recording(meta: dict) -> bool:
+    """True for a session a person drove in the real simulator (agent.udacity.recordings imported it)."""
+    return meta.get("source") == RECORDING_SOURCE
+
+
 def _identity(ds: DemoDataset) -> dict[str, Any]:
     """What two datasets must share to be one: env, action space, expert (by SHA-256), the arrays of a step."""
     first = ds.episodes[0]
     return {"env": ds.card.get("env") or first.get("env") or "carracing",
             "action space": ds.card.get("action_space") or first.get("action_space"),
-            "expert": first.get("expert_sha256"),
+            "expert": "a person (simulator recording)" if is_recording(first) else first.get("expert_sha256"),
             "arrays": sorted(ds.array_names(0))}
+
+
+def _check_joinable(parts: list[DemoDataset]) -> None:
+    """Same env and action space always; the same expert and arrays too, unless one side is a person's recording
+    and the other simulator data (--data REC SIM: real driving plus the simulator's; every episode file has the
+    frames, time and labels training reads)."""
+    want = _identity(parts[0])
+    for ds in parts[1:]:
+        have = _identity(ds)
+        mixed = is_recording(ds.episodes[0]) != is_recording(parts[0].episodes[0])
+        for key, value in want.items():
+            if mixed and key in ("expert", "arrays"):
+                continue
+            if have[key] != value:
+                raise ValueError(f"{str(ds.root)!r} differs from {str(parts[0].root)!r} in its {key} ({have[key]} vs "
+                                 f"{value}); datasets of different envs, action spaces or experts are not joined")
 
 
 def join_datasets(roots: Sequence[str | Path]) -> tuple[list[DemoDataset], list[tuple[DemoDataset, dict, Path]]]:
@@ -333,13 +357,7 @@ def join_datasets(roots: Sequence[str | Path]) -> tuple[list[DemoDataset], list[
     if len({Path(r).resolve() for r in roots}) < len(roots):
         raise ValueError(f"the same dataset folder is named twice in {[str(r) for r in roots]}")
     parts = [open_dataset(r) for r in roots]
-    want = _identity(parts[0])
-    for ds in parts[1:]:
-        have = _identity(ds)
-        for key, value in want.items():
-            if have[key] != value:
-                raise ValueError(f"{str(ds.root)!r} differs from {str(parts[0].root)!r} in its {key} ({have[key]} vs "
-                                 f"{value}); datasets of different envs, action spaces or experts are not joined")
+    _check_joinable(parts)
     rows = [(ds, m, p) for ds in parts for m, p in zip(ds.episodes, ds.paths)]
     if all(isinstance(m.get("track_seed"), int) for _, m, _ in rows):
         where: dict[int, str] = {}
@@ -356,7 +374,8 @@ def join_datasets(roots: Sequence[str | Path]) -> tuple[list[DemoDataset], list[
 def open_datasets(roots: str | Path | Sequence[str | Path]) -> DemoDataset:
     """One dataset folder (``open_dataset``), or several read as one without copying anything (``train.py
     --data A B``): the episodes ``merge_datasets`` would write, in the same order, with the first folder's card.
-    Several folders must hold one env, action space and expert, and never the same track seed twice."""
+    Several folders must hold one env, action space and expert (or be a person's recordings joined with simulator
+    data), and never the same track seed twice."""
     if isinstance(roots, (str, Path)):
         return open_dataset(roots)
     roots = list(roots)

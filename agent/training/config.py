@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from agent.data.dataset import dataset_env, open_datasets
+from agent.data.dataset import dataset_env, is_recording, open_datasets
 from policies.nac import MODES as NAC_MODES
 from policies.policy import TIME_INPUTS, PolicyConfig, read_checkpoint
 
@@ -186,12 +186,12 @@ RECORDING_AUGMENTATION = {"side_correction": 0.0, "shift_steer": 0.0}  # real re
 
 def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
     """Fill the arguments whose default depends on the dataset (encoder, frame stride, the augmentations that
-    shift the steering label: on for simulator data, off for a real simulator's recordings)."""
+    shift the steering label: on for simulator data, off when any episode is a real simulator's recording)."""
     if a.encoder != "auto" and a.frame_stride and a.side_correction is not None and a.shift_steer is not None:
         return a
     dataset = open_datasets(a.data)
     env = dataset_env(dataset.card, dataset.episodes)
-    recipe = RECORDING_AUGMENTATION if dataset.card.get("source") == "udacity-recording" else SIMULATOR_AUGMENTATION
+    recipe = RECORDING_AUGMENTATION if any(is_recording(m) for m in dataset.episodes) else SIMULATOR_AUGMENTATION
     return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
                    frame_stride=a.frame_stride or env.default_frame_stride,
                    **{k: v if getattr(a, k) is None else getattr(a, k) for k, v in recipe.items()})

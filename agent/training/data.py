@@ -7,13 +7,13 @@ the colour space (``--color``, YUV for PilotNet) is applied on the float batch, 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_env, open_datasets
+from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_env, is_recording, open_datasets
 from agent.data.frames import FrameFile, FrameRows
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
@@ -47,6 +47,7 @@ class Data:
     lazy: bool = False  # frames read per batch from the prepared cache (--data-loading)
     pieces: list[tuple[int, int, int]] | None = None  # time blocks: episode k here is (dataset episode, start, stop)
     smoothing_s: float = 0.0  # the targets are the labels averaged over this centred window (--smooth-labels)
+    recorded: list[bool] = field(default_factory=list)  # per episode: a person's real simulator session (not an expert's)
 
 
 def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> Data:
@@ -105,19 +106,22 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
     if action_space == "continuous" and first_target.shape[-1] != len(names):
         raise ValueError(f"dataset {a.data!r}: labels have {first_target.shape[-1]} columns but the env's action has "
                          f"{len(names)} ({names})")
-    smoothing = label_smoothing_s(a, dataset)
-    if smoothing > 0 and action_space == "continuous":  # keyboard taps -> what the driver meant (agent.data.labels)
-        targets = [centred_average(t, y, smoothing).astype(np.float32) for t, y in zip(times, targets)]
+    smoothing = label_smoothing_s(a, dataset) if action_space == "continuous" else 0.0
+    recorded = [is_recording(m) for m in dataset.episodes]
+    if smoothing > 0:  # keyboard taps -> what the driver meant (agent.data.labels); auto: a person's sessions only
+        targets = [centred_average(t, y, smoothing).astype(np.float32) if r or a.smooth_labels != "auto" else y
+                   for t, y, r in zip(times, targets, recorded)]
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
-                camera_width, len(dataset), lazy, smoothing_s=smoothing if action_space == "continuous" else 0.0)
+                camera_width, len(dataset), lazy, smoothing_s=smoothing, recorded=recorded)
 
 
 def label_smoothing_s(a: TrainArgs, dataset: DemoDataset) -> float:
     """--smooth-labels in seconds; auto: the centred 0.5 s average for recordings of the real simulator (keyboard
-    or mouse steering is a train of taps), none for an expert's labels (already what it meant)."""
+    or mouse steering is a train of taps), none for an expert's labels (already what it meant); with both in one
+    run (--data REC SIM), auto averages the recordings' labels only."""
     if a.smooth_labels != "auto":
         return float(a.smooth_labels)
-    return DEFAULT_SMOOTHING_S if dataset.card.get("source") == "udacity-recording" else 0.0
+    return DEFAULT_SMOOTHING_S if any(is_recording(m) for m in dataset.episodes) else 0.0
 
 
 def encoder_size(env: EnvSpec, crop: list[int] | None, frame_shape: tuple[int, ...]) -> list[int]:
@@ -215,4 +219,5 @@ def take_pieces(data: Data, pieces: list[tuple[int, int, int]]) -> Data:
     return replace(data, frames=[rows(data.frames[e], a, b) for e, a, b in pieces],
                    side_frames={cam: [rows(eps[e], a, b) for e, a, b in pieces] for cam, eps in data.side_frames.items()},
                    times=[data.times[e][a:b] for e, a, b in pieces], targets=[data.targets[e][a:b] for e, a, b in pieces],
-                   num_episodes=len(pieces), pieces=list(pieces))
+                   num_episodes=len(pieces), pieces=list(pieces),
+                   recorded=[data.recorded[e] for e, _, _ in pieces] if data.recorded else [])

@@ -123,6 +123,9 @@ def run(a: TrainArgs) -> dict[str, Any]:
         a = resolve_env_defaults(a)
         data = load_data(a, world, out)
         resolve_head(a, data)  # fail early on a head the data cannot feed
+        if 0 < sum(data.recorded) < len(data.recorded) and world.main:
+            print(f"real recordings with simulator data: validation is drawn from the {sum(data.recorded)} recorded "
+                  f"sessions only; the {len(data.recorded) - sum(data.recorded)} simulator episodes always train")
         data, splits = make_splits(a, data)
         if data.pieces is not None and world.main:
             print(describe_blocks(data, splits[0]))

@@ -27,20 +27,29 @@ def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], l
 
     ``--split episodes`` holds out whole episodes (``--folds K``: K folds of them); ``--split blocks`` holds out
     the last ``--val-fraction`` of every episode in time; ``auto`` is blocks when the data is a single episode
-    (a real simulator recording of one session) and episodes otherwise."""
+    (a real simulator recording of one session) and episodes otherwise. When a person's recordings are trained
+    with simulator data (``--data REC SIM``), only the recordings validate (real driving is what is measured);
+    the simulator's episodes always train."""
     seed = a.seed if a.split_seed is None else a.split_seed
-    mode = a.split if a.split != "auto" else ("blocks" if data.num_episodes == 1 else "episodes")
+    held = validation_candidates(data)
+    mode = a.split if a.split != "auto" else ("blocks" if len(held) == 1 else "episodes")
     if mode == "blocks":
         if a.folds:
-            raise ValueError(f"--folds holds out whole episodes; {'this dataset has one episode, so ' if data.num_episodes == 1 else ''}"
+            raise ValueError(f"--folds holds out whole episodes; {'this dataset has one episode, so ' if len(held) == 1 else ''}"
                              f"drop --folds (one split in time blocks) or use --split episodes")
         # the gap: one window, and at least half the label smoothing, so no training input or label sees validation
         gap = max(window_span(a.window, a.frame_stride), math.ceil(data.smoothing_s / 2 / data.frame_period) + 1)
-        train, val = block_pieces([len(f) for f in data.frames], a.val_fraction, gap)
+        train, val = block_pieces([len(f) for f in data.frames], a.val_fraction, gap, held)
         return take_pieces(data, train + val), [(list(range(len(train))), list(range(len(train), len(train) + len(val))))]
-    if a.folds:
-        return data, kfold_episodes(data.num_episodes, a.folds, seed)
-    return data, [split_episodes(data.num_episodes, a.val_fraction, seed)]
+    rest = sorted(set(range(data.num_episodes)) - set(held))
+    splits = kfold_episodes(len(held), a.folds, seed) if a.folds else [split_episodes(len(held), a.val_fraction, seed)]
+    return data, [(sorted(rest + [held[i] for i in t]), [held[i] for i in v]) for t, v in splits]
+
+
+def validation_candidates(data: Data) -> list[int]:
+    """The episodes a split may hold out: the recordings when they are mixed with simulator data, else all."""
+    recorded = [e for e, r in enumerate(data.recorded) if r]
+    return recorded if 0 < len(recorded) < data.num_episodes else list(range(data.num_episodes))
 
 
 def window_span(window: int, frame_stride: int) -> int:
@@ -48,17 +57,17 @@ def window_span(window: int, frame_stride: int) -> int:
     return (window - 1) * frame_stride + 1
 
 
-def block_pieces(lengths: list[int], val_fraction: float, gap: int
+def block_pieces(lengths: list[int], val_fraction: float, gap: int, held: list[int] | None = None
                  ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
-    """Split every episode in time: its last ``val_fraction`` of steps validate, its steps up to ``gap`` steps
-    before them train, as ``(episode, start, stop)`` pieces. The gap (one window span) keeps every training
-    window and its label clear of the validation block, so no validation frame is ever trained on; an episode
-    too short for both blocks and the gap trains whole."""
+    """Split every episode (of ``held``, default all) in time: its last ``val_fraction`` of steps validate, its
+    steps up to ``gap`` steps before them train, as ``(episode, start, stop)`` pieces. The gap (one window span)
+    keeps every training window and its label clear of the validation block, so no validation frame is ever
+    trained on; an episode too short for both blocks and the gap, or not in ``held``, trains whole."""
     train, val = [], []
     for e, n in enumerate(lengths):
         n_val = round(val_fraction * n)
         stop = n - n_val - gap
-        if n_val < 1 or stop < 1:
+        if n_val < 1 or stop < 1 or (held is not None and e not in held):
             train.append((e, 0, n))
             continue
         train.append((e, 0, stop))
