@@ -35,6 +35,7 @@ from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate
 from agent.runtime import cli_exit_code
 from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES  # noqa: E402
+from policies.policy import WINDOW_CLOCKS  # noqa: E402
 
 PROG = "python evaluate.py"
 FLAGS = {"policy": "--expert-drives"}  # EvalArgs field -> its flag, where the two differ
@@ -74,12 +75,15 @@ HELP = {
               "keeps its own dt and the action is held in between (default: every step)",
     "latency_steps": "timing: each action reaches the env this many env steps after the policy decided it; the "
                      "first ones apply the neutral action (zeros: no steering, no gas)",
+    "window_clock": "how a policy picks its window from the frames it got: steps (the last frames received, every "
+                    "frame_stride-th) | time (the frames nearest the trained offsets in seconds, so under dropped or "
+                    "irregular frames the window spans the time it was trained on; identical under regular timing)",
     "workers": "episodes driven at the same time, one process each; metrics and videos are those of a single "
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",
 }
 METAVARS = {"drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
-CHOICES = {"env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
+CHOICES = {"window_clock": list(WINDOW_CLOCKS), "env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
            "saliency_method": ["gradcam", "visualbackprop"]}
 
 

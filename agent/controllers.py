@@ -50,12 +50,12 @@ class PolicyController:
 
     is_expert = False
 
-    def __init__(self, policy: Any, name: str, device: str = "cpu") -> None:
+    def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps") -> None:
         self.policy, self.name, self.device = policy, name, device
         self.config = policy.config
-        self.stream = policy.stream()
-        self.span = (self.config.window - 1) * self.config.frame_stride + 1
-        self.frames: deque[np.ndarray] = deque(maxlen=self.span)
+        self.stream = policy.stream(clock)
+        self.span = self.stream.cache_len
+        self.frames: deque[np.ndarray] = deque(maxlen=self.span)  # the camera frames of the stream's cache
         names = list(self.config.action_names)
         env_names = spec_for_gym_id(self.config.env).action_names.get("continuous", ())  # the env action, in order
         self.filled = [] if self.config.head == "discrete" else [n for n in env_names if n not in names]
@@ -88,14 +88,14 @@ class PolicyController:
 
     def window(self) -> tuple[torch.Tensor, torch.Tensor, list[float]] | None:
         """The stream's current window: embeddings [1, W, F], seconds [1, W] (last 0), and those seconds."""
-        emb, times = getattr(self.stream, "embeddings", None), getattr(self.stream, "times", None)
-        if not emb or not times or len(emb) != self.span:
+        if not getattr(self.stream, "embeddings", None):
             return None
-        picks = list(range(0, self.span, self.config.frame_stride))
-        window = torch.stack([emb[i] for i in picks])[None]
-        t = np.array([times[i] for i in picks], dtype=np.float64)
-        rel = (t - t[-1]).astype(np.float32)
-        return window, torch.from_numpy(rel)[None], rel.tolist()
+        window, rel = self.stream.window()
+        return window, rel, rel[0].tolist()
+
+    def window_frames(self) -> list[np.ndarray]:
+        """The camera frames of the current window, oldest first."""
+        return [self.frames[i] for i in self.stream.picks()]
 
 
 def load_policy(path: str | Path, env: str, action_space: str | None, device: str) -> Any:

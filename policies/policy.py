@@ -279,51 +279,79 @@ class DrivingPolicy(nn.Module):
             out.append(self.postprocess(self.raw_from_embeddings(emb[torch.from_numpy(idx)], rel)))
         return torch.cat(out).cpu().numpy() if out else np.zeros((0, c.action_dim), np.float32)
 
-    def stream(self) -> "PolicyStream":
-        """A closed-loop runner: ``s = policy.stream(); s.reset(); out = s.step(frame, t)`` (eval mode)."""
-        return PolicyStream(self)
+    def stream(self, clock: str = "steps") -> "PolicyStream":
+        """A closed-loop runner: ``s = policy.stream(); s.reset(); out = s.step(frame, t)`` (eval mode); ``clock``:
+        how the window is picked from the frames received (``PolicyStream``)."""
+        return PolicyStream(self, clock)
+
+
+WINDOW_CLOCKS = ("steps", "time")  # how a stream picks its window from the frames it received (PolicyStream)
 
 
 class PolicyStream:
     """One frame per control step; caches per-frame embeddings so a step is one CNN pass + one core pass.
 
-    The cache spans ``(window - 1) * frame_stride + 1`` steps; the window is every ``frame_stride``-th
-    entry ending at the newest. At the first step after ``reset`` the cache is filled with that frame
-    (and its timestamp), as ``agent.training.windows.window_indices`` repeats frame 0 before an episode start.
-    ``t`` defaults to ``step_index * frame_period`` (the recorded datasets' clock).
+    The window ends at the newest frame and reaches back as in training: ``clock="steps"`` takes every
+    ``frame_stride``-th of the last ``(window - 1) * frame_stride + 1`` frames received; ``clock="time"`` takes,
+    for each of the trained offsets ``k * frame_stride * frame_period`` seconds, the received frame nearest that
+    time, so when frames arrive late, dropped or irregularly the window still spans the time it was trained on
+    (with every frame delivered on the training clock both pick the same frames). At the first step after
+    ``reset`` the cache is filled with that frame (and its timestamp), as
+    ``agent.training.windows.window_indices`` repeats frame 0 before an episode start. ``t`` defaults to
+    ``step_index * frame_period`` (the recorded datasets' clock).
     """
 
-    def __init__(self, policy: DrivingPolicy):
+    def __init__(self, policy: DrivingPolicy, clock: str = "steps"):
+        if clock not in WINDOW_CLOCKS:
+            raise ValueError(f"clock must be one of {WINDOW_CLOCKS}, got {clock!r}")
         self.policy = policy.eval()
+        self.clock = clock
         c = policy.config
         self.span = (c.window - 1) * c.frame_stride + 1
+        self.cache_len = self.span if clock == "steps" else 2 * self.span - 1  # room for frames faster than trained
         self.reset()
 
     def reset(self) -> None:
         self.policy.eval()
-        self.embeddings: deque[torch.Tensor] = deque(maxlen=self.span)
-        self.times: deque[float] = deque(maxlen=self.span)
+        self.embeddings: deque[torch.Tensor] = deque(maxlen=self.cache_len)
+        self.times: deque[float] = deque(maxlen=self.cache_len)
         self.steps = 0
+
+    def picks(self) -> list[int]:
+        """Cache positions of the current window's frames, oldest first (the last is the newest frame)."""
+        c = self.policy.config
+        n = len(self.times)
+        if self.clock == "steps" or n == 1:
+            return list(range(n - self.span, n, c.frame_stride))
+        times = np.asarray(self.times, dtype=np.float64)
+        want = times[-1] - c.frame_stride * c.frame_period * np.arange(c.window - 1, -1, -1)
+        after = np.clip(np.searchsorted(times, want), 1, n - 1)
+        before = after - 1  # nearest of the two received frames around each wanted time; a tie takes the older
+        nearer_after = np.abs(times[after] - want) < np.abs(want - times[before])
+        return np.where(nearer_after, after, before).tolist()
+
+    def window(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The current window: embeddings ``[1, W, F]`` and seconds relative to the newest frame ``[1, W]``."""
+        picks = self.picks()
+        times = np.array([self.times[i] for i in picks], dtype=np.float64)
+        return (torch.stack([self.embeddings[i] for i in picks])[None],
+                torch.from_numpy((times - times[-1]).astype(np.float32))[None])
 
     @torch.no_grad()
     def step(self, frame: torch.Tensor | np.ndarray, t: float | None = None) -> torch.Tensor:
         """``frame`` uint8 ``[H, W, 3]`` (t: seconds, optional) -> output ``[out]`` (logits or env-unit actions)."""
         if tuple(torch.as_tensor(frame).shape[-1:]) != (3,) or torch.as_tensor(frame).dim() != 3:
             raise ValueError(f"frame must be [H, W, 3], got shape {tuple(torch.as_tensor(frame).shape)}")
-        c = self.policy.config
-        t = self.steps * c.frame_period if t is None else float(t)
+        t = self.steps * self.policy.config.frame_period if t is None else float(t)
         emb = self.policy.encode(torch.as_tensor(frame)[None, None])[0, 0]
         if not self.embeddings:
-            self.embeddings.extend([emb] * self.span)
-            self.times.extend([t] * self.span)
+            self.embeddings.extend([emb] * self.cache_len)
+            self.times.extend([t] * self.cache_len)
         else:
             self.embeddings.append(emb)
             self.times.append(t)
         self.steps += 1
-        picks = range(0, self.span, c.frame_stride)
-        window = torch.stack([self.embeddings[i] for i in picks])[None]
-        times = np.array([self.times[i] for i in picks], dtype=np.float64)
-        rel = torch.from_numpy((times - times[-1]).astype(np.float32))[None]
+        window, rel = self.window()
         return self.policy.postprocess(self.policy.raw_from_embeddings(window, rel))[0]
 
 

@@ -64,6 +64,7 @@ from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
+from policies.policy import WINDOW_CLOCKS
 from agent.runtime import atomic_write_text, show_progress, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import SeedRanges, get_spec
@@ -105,6 +106,7 @@ class EvalArgs:
     drop_prob: float = 0.0  # probability that the policy gets no new frame at a step (its last action is held)
     jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
     latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
+    window_clock: str = "steps"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
 
     def validate(self) -> "EvalArgs":
         spec = get_spec(self.env)  # ValueError naming the valid envs
@@ -145,6 +147,8 @@ class EvalArgs:
             policies = 1 if self.policy == "expert" else max(1, len(self.checkpoint)) + bool(self.with_expert)
             self.workers = default_workers(self.episodes * policies, self.threads)
         check_workers(self.workers)
+        if self.window_clock not in WINDOW_CLOCKS:
+            raise ValueError(f"--window-clock must be one of {WINDOW_CLOCKS}, got {self.window_clock!r}")
         timing = self.timing.check(self.max_steps)
         if self.data and not timing.regular:
             raise ValueError("--drop-prob, --jitter and --latency-steps are conditions of driving in closed loop; "
@@ -229,13 +233,13 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
 
 
 def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
-                  policies: list[tuple[str, str | None]]) -> tuple:
+                  policies: list[tuple[str, str | None]], clock: str = "steps") -> tuple:
     """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
     from agent.experts.expert import Expert
 
     expert = Expert.load(expert_path, action_space, env)
     controllers = [ExpertController(expert) if path is None else
-                   PolicyController(load_policy(path, env, action_space, device), name, device)
+                   PolicyController(load_policy(path, env, action_space, device), name, device, clock)
                    for name, path in policies]
     sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer)
     return sim, expert, action_space, controllers
@@ -269,7 +273,8 @@ def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: Eva
 
     try:
         with EpisodePool(min(args.workers, len(tasks)), _worker_setup,
-                         (args.env, action_space, args.expert, args.device, args.max_steps, args.renderer, policies),
+                         (args.env, action_space, args.expert, args.device, args.max_steps, args.renderer, policies,
+                          args.window_clock),
                          _worker_episode, threads=args.threads, preload=_preload(args.env)) as pool:
             for (t, i), (row, lat) in pool.run(tasks, on_steps=bar.update):
                 rows[t][i] = (row, lat)
@@ -361,11 +366,11 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     targets = []
     for path, name, policy in zip(paths, names, policies):
-        controller = PolicyController(policy, name, args.device)
+        controller = PolicyController(policy, name, args.device, args.window_clock)
         targets.append((name, controller, {
             "source": str(path), "policy_config": policy.config.to_dict(),
             "num_parameters": int(sum(p.numel() for p in policy.parameters())),
-            "filled_from_expert": controller.filled,
+            "filled_from_expert": controller.filled, "window_clock": args.window_clock,
         }))
     return targets, spaces.pop()
 

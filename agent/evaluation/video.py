@@ -273,7 +273,7 @@ def step_visuals(controller: Any, frame: np.ndarray, saliency: str | None) -> tu
         internals = policy.core.internals(window, policy.core_time(rel.to(window.device), 1, W))
         if internals is not None and "attn" in internals and "index" in internals:
             last, full = window_attention(internals, W)
-            thumbs = [controller.frames[i] for i in range(0, controller.span, config.frame_stride)]
+            thumbs = controller.window_frames()
             panel = attention_panel(thumbs, last, seconds, full, height=SCALE * frame.shape[0] + HUD_H)
     sal = saliency_map(policy, frame, window, rel, saliency) if saliency else None
     return panel, sal
