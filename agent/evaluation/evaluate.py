@@ -64,10 +64,10 @@ from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
-from policies.policy import WINDOW_CLOCKS
 from agent.runtime import atomic_write_text, show_progress, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import SeedRanges, get_spec
+from policies.policy import WINDOW_CLOCKS
 
 DEFAULT_SEED = SeedRanges().evaluate  # 1000
 

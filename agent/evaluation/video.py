@@ -266,7 +266,7 @@ def step_visuals(controller: Any, frame: np.ndarray, saliency: str | None) -> tu
     if win is None:
         return None, None
     window, rel, seconds = win
-    policy, config = controller.policy, controller.config
+    policy = controller.policy
     panel = None
     if controller.has_panel:
         W = window.shape[1]

@@ -22,6 +22,7 @@ from agent.data.dataset import DemoDataset
 from agent.training.config import TrainArgs
 from agent.training.data import Data, episode_targets, take_pieces
 
+
 def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], list[int]]]]:
     """The run's (train, validation) episode lists, and the data they index.
 
