@@ -241,15 +241,27 @@ def _expected_windows(stamps: list[float], span: int, stride: int) -> list[list[
     return out
 
 
-@pytest.mark.parametrize("env", ["carracing", "udacity"])
-def test_timestamps_reach_the_policy_stream_and_core_unchanged(env, tiny, tmp_path, monkeypatch):
+def _expected_time_windows(stamps: list[float], window: int, stride: int, period: float) -> list[list[float]]:
+    """The time clock's windows, by brute force: for each trained offset, the frame received so far whose time is
+    nearest (a tie: the older), in seconds before the newest frame."""
+    out = []
+    for k, t in enumerate(stamps):
+        seen = np.array(stamps[:k + 1])
+        want = t - stride * period * np.arange(window - 1, -1, -1)
+        picks = np.array([seen[np.argmin(np.abs(seen - w))] for w in want])  # argmin: the first = the older
+        out.append((picks - picks[-1]).astype(np.float32).tolist())
+    return out
+
+
+@pytest.mark.parametrize("env,clock", [("carracing", "steps"), ("carracing", "time"), ("udacity", "time")])
+def test_timestamps_reach_the_policy_stream_and_core_unchanged(env, clock, tiny, tmp_path, monkeypatch):
     if env == "udacity" and not (REPO / shipped_checkpoint("udacity")).is_file():
         pytest.skip("the shipped udacity student is not in checkpoints/")
     ckpt = str(tiny) if env == "carracing" else str(REPO / shipped_checkpoint("udacity"))
     stamps, windows = _record_stream_and_core(monkeypatch)
     timing = dict(drop_prob=0.3, jitter="1:3")
     steps = 30 if env == "carracing" else 12
-    m = evaluate(_args(tmp_path, env=env, checkpoint=[ckpt], max_steps=steps,
+    m = evaluate(_args(tmp_path, env=env, checkpoint=[ckpt], max_steps=steps, window_clock=clock,
                        renderer=None if env == "udacity" else "fast", **timing))
     summary = next(iter(m.values()))
     acting = _acting_steps(TimingConditions(0.3, (1, 3)), 1234, steps)
@@ -257,7 +269,11 @@ def test_timestamps_reach_the_policy_stream_and_core_unchanged(env, tiny, tmp_pa
     assert stamps == [s * dt for s in acting] and summary["episodes"][0]["frames_seen"] == len(acting)
     config = summary["policy_config"]
     span = (config["window"] - 1) * config["frame_stride"] + 1
-    assert windows == _expected_windows(stamps, span, config["frame_stride"])
+    if clock == "steps":  # the last frames received, however far apart
+        assert windows == _expected_windows(stamps, span, config["frame_stride"])
+    else:  # the received frames nearest the trained offsets
+        expected = _expected_time_windows(stamps, config["window"], config["frame_stride"], config["frame_period"])
+        np.testing.assert_allclose(windows, expected, atol=1e-6)
     assert windows != _expected_windows([s * dt for s in range(len(stamps))], span, config["frame_stride"]), \
         "the irregular gaps reached the core"
     assert summary["latency_steps"] == len(acting)  # an inference latency per frame seen, none per held step
@@ -271,6 +287,7 @@ def test_metrics_json_records_the_timing(tiny, tmp_path):
     assert t["latency_steps"] == 5 and t["latency_s"] == pytest.approx(0.1)
     assert t["steps"] == 60 and t["frames_seen"] + t["held_steps"] == 60 and t["neutral_steps"] == 10
     assert t["frames_seen"] == sum(e["frames_seen"] for e in m["episodes"]) < 60 and "default_rng" in t["rng"]
+    assert m["window_clock"] == "time"  # the default: windows span the trained time under irregular frames
     header = (tmp_path / "t" / "episodes.csv").read_text().splitlines()[0].split(",")
     assert header[-4:] == list(TIMING_KEYS)
     regular = evaluate(_args(tmp_path / "r", checkpoint=[str(tiny)]))["nac"]

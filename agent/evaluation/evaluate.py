@@ -106,7 +106,7 @@ class EvalArgs:
     drop_prob: float = 0.0  # probability that the policy gets no new frame at a step (its last action is held)
     jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
     latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
-    window_clock: str = "steps"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
+    window_clock: str = "time"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
 
     def validate(self) -> "EvalArgs":
         spec = get_spec(self.env)  # ValueError naming the valid envs

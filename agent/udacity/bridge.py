@@ -72,7 +72,7 @@ from typing import Any, Callable, NoReturn, Sequence
 import cv2
 import numpy as np
 
-from policies.policy import DrivingPolicy, load_checkpoint
+from policies.policy import WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,8 @@ class SteeringServer:
     """The protocol's logic without a socket: ``on_telemetry(data)`` -> the steer dict, or None (manual mode)."""
 
     def __init__(self, policy: DrivingPolicy, speed_limit: float = DEFAULT_SPEED_LIMIT,
-                 recorder: Recorder | None = None, clock: Callable[[], float] = time.monotonic):
+                 recorder: Recorder | None = None, clock: Callable[[], float] = time.monotonic,
+                 window_clock: str = "time"):
         if not speed_limit > 0:
             raise ValueError(f"speed limit must be > 0 mph, got {speed_limit}")
         self.policy = policy
@@ -172,7 +173,7 @@ class SteeringServer:
         self.speed_limit = float(speed_limit)
         self.recorder = recorder
         self.clock = clock
-        self.stream = policy.stream()
+        self.stream = policy.stream(window_clock)  # the simulator's frames arrive when it sends them, not on a clock
         self.frames = self.manual = self.errors = 0
         self.latencies_ms: list[float] = []
         self._t0: float | None = None
@@ -376,6 +377,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="port to listen on (the simulator always connects to 4567; 0 picks a free one)")
     p.add_argument("--speed-limit", type=_positive, default=DEFAULT_SPEED_LIMIT, metavar="MPH",
                    help="speed at which the throttle reaches 0 on a straight")
+    p.add_argument("--window-clock", choices=WINDOW_CLOCKS, default="time",
+                   help="how the policy picks its window from the frames received: time (the frames nearest the "
+                        "trained offsets in seconds: the simulator's frame rate varies) | steps (the last frames, "
+                        "every frame_stride-th)")
     p.add_argument("--record", type=Path, default=argparse.SUPPRESS, metavar="DIR",
                    help="also save the received frames as a simulator recording in DIR (IMG/ + driving_log.csv, "
                         "appended if it exists; steering column = the policy's); default: no recording")
@@ -397,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if policy.config.env != UDACITY_ENV:
             print(f"warning: {args.checkpoint} was trained on {policy.config.env} frames, not {UDACITY_ENV}; "
                   f"its steering may mean little in the simulator", file=sys.stderr)
-        steering = SteeringServer(policy, args.speed_limit)
+        steering = SteeringServer(policy, args.speed_limit, window_clock=args.window_clock)
         bridge = Bridge(steering, args.host, args.port)
         if getattr(args, "record", None) is not None:
             recorder = steering.recorder = Recorder(args.record)
