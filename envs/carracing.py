@@ -453,6 +453,13 @@ class RecoveryDriver(ScriptedDriver):
         return self.discrete(p) if action_space == "discrete" else self.continuous(p)
 
 
+def recovery_start(rng: np.random.Generator) -> dict[str, float]:
+    """Reset options of a recovery start (collect.py --recovery-starts): the car standing anywhere on the lap,
+    turned by any heading (half of them beyond 90 degrees) and shifted up to the road's edge."""
+    return {"start_fraction": float(rng.random()), "start_turn": float(rng.uniform(-math.pi, math.pi)),
+            "start_offset": float(rng.uniform(-1.0, 1.0))}
+
+
 # --------------------------------------------------------------------------------------------- the env's spec
 def _make(action_space: str = "continuous", *, render: bool = True, max_episode_steps: int = 1000,
           render_mode: str | None = None, side_cameras: bool = False, renderer: str = "pygame") -> gym.Env:
@@ -480,6 +487,7 @@ def _make_spec():
         expert_to_env_action=expert_to_env_action,
         teacher=ScriptedDriver,
         recovery_teacher=RecoveryDriver,
+        recovery_start=recovery_start,
         action_names={"continuous": ("steer", "gas", "brake"), "discrete": DISCRETE_ACTION_NAMES},
         steer_limit={"continuous": _STEER_LIMIT, "discrete": 1.0},  # 0.4 rad = the wheel joint limit
         default_expert={"continuous": Path("checkpoints/expert_carracing_continuous.zip"),

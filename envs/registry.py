@@ -88,6 +88,7 @@ class EnvSpec:
     # (collect.py --recovery-labels; --recovery-starts places the car with make()'s reset options start_turn,
     # start_offset, start_fraction)
     recovery_teacher: Callable[[], Any] | None = None
+    recovery_start: Callable[[Any], dict] | None = None  # (numpy Generator) -> make()'s reset options of one start
     recorded_info: dict[str, str] = field(default_factory=dict)  # dataset array name -> info key, per step
     jpeg_quality: int | None = None  # store recorded frames as JPEG of this quality (None: lossless)
     gym_kwargs: Callable[[str], dict] = lambda action_space: {}  # gym.make kwargs that rebuild it (Minari export)
