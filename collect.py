@@ -6,6 +6,7 @@
     python collect.py --out data/carracing_continuous --episodes 10     # appends 10 more episodes
     python collect.py --episodes 2 --max-steps 200 --out /tmp/tiny --export-minari carracing/tiny-v0
     python collect.py --driver runs/train/nac/best.pt --beta 0.5 --episodes 15   # a DAgger round: the student drives
+    python collect.py --driver ckpt.pt --recovery-labels --out data/carracing_discrete   # wrong-way states: the way back
     python collect.py --renderer fast --workers 2       # CarRacing frames drawn with OpenCV, 2 episodes at a time
     python collect.py --episodes 100 --shard 2/4        # episodes 25..49 of that run -> data/carracing_continuous-shard-2-of-4
 
@@ -82,6 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=0.0,
                    help="DAgger mixture: probability per step that the expert's action is executed instead of the "
                         "--driver's (default: 0)")
+    p.add_argument("--recovery-labels", action="store_true",
+                   help="in the states the expert never learnt (carracing: pointing against the course, or the car's "
+                        "centre more than 2 half-widths off the centerline) the env's recovery teacher labels instead, "
+                        "turning the car round / back to the road; each step records who labelled it (label_source: "
+                        "0 expert, 1 recovery) and the card the counts. For DAgger rounds whose students spin "
+                        "(default: the expert labels every state)")
+    p.add_argument("--recovery-starts", type=float, default=0.0, metavar="P",
+                   help="probability that an episode starts with the car standing somewhere on the lap, turned by a "
+                        "random heading and shifted up to the road's edge, drawn from the track seed (default: 0)")
     p.add_argument("--renderer", default=None,
                    help="who draws the camera frames: " + "; ".join(f"{e}: {' | '.join(get_spec(e).renderers)}"
                                                                   for e in ENV_NAMES)

@@ -24,6 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.box2d.car_dynamics import Car
 from gymnasium.envs.box2d.car_racing import (
     FPS,
     STATE_H,
@@ -194,9 +195,27 @@ class CarRacingInfo(gym.Wrapper):
         return out
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        obs, info = self.env.reset(seed=seed, options=options)
+        """options may hold "start_fraction" (0..1: the centerline point that far round the lap),
+        "start_turn" (rad, + = right) and "start_offset" (half-widths, + = right): the car then starts standing
+        there, turned and shifted by them (recovery starts; every track starts on a like straight, so the
+        fraction gives tests and starts different corners). All 0 (the default): gymnasium's start."""
+        opts = dict(options or {})
+        place = [float(opts.pop(k, 0.0)) for k in ("start_fraction", "start_turn", "start_offset")]
+        obs, info = self.env.reset(seed=seed, options=opts or None)
         self.geometry = TrackGeometry(self.env.unwrapped.track)
+        if any(place):
+            obs = self._place_car(*place)
         return obs, self._info(info)
+
+    def _place_car(self, fraction: float, turn: float, offset: float) -> np.ndarray:
+        """Rebuild the (standing) car at a centerline point, turned and shifted; returns the new frame."""
+        base = self.env.unwrapped
+        angle, x, y = base.track[int(fraction * len(base.track)) % len(base.track)][1:4]
+        base.car.destroy()
+        # the track's right-hand normal is (cos b, sin b) (TrackGeometry); a right turn lowers the body angle
+        base.car = Car(base.world, angle - turn, x + offset * TRACK_WIDTH * math.cos(angle),
+                       y + offset * TRACK_WIDTH * math.sin(angle))
+        return base.step(None)[0]  # as gymnasium's reset: one physics step without an action, so contacts exist
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -394,6 +413,53 @@ class ScriptedDriver:
         return np.array([steer / STEER_SCALE, gas - brake], dtype=np.float32)
 
 
+@dataclass(frozen=True)
+class RecoveryDriver(ScriptedDriver):
+    """The ScriptedDriver with a way back: it turns a car that points against the course round and brings one
+    far off the road back (collect.py --recovery-labels labels those states with it; the PPO experts never
+    learnt them: the discrete one, standing backwards or on the grass, steers at full lock and never gasses).
+
+    Pointing backwards (cos_heading_error < 0) it steers at full lock toward the pure-pursuit point (which then
+    lies behind the car, on the side the centerline is: the turn that brings the car back over the road) at
+    `turn_speed`. Discrete: the steering actions cut the gas, so a car slower than `min_speed` gets gas
+    first (a standing car cannot turn). Otherwise it is the ScriptedDriver."""
+
+    turn_speed: float = 20.0  # units/s while turning round: slow enough not to slide, fast enough to turn
+    min_speed: float = 10.0  # units/s: a slower car needs gas before steering can turn it (discrete)
+    far_offset: float = 2.0  # half-widths from the centerline (1 = the road's edge) beyond which needs() holds
+
+    def needs(self, p: np.ndarray) -> bool:
+        """A state the expert does not know: pointing against the course, or the car's centre more than
+        `far_offset` half-widths from the centerline (a road width beyond the edge at the default)."""
+        return bool(p[_F["cos_heading_error"]] < 0.0 or abs(p[_F["lateral_offset"]]) > self.far_offset)
+
+    def continuous(self, p: np.ndarray) -> np.ndarray:
+        action = super().continuous(p)
+        if p[_F["cos_heading_error"]] >= 0.0:
+            return action
+        v = float(p[_F["v_forward"]]) * _SPEED_SCALE
+        gas = 1.0 if v < self.turn_speed and p[_F["rear_slip"]] < self.slip_max else 0.0
+        brake = 0.8 if v > self.turn_speed + 10.0 else 0.0
+        return np.array([STEER_SCALE * math.copysign(1.0, action[0]), gas, brake], dtype=np.float32)
+
+    def discrete(self, p: np.ndarray) -> int:
+        action = super().discrete(p)
+        if action in (1, 2) and float(p[_F["v_forward"]]) * _SPEED_SCALE < self.min_speed:
+            return 3
+        return action
+
+    def env_action(self, p: np.ndarray, action_space: str) -> np.ndarray | int:
+        """The label in the env's action space (what the recorder stores as expert_action)."""
+        return self.discrete(p) if action_space == "discrete" else self.continuous(p)
+
+
+def recovery_start(rng: np.random.Generator) -> dict[str, float]:
+    """Reset options of a recovery start (collect.py --recovery-starts): the car standing anywhere on the lap,
+    turned by any heading (half of them beyond 90 degrees) and shifted up to the road's edge."""
+    return {"start_fraction": float(rng.random()), "start_turn": float(rng.uniform(-math.pi, math.pi)),
+            "start_offset": float(rng.uniform(-1.0, 1.0))}
+
+
 # --------------------------------------------------------------------------------------------- the env's spec
 def _make(action_space: str = "continuous", *, render: bool = True, max_episode_steps: int = 1000,
           render_mode: str | None = None, side_cameras: bool = False, renderer: str = "pygame") -> gym.Env:
@@ -420,6 +486,8 @@ def _make_spec():
         make_train_env=make_train_env,
         expert_to_env_action=expert_to_env_action,
         teacher=ScriptedDriver,
+        recovery_teacher=RecoveryDriver,
+        recovery_start=recovery_start,
         action_names={"continuous": ("steer", "gas", "brake"), "discrete": DISCRETE_ACTION_NAMES},
         steer_limit={"continuous": _STEER_LIMIT, "discrete": 1.0},  # 0.4 rad = the wheel joint limit
         default_expert={"continuous": Path("checkpoints/expert_carracing_continuous.zip"),

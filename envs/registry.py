@@ -83,6 +83,12 @@ class EnvSpec:
     # wrong_way(info) -> the car points against the course's direction (heading error beyond 90 degrees): after a
     # spin a student may follow the road backwards, which an expert reading only the local road does not correct
     wrong_way: Callable[[dict], bool] | None = None
+    # recovery_teacher() -> a privileged driver with .needs(privileged) (the states the expert does not know:
+    # pointing the wrong way, far off the road) and .env_action(privileged, action_space), the way back from them
+    # (collect.py --recovery-labels; --recovery-starts places the car with make()'s reset options start_turn,
+    # start_offset, start_fraction)
+    recovery_teacher: Callable[[], Any] | None = None
+    recovery_start: Callable[[Any], dict] | None = None  # (numpy Generator) -> make()'s reset options of one start
     recorded_info: dict[str, str] = field(default_factory=dict)  # dataset array name -> info key, per step
     jpeg_quality: int | None = None  # store recorded frames as JPEG of this quality (None: lossless)
     gym_kwargs: Callable[[str], dict] = lambda action_space: {}  # gym.make kwargs that rebuild it (Minari export)

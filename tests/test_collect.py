@@ -387,3 +387,74 @@ def test_appending_takes_the_datasets_action_space(tmp_path):
     fresh = CollectConfig(out=str(tmp_path / "new"))
     fresh.validate()
     assert fresh.action_space == "continuous"
+
+
+# ----------------------------------------------------------------------------------------------- recovery labels
+def _check_labels(ep, space):
+    """Every label is the recovery teacher's where it needs() the state, else the expert's; label_source says so."""
+    from envs.carracing import RecoveryDriver
+
+    teacher, expert = RecoveryDriver(), Expert.load(None, space)
+    needs = np.array([teacher.needs(p) for p in ep["privileged"]])
+    np.testing.assert_array_equal(ep["label_source"], needs.astype(np.uint8))
+    assert ep["label_source"].dtype == np.uint8 and needs.any() and not needs.all()
+    for p, label, source in zip(ep["privileged"], ep["expert_action"], ep["label_source"]):
+        want = teacher.env_action(p, space) if source else expert.act(p)
+        np.testing.assert_allclose(label, want, atol=1e-6)
+
+
+def test_recovery_labels_and_start_in_expert_data(tmp_path):
+    """Discrete, the expert drives from a recovery start (track 3000000 draws one turned 113 degrees): the
+    recovery teacher labels (and so drives) until the car points along the course; its probabilities are one-hot;
+    the start replays from the meta's reset options; the card counts it all."""
+    out = tmp_path / "d"
+    _collect(out, episodes=1, action_space="discrete", noise=0.0, max_steps=150, early_stop=False,
+             recovery_labels=True, recovery_starts=1.0)
+    ds = open_dataset(out)
+    ep, meta = ds.load(0), ds.episodes[0]
+    _check_labels(ep, "discrete")
+    rec = ep["label_source"] == 1
+    assert rec[0] and meta["recovery_labels"] and meta["recovery_label_steps"] == int(rec.sum())
+    np.testing.assert_array_equal(ep["expert_probs"][rec], np.eye(5, dtype=np.float32)[ep["expert_action"][rec]])
+    np.testing.assert_array_equal(ep["action"], ep["expert_action"])  # noise 0: the labeller drives
+    assert set(meta["start"]) == {"start_fraction", "start_turn", "start_offset"} and abs(meta["start"]["start_turn"]) > 1.9
+    env = make_carracing("discrete", render=True, max_episode_steps=150)
+    obs, info = env.reset(seed=meta["track_seed"], options=meta["start"])
+    np.testing.assert_array_equal(ep["frames"][0], obs)
+    np.testing.assert_array_equal(ep["privileged"][0], info["privileged"])
+    card = json.loads((out / CARD_NAME).read_text())
+    assert card["counts"]["recovery_label_steps"] == int(rec.sum())
+    assert card["counts"]["recovery_starts"] == card["counts"]["recovery_labelled_episodes"] == 1
+    assert card["runs"][-1]["recovery_labels"] is True and card["runs"][-1]["recovery_starts"] == 1.0
+
+
+def test_recovery_labels_in_a_dagger_round(tmp_path):
+    """Continuous DAgger: the student (a constant right turn) drives from a recovery start; labels switch between
+    the recovery teacher and the expert with the state, the student's actions are executed."""
+    driver = constant_policy_checkpoint(tmp_path / "const.pt")
+    out = tmp_path / "d"
+    _collect(out, episodes=1, noise=0.0, driver=driver, max_steps=120, early_stop=False, recovery_labels=True,
+             recovery_starts=1.0)
+    ep = open_dataset(out).load(0)
+    _check_labels(ep, "continuous")
+    np.testing.assert_allclose(ep["action"], np.tile([0.3, 0.2, 0.0], (len(ep["action"]), 1)), atol=1e-6)
+
+
+def test_without_the_options_nothing_changes(continuous_ds):
+    out, _ = continuous_ds
+    ds = open_dataset(out)
+    assert "label_source" not in ds.load(0) and "recovery_labels" not in ds.episodes[0]
+    card = json.loads((out / CARD_NAME).read_text())
+    assert "recovery_label_steps" not in card["counts"] and "recovery_labels" not in card["runs"][-1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "udacity", "--recovery-labels"], "--recovery-labels needs an env with a recovery teacher"),
+    (["--recovery-starts", "1.5"], "--recovery-starts is a probability"),
+    (["--env", "udacity", "--recovery-starts", "0.5"], "--recovery-starts needs an env that can place its car"),
+])
+def test_recovery_options_bad_arguments(argv, message, capsys, tmp_path):
+    assert collect_cli.main([*argv, "--out", str(tmp_path / "d"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "d").exists()

@@ -92,6 +92,16 @@ def _action_histogram(metas: list[dict], spec: EnvSpec, space: str) -> dict[str,
     return hist
 
 
+def _recovery_counts(metas: list[dict]) -> dict[str, Any]:
+    """collect.py --recovery-labels / --recovery-starts: steps the recovery teacher labelled, episodes that
+    started placed (absent from datasets recorded without them)."""
+    if not any("recovery_labels" in m for m in metas):
+        return {}
+    return {"recovery_label_steps": int(sum(m.get("recovery_label_steps", 0) for m in metas)),
+            "recovery_labelled_episodes": int(sum(bool(m.get("recovery_labels")) for m in metas)),
+            "recovery_starts": int(sum(m.get("start") is not None for m in metas))}
+
+
 def build_card(config: dict, expert: dict, runs: list[dict], metas: list[dict], spec: EnvSpec) -> dict[str, Any]:
     """The dataset card, derived from the episode metas (so it is right even after a crash between an
     episode file and its card update)."""
@@ -138,6 +148,7 @@ def build_card(config: dict, expert: dict, runs: list[dict], metas: list[dict], 
                           "student": sum(m.get("driver") is not None for m in metas)},
             # who drew the frames (collect.py --renderer); episodes from before the option had the default
             "renderers": _counts(m.get("renderer", spec.renderers[0]) for m in metas),
+            **_recovery_counts(metas),
         },
         "returns": _mean_std(returns),
         "expert_driven_returns": _mean_std([m["return"] for m in metas if m.get("driver") is None]),

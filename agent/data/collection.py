@@ -35,7 +35,14 @@ from agent.data.card import build_card, expert_summary, file_sha256
 from agent.data.config import CollectConfig, CollectError, shard_range
 from agent.data.dataset import CARD_NAME, temp_files, write_episode
 from agent.data.out_folder import Existing, check_compatible, folder_lock, inspect_out
-from agent.data.recorder import OFF_ROAD_SECONDS, STUCK_SECONDS, STUCK_SPEED, DartNoise, record_episode
+from agent.data.recorder import (
+    OFF_ROAD_SECONDS,
+    STUCK_SECONDS,
+    STUCK_SPEED,
+    DartNoise,
+    record_episode,
+    recovery_start,
+)
 from agent.runtime import sigterm_as_interrupt, write_json_atomic
 from agent.workers import default_workers, warm_up
 from envs.registry import EnvSpec, get_spec
@@ -85,6 +92,8 @@ class EpisodeSettings:
     beta: float
     out: str
     meta: dict = field(default_factory=dict)  # added to every episode's meta (expert and driver identity)
+    recovery_labels: bool = False  # the spec's recovery teacher labels the states it needs
+    recovery_starts: float = 0.0  # probability of a recovery start (drawn from the track seed)
 
     def make_env(self) -> Any:
         spec = get_spec(self.env)
@@ -98,8 +107,10 @@ def record_and_write(s: EpisodeSettings, env: Any, expert: Any, driver: Any, epi
     """Record episode `episode_id` on track `track_seed` and write its file atomically; returns its meta."""
     spec = get_spec(s.env)
     noise = DartNoise(s.action_space, s.noise, s.noise_hold, track_seed, len(spec.action_names[s.action_space]))
+    recovery = spec.recovery_teacher() if s.recovery_labels else None
+    start = recovery_start(spec, track_seed, s.recovery_starts)
     arrays, meta = record_episode(env, expert, track_seed, noise, on_step=on_step, early_stop=s.early_stop,
-                                  driver=driver, beta=s.beta)
+                                  driver=driver, beta=s.beta, recovery=recovery, start=start)
     meta.update(max_steps=s.max_steps, expert_sha256=s.meta.get("expert_sha256"),
                 collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"), renderer=s.renderer)
     meta.update({k: v for k, v in s.meta.items() if k != "expert_sha256"})
@@ -287,6 +298,8 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         "workers": workers,
         "driver": str(cfg.driver) if cfg.driver is not None else None,
         "beta": cfg.beta if cfg.driver is not None else None,
+        **({"recovery_labels": True} if cfg.recovery_labels else {}),
+        **({"recovery_starts": cfg.recovery_starts} if cfg.recovery_starts else {}),
         "episodes_added": 0,
         "steps_added": 0,
         "interrupted": False,
@@ -295,7 +308,8 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         env=cfg.env, action_space=cfg.action_space, expert=None if cfg.expert is None else str(cfg.expert),
         driver=None if cfg.driver is None else str(cfg.driver), max_steps=cfg.max_steps, renderer=renderer,
         noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
-        meta={"expert_sha256": exp["sha256"], **driver_info})
+        meta={"expert_sha256": exp["sha256"], **driver_info}, recovery_labels=cfg.recovery_labels,
+        recovery_starts=cfg.recovery_starts)
     return RunPlan(config, [*existing.card.get("runs", []), run], ids, seeds, workers, settings)
 
 

@@ -60,6 +60,8 @@ class CollectConfig:
     renderer: str | None = None  # who draws the frames (the spec's renderers; default: its first, the reference)
     workers: int | None = None  # processes recording episodes (default: agent.workers.default_workers)
     shard: tuple[int, int] | str | None = None  # (I, N) or "I/N": only the I-th of N seed ranges of this run
+    recovery_labels: bool = False  # the spec's recovery teacher labels the states it needs (agent.data.recorder)
+    recovery_starts: float = 0.0  # probability that an episode starts placed turned and shifted (a recovery start)
 
     def validate(self) -> None:
         """Check the arguments before anything heavy is imported or any file is touched."""
@@ -100,6 +102,7 @@ class CollectConfig:
                 raise CollectError(f"--noise must be a finite number >= 0, got {self.noise}")
             if self.action_space == "discrete" and self.noise > 1:
                 raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {self.noise}")
+        self._check_recovery(spec)
         if self.noise_hold is not None and self.noise_hold < 1:
             raise CollectError(f"--noise-hold must be >= 1 frame, got {self.noise_hold}")
         if not (math.isfinite(self.beta) and 0.0 <= self.beta <= 1.0):
@@ -117,6 +120,16 @@ class CollectConfig:
             p = Path(self.expert)
             if not (p.is_file() or (not p.is_absolute() and (REPO_ROOT / p).is_file())):
                 raise CollectError(f"--expert file not found: {str(p)!r} (expected an SB3 PPO .zip from python -m agent.experts.ppo)")
+
+    def _check_recovery(self, spec: EnvSpec) -> None:
+        if self.recovery_labels and spec.recovery_teacher is None:
+            raise CollectError(f"--recovery-labels needs an env with a recovery teacher; {self.env} has none "
+                               "(EnvSpec.recovery_teacher)")
+        if not (math.isfinite(self.recovery_starts) and 0.0 <= self.recovery_starts <= 1.0):
+            raise CollectError(f"--recovery-starts is a probability, must be in [0, 1], got {self.recovery_starts}")
+        if self.recovery_starts > 0 and spec.recovery_start is None:
+            raise CollectError(f"--recovery-starts needs an env that can place its car; {self.env} cannot "
+                               "(EnvSpec.recovery_start)")
 
     @property
     def spec(self) -> EnvSpec:

@@ -14,6 +14,8 @@ Arrays of an episode (``T`` steps; step ``t`` = the frame seen *before* acting a
     action         float32 [T, 3] | int64 [T]   action executed in the env (may carry DART noise)
     expert_action  same as action               the expert's label for that frame
     expert_probs   float32 [T, 5]               discrete only: the expert's action probabilities
+    label_source   uint8   [T]                  collect.py --recovery-labels only: who labelled the step
+                                                (0 the expert, 1 the env's recovery teacher: its one-hot probs)
     reward         float32 [T]
     speed          float32 [T]                  units/s
     privileged     float32 [T, F]               the expert's observation (envs.carracing.FEATURE_NAMES)

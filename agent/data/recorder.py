@@ -34,6 +34,16 @@ What makes this good BC data (and why each piece is here):
   error, heading error), and its ``jpeg_quality`` stores camera frames as JPEG (the three 160x320 cameras
   would take ~460 KB a step raw).
 
+* **Recovery labels** (``recovery``, collect.py --recovery-labels): after a spin a student may point against the
+  course, or end up far off the road: states the PPO expert never visited and labels badly (the discrete one, on
+  CarRacing, steers at full lock and never gasses, so a standing car never turns round). In the states the
+  spec's ``recovery_teacher`` ``needs()`` (CarRacing: the spec's ``wrong_way``, or the car's centre more than
+  2 half-widths from the centerline) that teacher labels instead (discrete: its action's one-hot is the
+  probability row), and the expert's turns of the mixture execute it. ``label_source`` (uint8 per step,
+  ``LABEL_SOURCES``) says who labelled each step; the array exists only in such episodes.
+* **Recovery starts** (``start``, collect.py --recovery-starts): reset options that place the car turned and
+  shifted somewhere on the lap (the spec's ``recovery_start``), so the turning round is in expert data too.
+
 * **Renderer** (``renderer``): who draws the frames, one of the spec's ``renderers`` (CarRacing: gymnasium's
   ``pygame``, the default and the reference, or the ``fast`` OpenCV one of envs/carracing_render.py). Each
   episode's meta and the card's counts record it; one dataset may hold both.
@@ -53,6 +63,33 @@ STUCK_SPEED, STUCK_SECONDS = 1.0, 1.0  # env speed units, seconds: a stopped car
 OFF_ROAD_SECONDS = 5.0  # with the car off the road (short excursions and their recoveries are kept)
 NOISE_STREAM = 0xDA27  # mixed into the track seed for the DART generator
 MIX_STREAM = 0xDA66  # mixed into the track seed for the DAgger expert/student coin
+START_STREAM = 0x5747  # mixed into the track seed for the recovery start draw
+LABEL_SOURCES = ("expert", "recovery")  # label_source values: who labelled a step
+
+
+class Labeller:
+    """Who labels a state: the expert, or in the states the recovery teacher needs() (when given) that teacher.
+    Returns (label, discrete probabilities or None, LABEL_SOURCES index)."""
+
+    def __init__(self, expert: Any, recovery: Any = None) -> None:
+        self.expert, self.recovery = expert, recovery
+        self.discrete = expert.action_space == "discrete"
+
+    def __call__(self, privileged: np.ndarray) -> tuple[Any, np.ndarray | None, int]:
+        if self.recovery is not None and self.recovery.needs(privileged):
+            label = self.recovery.env_action(privileged, self.expert.action_space)
+            probs = np.eye(len(self.expert.spec.action_names["discrete"]), dtype=np.float32)[label] \
+                if self.discrete else None
+            return label, probs, 1
+        probs = self.expert.action_probs(privileged) if self.discrete else None
+        return self.expert.act(privileged), probs, 0
+
+
+def recovery_start(spec: EnvSpec, track_seed: int, probability: float) -> dict | None:
+    """The reset options of a recovery start on this track (None: the usual start), drawn from the track seed so
+    collection stays reproducible."""
+    rng = np.random.default_rng([track_seed, START_STREAM])
+    return spec.recovery_start(rng) if probability > 0 and rng.random() < probability else None
 
 
 class DartNoise:
@@ -145,18 +182,25 @@ def record_episode(
     early_stop: bool = True,
     driver: Any = None,
     beta: float = 0.0,
+    recovery: Any = None,
+    start: dict | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Drive one episode on track `track_seed`; returns the episode's arrays and meta (agent.data.dataset).
 
     Without `driver` the expert drives. With one (an ``agent.controllers.PolicyController``) the student
     drives, except on steps where a coin with probability `beta` picks the expert; the label is always
     the expert's action for the recorded state. Besides the frame, the arrays hold every
-    ``spec.recorded_info`` entry of ``info`` per step (side cameras, telemetry)."""
+    ``spec.recorded_info`` entry of ``info`` per step (side cameras, telemetry). `recovery`: the spec's
+    recovery teacher labels the states it needs (see the module docstring); `start`: the env's reset options."""
     t0 = time.perf_counter()
-    steps = _drive(env, expert, track_seed, noise, on_step, EarlyStop(expert.spec, early_stop), driver, beta)
-    arrays = _episode_arrays(steps, expert)
+    labeller = Labeller(expert, recovery)
+    steps = _drive(env, labeller, track_seed, noise, on_step, EarlyStop(expert.spec, early_stop), driver, beta,
+                   start)
+    arrays = _episode_arrays(steps, labeller)
     meta = {"track_seed": int(track_seed), **_episode_meta(arrays, steps, expert, noise, driver, beta),
             "wall_s": time.perf_counter() - t0}
+    if recovery is not None or start is not None:
+        meta.update(recovery_labels=recovery is not None, recovery_label_steps=int(sum(steps.sources)), start=start)
     return arrays, meta
 
 
@@ -172,6 +216,7 @@ class _Steps:
     speeds: list = field(default_factory=list)
     priv: list = field(default_factory=list)
     by_expert: list = field(default_factory=list)  # DAgger: whose action was executed
+    sources: list = field(default_factory=list)  # who labelled the step (LABEL_SOURCES index)
     extras: dict = field(default_factory=dict)  # spec.recorded_info
     t: int = 0
     obs: Any = None
@@ -184,24 +229,24 @@ class _Steps:
         """Keep steps 0 .. cut-1 and end at the state recorded as step ``cut`` (so final_* stay exact)."""
         self.obs, self.info = self.frames[cut], {**self.info, "privileged": self.priv[cut], "speed": self.speeds[cut]}
         for buf in (self.frames, self.actions, self.labels, self.probs, self.rewards, self.speeds, self.priv,
-                    self.by_expert, *self.extras.values()):
+                    self.by_expert, self.sources, *self.extras.values()):
             del buf[cut:]
         self.t = cut
 
 
-def _drive(env: Any, expert: Any, track_seed: int, noise: DartNoise, on_step: Callable[[], None] | None,
-           stop: EarlyStop, driver: Any, beta: float) -> _Steps:
-    """The episode's loop: label every state with the expert, execute the expert's (or the student's) action
-    with DART noise, until the env ends it or EarlyStop does (then the stuck stretch is cut off)."""
-    spec: EnvSpec = expert.spec
+def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_step: Callable[[], None] | None,
+           stop: EarlyStop, driver: Any, beta: float, start: dict | None) -> _Steps:
+    """The episode's loop: label every state (the expert, or the recovery teacher), execute the label (or the
+    student's action) with DART noise, until the env ends it or EarlyStop does (then the stuck stretch is cut)."""
+    spec: EnvSpec = labeller.expert.spec
     s = _Steps(extras={name: [] for name in spec.recorded_info})
-    s.obs, s.info = env.reset(seed=int(track_seed))
+    s.obs, s.info = env.reset(seed=int(track_seed), **({"options": start} if start is not None else {}))
     coin = np.random.default_rng([track_seed, MIX_STREAM])
     if driver is not None:
         driver.reset()
     run = 0
     while not (s.terminated or s.truncated or s.stopped):
-        label = expert.act(s.info["privileged"])
+        label, probs, source = labeller(s.info["privileged"])
         chosen, expert_turn = label, True
         if driver is not None:
             student, _ = driver.act(s.obs, s.t * spec.dt, s.info, label)  # steps the stream on every frame
@@ -215,9 +260,10 @@ def _drive(env: Any, expert: Any, track_seed: int, noise: DartNoise, on_step: Ca
         for name, key in spec.recorded_info.items():
             s.extras[name].append(s.info[key])
         s.labels.append(label)
+        s.sources.append(source)
         s.actions.append(executed)
-        if expert.action_space == "discrete":
-            s.probs.append(expert.action_probs(s.info["privileged"]))
+        if probs is not None:
+            s.probs.append(probs)
         s.obs, reward, s.terminated, s.truncated, s.info = env.step(executed)
         raise_if_stopped()
         s.rewards.append(reward)
@@ -235,9 +281,11 @@ def _drive(env: Any, expert: Any, track_seed: int, noise: DartNoise, on_step: Ca
     return s
 
 
-def _episode_arrays(s: _Steps, expert: Any) -> dict[str, np.ndarray]:
+def _episode_arrays(s: _Steps, labeller: Labeller) -> dict[str, np.ndarray]:
     """The recorded steps as the dataset's arrays, plus the state after the last step (final_*)."""
+    expert = labeller.expert
     discrete = expert.action_space == "discrete"
+    final_label, final_probs, _ = labeller(s.info["privileged"])
     adtype = np.int64 if discrete else np.float32
     dt = expert.spec.dt
     arrays: dict[str, np.ndarray] = {
@@ -253,13 +301,15 @@ def _episode_arrays(s: _Steps, expert: Any) -> dict[str, np.ndarray]:
         "final_privileged": np.asarray(s.info["privileged"], dtype=np.float32),
         "final_speed": np.float32(s.info["speed"]),
         "final_time": np.float64(s.t * dt),
-        "final_expert_action": np.asarray(expert.act(s.info["privileged"]), dtype=adtype),
+        "final_expert_action": np.asarray(final_label, dtype=adtype),
     }
     for name, values in s.extras.items():
         arrays[name] = np.stack(values) if name.startswith("frames") else np.asarray(values, dtype=np.float32)
     if discrete:
         arrays["expert_probs"] = np.stack(s.probs).astype(np.float32)
-        arrays["final_expert_probs"] = np.asarray(expert.action_probs(s.info["privileged"]), dtype=np.float32)
+        arrays["final_expert_probs"] = np.asarray(final_probs, dtype=np.float32)
+    if labeller.recovery is not None:
+        arrays["label_source"] = np.asarray(s.sources, dtype=np.uint8)
     return arrays
 
 
