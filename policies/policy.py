@@ -293,9 +293,10 @@ class PolicyStream:
 
     The window ends at the newest frame and reaches back as in training: ``clock="steps"`` takes every
     ``frame_stride``-th of the last ``(window - 1) * frame_stride + 1`` frames received; ``clock="time"`` takes,
-    for each of the trained offsets ``k * frame_stride * frame_period`` seconds, the received frame nearest that
-    time, so when frames arrive late, dropped or irregularly the window still spans the time it was trained on
-    (with every frame delivered on the training clock both pick the same frames). At the first step after
+    for each of the trained offsets ``k * frame_stride * frame_period`` seconds, the newest frame received at or
+    before that time, so when frames arrive late, dropped or irregularly the window still spans the time it was
+    trained on (with every frame delivered on the training clock both pick the same frames). Measured against
+    the nearest frame (which may be newer than the offset): the same under jitter, fewer lost tracks under drops. At the first step after
     ``reset`` the cache is filled with that frame (and its timestamp), as
     ``agent.training.windows.window_indices`` repeats frame 0 before an episode start. ``t`` defaults to
     ``step_index * frame_period`` (the recorded datasets' clock).
@@ -325,10 +326,8 @@ class PolicyStream:
             return list(range(n - self.span, n, c.frame_stride))
         times = np.asarray(self.times, dtype=np.float64)
         want = times[-1] - c.frame_stride * c.frame_period * np.arange(c.window - 1, -1, -1)
-        after = np.clip(np.searchsorted(times, want), 1, n - 1)
-        before = after - 1  # nearest of the two received frames around each wanted time; a tie takes the older
-        nearer_after = np.abs(times[after] - want) < np.abs(want - times[before])
-        return np.where(nearer_after, after, before).tolist()
+        # the newest frame received at or before each wanted time (a thousandth of a period absorbs rounding)
+        return np.maximum(np.searchsorted(times, want + 1e-3 * c.frame_period, side="right") - 1, 0).tolist()
 
     def window(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The current window: embeddings ``[1, W, F]`` and seconds relative to the newest frame ``[1, W]``."""

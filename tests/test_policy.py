@@ -233,8 +233,9 @@ def test_predict_episode_equals_stepping_the_stream():
 
 def test_time_clock_stream_spans_the_trained_time_under_irregular_frames():
     """clock="time": with every frame on the training clock it picks what clock="steps" picks (same outputs); when
-    frames arrive every 2-3 steps it picks, for each trained offset, the received frame nearest that time, so the
-    window spans the trained 0.06 s instead of the last frames received; the core gets their true timestamps."""
+    frames arrive every 1-3 steps it picks, for each trained offset, the newest frame received at or before that
+    time, so the window spans the trained 0.06 s instead of the last frames received; the core gets their true
+    timestamps."""
     policy = make_policy("nac", frame_stride=1, frame_period=0.02)  # window 4: offsets 0.06, 0.04, 0.02, 0 s
     frames = random_frames(12, seed=4)
     steps, timed = policy.stream("steps"), policy.stream("time")
@@ -245,10 +246,10 @@ def test_time_clock_stream_spans_the_trained_time_under_irregular_frames():
     for k, t in enumerate(arrivals):
         out = timed.step(frames[k], t)
     picked = [timed.times[i] for i in timed.picks()]
-    assert picked == pytest.approx([0.12, 0.12, 0.18, 0.18]), "wanted 0.12, 0.14, 0.16, 0.18: nearest received"
+    assert picked == pytest.approx([0.12, 0.12, 0.12, 0.18]), "wanted 0.12, 0.14, 0.16, 0.18: newest at or before"
     window, rel = timed.window()
-    torch.testing.assert_close(rel, torch.tensor([[-0.06, -0.06, 0.0, 0.0]]))
-    expected = policy(torch.stack([frames[3], frames[3], frames[4], frames[4]])[None], rel)[0]
+    torch.testing.assert_close(rel, torch.tensor([[-0.06, -0.06, -0.06, 0.0]]))
+    expected = policy(torch.stack([frames[3], frames[3], frames[3], frames[4]])[None], rel)[0]
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="clock must be one of"):
         policy.stream("frames")

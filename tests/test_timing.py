@@ -242,13 +242,13 @@ def _expected_windows(stamps: list[float], span: int, stride: int) -> list[list[
 
 
 def _expected_time_windows(stamps: list[float], window: int, stride: int, period: float) -> list[list[float]]:
-    """The time clock's windows, by brute force: for each trained offset, the frame received so far whose time is
-    nearest (a tie: the older), in seconds before the newest frame."""
+    """The time clock's windows, by brute force: for each trained offset, the latest frame received so far at or
+    before it (the first frame when none is), in seconds before the newest frame."""
     out = []
     for k, t in enumerate(stamps):
         seen = np.array(stamps[:k + 1])
         want = t - stride * period * np.arange(window - 1, -1, -1)
-        picks = np.array([seen[np.argmin(np.abs(seen - w))] for w in want])  # argmin: the first = the older
+        picks = np.array([max([s for s in seen if s <= w + 1e-9], default=seen[0]) for w in want])
         out.append((picks - picks[-1]).astype(np.float32).tolist())
     return out
 

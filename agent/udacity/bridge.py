@@ -378,8 +378,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speed-limit", type=_positive, default=DEFAULT_SPEED_LIMIT, metavar="MPH",
                    help="speed at which the throttle reaches 0 on a straight")
     p.add_argument("--window-clock", choices=WINDOW_CLOCKS, default="time",
-                   help="how the policy picks its window from the frames received: time (the frames nearest the "
-                        "trained offsets in seconds: the simulator's frame rate varies) | steps (the last frames, "
+                   help="how the policy picks its window from the frames received: time (the newest frames at or "
+                        "before the trained offsets in seconds: the simulator's frame rate varies) | steps (the last frames, "
                         "every frame_stride-th)")
     p.add_argument("--record", type=Path, default=argparse.SUPPRESS, metavar="DIR",
                    help="also save the received frames as a simulator recording in DIR (IMG/ + driving_log.csv, "
