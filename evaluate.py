@@ -76,8 +76,9 @@ HELP = {
     "latency_steps": "timing: each action reaches the env this many env steps after the policy decided it; the "
                      "first ones apply the neutral action (zeros: no steering, no gas)",
     "window_clock": "how a policy picks its window from the frames it got: steps (the last frames received, every "
-                    "frame_stride-th) | time (the newest frames at or before the trained offsets in seconds, so under dropped or "
-                    "irregular frames the window spans the time it was trained on; identical under regular timing)",
+                    "frame_stride-th) | time (the newest frames at or before the trained offsets in seconds, so under "
+                    "dropped or irregular frames the window spans the time it was trained on; identical under regular "
+                    "timing)",
     "workers": "episodes driven at the same time, one process each; metrics and videos are those of a single "
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",
