@@ -25,7 +25,7 @@ from agent.training.config import (
 from agent.training.data import load_data, resolve_head, use_recording
 from agent.training.distributed import barrier, device_for
 from agent.training.loop import train_run
-from agent.training.windows import describe_blocks, make_splits
+from agent.training.windows import describe_blocks, make_splits, validation_candidates
 
 SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse", "val_steer_vs_straight",
                 "attn_entropy", "attn_entropy_norm", "attn_max_weight")  # attn_*: log_nac_internals
@@ -123,9 +123,10 @@ def run(a: TrainArgs) -> dict[str, Any]:
         a = resolve_env_defaults(a)
         data = load_data(a, world, out)
         resolve_head(a, data)  # fail early on a head the data cannot feed
-        if 0 < sum(data.recorded) < len(data.recorded) and world.main:
-            print(f"real recordings with simulator data: validation is drawn from the {sum(data.recorded)} recorded "
-                  f"sessions only; the {len(data.recorded) - sum(data.recorded)} simulator episodes always train")
+        held = validation_candidates(data)
+        if len(held) < data.num_episodes and world.main:
+            print(f"real recordings with simulator data: validation is drawn from the {len(held)} recorded "
+                  f"sessions only; the {data.num_episodes - len(held)} simulator episodes always train")
         data, splits = make_splits(a, data)
         if data.pieces is not None and world.main:
             print(describe_blocks(data, splits[0]))
