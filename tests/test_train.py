@@ -265,6 +265,26 @@ def test_a_single_episode_trains_on_time_blocks_with_a_window_gap(tmp_path):
         block_pieces([4], 0.2, gap=5)
 
 
+def test_auto_split_holds_out_sessions_only_when_their_share_is_sensible():
+    """Recorded sessions end where the person paused: a held-out session holding most of the steps (or almost
+    none) gives time blocks instead; collected datasets keep their split by episode whatever the lengths."""
+    from types import SimpleNamespace
+
+    from agent.training.windows import auto_split_mode
+
+    def mode(lengths, held_out, recorded):
+        data = SimpleNamespace(frames=[np.zeros(n) for n in lengths], recorded=[recorded] * len(lengths))
+        episodes = list(range(len(lengths)))
+        split = ([e for e in episodes if e not in held_out], held_out)
+        return auto_split_mode(data, episodes, split, 0.2)
+
+    assert mode([93, 4608], [1], recorded=True) == "blocks"  # validation would be 98 % of the steps
+    assert mode([93, 4608], [0], recorded=True) == "blocks"  # 2 %: too little to measure on
+    assert mode([2330, 1042, 2842], [0], recorded=True) == "episodes"  # 37 %
+    assert mode([93, 4608], [1], recorded=False) == "episodes"  # an expert's episodes
+    assert auto_split_mode(SimpleNamespace(frames=[np.zeros(9)], recorded=[True]), [0], None, 0.2) == "blocks"
+
+
 def test_a_single_episode_cannot_be_split_by_episode_or_folded(tmp_path):
     data = write_synthetic(tmp_path / "one", episodes=1, length=60)
     with pytest.raises(ValueError, match="--split blocks"):

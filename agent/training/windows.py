@@ -33,7 +33,8 @@ def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], l
     the simulator's episodes always train."""
     seed = a.seed if a.split_seed is None else a.split_seed
     held = validation_candidates(data)
-    mode = a.split if a.split != "auto" else ("blocks" if len(held) == 1 else "episodes")
+    episode_split = None if a.folds else split_episodes(len(held), a.val_fraction, seed) if len(held) > 1 else None
+    mode = a.split if a.split != "auto" else auto_split_mode(data, held, episode_split, a.val_fraction)
     if mode == "blocks":
         if a.folds:
             raise ValueError(f"--folds holds out whole episodes; {'this dataset has one episode, so ' if len(held) == 1 else ''}"
@@ -43,8 +44,23 @@ def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], l
         train, val = block_pieces([len(f) for f in data.frames], a.val_fraction, gap, held)
         return take_pieces(data, train + val), [(list(range(len(train))), list(range(len(train), len(train) + len(val))))]
     rest = sorted(set(range(data.num_episodes)) - set(held))
-    splits = kfold_episodes(len(held), a.folds, seed) if a.folds else [split_episodes(len(held), a.val_fraction, seed)]
+    splits = kfold_episodes(len(held), a.folds, seed) if a.folds else [episode_split or split_episodes(len(held), a.val_fraction, seed)]
     return data, [(sorted(rest + [held[i] for i in t]), [held[i] for i in v]) for t, v in splits]
+
+
+def auto_split_mode(data: Data, held: list[int], episode_split: tuple[list[int], list[int]] | None,
+                    val_fraction: float) -> str:
+    """``--split auto``: whole episodes, except time blocks for one episode, and for a person's recordings whose
+    held-out sessions would hold less than half of ``val_fraction`` or more than half of the recorded steps
+    (sessions end where the person paused, so their lengths are arbitrary: 93 and 4,608 rows in one public
+    recording, where either session held out leaves nothing to learn from or nothing to measure on)."""
+    if len(held) == 1:
+        return "blocks"
+    if episode_split is None or not data.recorded or not all(data.recorded[e] for e in held):
+        return "episodes"
+    lengths = [len(data.frames[e]) for e in held]
+    share = sum(lengths[i] for i in episode_split[1]) / sum(lengths)
+    return "episodes" if val_fraction / 2 <= share <= 0.5 else "blocks"
 
 
 def validation_candidates(data: Data) -> list[int]:
