@@ -170,12 +170,29 @@ class CarRacingInfo(gym.Wrapper):
 
     info keys: "privileged" float32[N_FEATURES], "speed" (units/s), "tiles_visited", "num_tiles",
     "on_track" (a wheel touches a road tile), "lap_complete" (every tile visited / lap-finished
-    termination), "track_index" (nearest centerline point; used by reward shaping).
+    termination), "track_index" (nearest centerline point; used by reward shaping), "unvisited_tiles"
+    (index ranges of the tiles not visited yet).
     """
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.geometry: TrackGeometry | None = None
+        self._unvisited: tuple[int, str] = (-1, "")
+
+    def unvisited_tiles(self) -> str:
+        """The tiles not visited yet as index ranges ("156-159 173"): a lap missed by a cut corner shows
+        a few tiles inside it, one cut short by time the last ones. Recomputed only when a tile is visited."""
+        base = self.env.unwrapped
+        if self._unvisited[0] != base.tile_visited_count:
+            idx = [i for i, tile in enumerate(base.road) if not tile.road_visited]
+            runs: list[list[int]] = []
+            for i in idx:
+                if runs and runs[-1][1] == i - 1:
+                    runs[-1][1] = i
+                else:
+                    runs.append([i, i])
+            self._unvisited = (base.tile_visited_count, " ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs))
+        return self._unvisited[1]
 
     def _info(self, info: dict[str, Any]) -> dict[str, Any]:
         base = self.env.unwrapped
@@ -191,6 +208,7 @@ class CarRacingInfo(gym.Wrapper):
             on_track=any(w.tiles for w in base.car.wheels),
             lap_complete=bool(info.get("lap_finished", False)) or base.tile_visited_count >= n,
             track_index=idx,
+            unvisited_tiles=self.unvisited_tiles(),
         )
         return out
 
@@ -203,6 +221,7 @@ class CarRacingInfo(gym.Wrapper):
         place = [float(opts.pop(k, 0.0)) for k in ("start_fraction", "start_turn", "start_offset")]
         obs, info = self.env.reset(seed=seed, options=opts or None)
         self.geometry = TrackGeometry(self.env.unwrapped.track)
+        self._unvisited = (-1, "")
         if any(place):
             obs = self._place_car(*place)
         return obs, self._info(info)
@@ -506,7 +525,8 @@ def _make_spec():
         gym_kwargs=lambda action_space: {"continuous": action_space == "continuous"},
         renderers=RENDERERS,  # ("pygame", "fast"): gymnasium's is the default and the reference
         episode_meta=lambda info: {"lap_complete": bool(info["lap_complete"]),
-                                   "tiles_visited": int(info["tiles_visited"]), "num_tiles": int(info["num_tiles"])},
+                                   "tiles_visited": int(info["tiles_visited"]), "num_tiles": int(info["num_tiles"]),
+                                   "unvisited_tiles": info["unvisited_tiles"]},
     )
 
 

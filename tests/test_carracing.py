@@ -162,3 +162,19 @@ def test_wrong_way_once_the_car_has_turned_around():
         flags.append(SPEC.wrong_way(info))
     assert any(flags) and not all(flags)
     assert flags == [c < 0 for c in cosines]
+
+
+def test_unvisited_tiles_list_exactly_the_tiles_not_yet_visited():
+    """info["unvisited_tiles"] (an episode's column in evaluate.py: which tiles a missed lap skipped) names, as
+    index ranges, every tile the car has not touched and no other."""
+    env = make_carracing(render=False)
+    _, info = env.reset(seed=4)
+    for _, info in _drive(env, _gas_then_steer(0.3, n_straight=60, n_turn=80)):
+        pass
+    tiles = set()
+    for part in info["unvisited_tiles"].split():
+        a, _, b = part.partition("-")
+        tiles |= set(range(int(a), int(b or a) + 1))
+    road = env.unwrapped.road
+    assert tiles == {i for i, t in enumerate(road) if not t.road_visited}
+    assert len(tiles) == info["num_tiles"] - info["tiles_visited"] > 0 and 0 not in tiles

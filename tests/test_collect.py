@@ -69,7 +69,7 @@ class _FakeEnv:
         priv = np.zeros(N_FEATURES, np.float32)
         priv[9] = 1.0  # wheels_on_road
         return {"privileged": priv, "speed": 10.0 if 0 < self.i <= self.moving else 0.0,
-                "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300, "on_track": True}
+                "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300, "unvisited_tiles": "", "on_track": True}
 
     def reset(self, seed=None):
         self.i = 0

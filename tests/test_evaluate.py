@@ -192,7 +192,8 @@ def test_steer_of_and_recorder():
     for i, (p, e) in enumerate(zip(policy, expert)):
         privileged = np.zeros(len(FEATURE_NAMES), np.float32)
         privileged[cos_heading] = -0.5 if i == 3 else 1.0  # the last step points backwards
-        info = {"speed": 10.0 * i, "on_track": i != 2, "tiles_visited": i + 1, "num_tiles": 8, "lap_complete": False,
+        info = {"speed": 10.0 * i, "on_track": i != 2, "tiles_visited": i + 1, "num_tiles": 8, "unvisited_tiles": "",
+                "lap_complete": False,
                 "privileged": privileged}
         rec.record(reward=1.0, policy_action=[p, 0, 0], expert_action=[e, 0, 0], latency_s=0.001 * (i + 1), info=info)
     row = rec.finish(terminated=False, truncated=True)
