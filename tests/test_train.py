@@ -212,6 +212,14 @@ def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
     tuned = load_checkpoint(again / "best.pt")
     assert tuned.config.core == "gru" and tuned.config.window == 3
     assert tuned.config.target_mean == load_checkpoint(first / "best.pt").config.target_mean
+    assert tuned.config.time_input == "seconds"
+    # the time input is what the core is fed, not an architecture: --time-input given with --init applies
+    blind = tmp_path / "blind"
+    run(tiny_args(data_dir, blind, epochs=1, split_seed=1, time_input="index", init=str(again / "best.pt")))
+    assert load_checkpoint(blind / "best.pt").config.time_input == "index"
+    kept = tmp_path / "kept"
+    run(tiny_args(data_dir, kept, epochs=1, split_seed=1, init=str(blind / "best.pt")))
+    assert load_checkpoint(kept / "best.pt").config.time_input == "index"
 
 
 def test_init_refuses_a_checkpoint_for_other_actions(data_dir, tmp_path):

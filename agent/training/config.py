@@ -30,7 +30,7 @@ class TrainArgs:
     epochs: int = 15  # passes over the training episodes
     batch_size: int = 64  # windows per optimizer step (256 gave ~4x fewer steps and a worse policy)
     segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
-    time_input: str = "seconds"  # what the core gets as each frame's time: seconds (true timestamps) | index (window positions, ignoring the clock: the ablation that isolates NAC's time input)
+    time_input: str | None = None  # what the core gets as each frame's time: seconds (true timestamps; the default) | index (window positions, ignoring the clock: the ablation that isolates NAC's time input); with --init, the checkpoint's unless given
     window_gaps: int = 1  # training windows with irregular timing: each gap between a window's frames is --frame-stride x k, k drawn from 1..this (frames late or dropped; the core gets their true timestamps; time-blind cores the same frames in the same order); 1 = regular. Validation stays regular
     lr: float = 1e-3  # peak AdamW learning rate
     weight_decay: float = 1e-4  # AdamW weight decay
@@ -103,7 +103,7 @@ def check_args(a: TrainArgs) -> list[str]:
             assert 0 <= float(a.smooth_labels) < 60
         except (ValueError, AssertionError):
             raise ValueError(f"--smooth-labels must be auto or seconds in [0, 60), got {a.smooth_labels!r}") from None
-    if a.time_input not in TIME_INPUTS:
+    if a.time_input is not None and a.time_input not in TIME_INPUTS:
         raise ValueError(f"--time-input must be one of {', '.join(TIME_INPUTS)}, got {a.time_input!r}")
     if a.split not in SPLITS:
         raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {a.split!r}")
@@ -171,13 +171,15 @@ def parse_crop(text: str | None) -> list[int] | None:
 
 
 def init_architecture(a: TrainArgs) -> TrainArgs:
-    """--init: the arguments that shape the policy and its input come from the checkpoint, not the flags."""
+    """--init: the arguments that shape the policy and its input come from the checkpoint, not the flags; the
+    time input too unless --time-input is given (it changes what the core is fed, not its weights)."""
     payload = read_checkpoint(a.init)
     c = PolicyConfig.from_dict(payload["config"])
     label = (payload.get("metadata") or {}).get("policy") or c.core
     return replace(a, policy=str(label), window=c.window, frame_stride=c.frame_stride, encoder=c.encoder,
                    feature_dim=c.feature_dim, image_size=f"{c.image_size[0]}x{c.image_size[1]}",
-                   crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color)
+                   crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color,
+                   time_input=a.time_input or c.time_input)
 
 
 SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the PilotNet/Udacity recipe's label shifts

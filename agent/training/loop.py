@@ -44,12 +44,13 @@ from policies.policy import (
 )
 
 
-def initial_policy(path: str, data: Data, head: str, names: list[str] | None) -> DrivingPolicy:
+def initial_policy(path: str, data: Data, head: str, names: list[str] | None, time_input: str | None) -> DrivingPolicy:
     """--init: the checkpoint's policy, checked to drive this dataset's env and predict its actions (its frame
-    size and crop already shaped the data: init_architecture). Its target normalisation is kept: the weights
-    were trained against it."""
+    size and crop already shaped the data: init_architecture), fed ``time_input`` from now on. Its target
+    normalisation is kept: the weights were trained against it."""
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
+    c.time_input = time_input or c.time_input
     expected = {"env": data.env.gym_id, "head": head}
     if head == "continuous":
         expected["action_names"] = list(names or [])
@@ -227,7 +228,7 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
     if resumed:
         return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
     if a.init is not None:
-        return initial_policy(a.init, data, head, names)
+        return initial_policy(a.init, data, head, names, a.time_input)
     core, options = core_options(a, spec)
     extra: dict[str, Any] = {}
     if head == "continuous":
@@ -235,7 +236,7 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
                  "target_std": np.maximum(train_targets.std(0), 1e-2).astype(float).tolist()}
     config = PolicyConfig.for_actions(
         head, names, encoder=a.encoder, feature_dim=a.feature_dim, core=core, core_options=options,
-        window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period, time_input=a.time_input,
+        window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period, time_input=a.time_input or "seconds",
         image_size=data.image_size, crop=data.crop,
         color=a.color if a.color != "auto" else data.env.default_color,
         action_space=data.action_space, env=data.env.gym_id, **extra)
