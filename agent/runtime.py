@@ -20,6 +20,17 @@ import numpy as np
 _stop_requested = False  # set by a stop signal (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
 
 
+def _quiet_after_stop(unraisable: Any) -> None:
+    """Once a stop was requested, errors Python cannot raise (a ``__del__`` failing) are not printed: the stop's
+    KeyboardInterrupt can land inside Box2D while it builds a body, and the half-built object's ``__del__`` then
+    fails harmlessly; the user asked to stop and gets the clean summary, not a traceback."""
+    if not _stop_requested:
+        sys.__unraisablehook__(unraisable)
+
+
+sys.unraisablehook = _quiet_after_stop
+
+
 def stop_handler(signum, frame) -> None:  # noqa: ARG001
     global _stop_requested
     _stop_requested = True

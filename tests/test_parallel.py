@@ -347,3 +347,26 @@ def test_a_stop_signal_swallowed_by_a_destructor_is_raised_at_the_next_step():
         with pytest.raises(KeyboardInterrupt):
             raise_if_stopped()
         raise_if_stopped()  # delivered once
+
+
+def test_errors_python_cannot_raise_are_quiet_only_after_a_stop(capsys):
+    """A stop landing inside Box2D leaves half-built objects whose __del__ fails: not printed once stopping,
+    printed as usual otherwise."""
+    import gc
+
+    import agent.runtime as runtime
+
+    class Breaks:
+        def __del__(self):
+            raise TypeError("half-built")
+
+    Breaks()
+    gc.collect()
+    assert "half-built" in capsys.readouterr().err
+    runtime._stop_requested = True
+    try:
+        Breaks()
+        gc.collect()
+        assert "half-built" not in capsys.readouterr().err
+    finally:
+        runtime._stop_requested = False
