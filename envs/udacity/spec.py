@@ -13,8 +13,16 @@ import gymnasium as gym
 import numpy as np
 
 from envs.registry import EnvSpec
-from envs.udacity import (DT, FEATURE_NAMES, FRAME_H, FRAME_W, THEMES, StanleyDriver, UdacityPrivilegedObservation,
-                          UdacityStyleEnv)
+from envs.udacity import (
+    DT,
+    FEATURE_NAMES,
+    FRAME_H,
+    FRAME_W,
+    THEMES,
+    StanleyDriver,
+    UdacityPrivilegedObservation,
+    UdacityStyleEnv,
+)
 
 CAMERAS_ALL = ("left", "center", "right")
 

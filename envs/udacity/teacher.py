@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .env import FEATURE_NAMES, HALF_WIDTH_SCALE, LOOKAHEAD_M, SPEED_SCALE, YAW_RATE_SCALE, CURV_SCALE
+from .env import CURV_SCALE, FEATURE_NAMES, HALF_WIDTH_SCALE, LOOKAHEAD_M, SPEED_SCALE, YAW_RATE_SCALE
 from .vehicle import MAX_STEER_RAD, WHEELBASE_M
 
 _I = {name: k for k, name in enumerate(FEATURE_NAMES)}
