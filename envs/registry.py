@@ -96,6 +96,14 @@ class EnvSpec:
     # who draws the camera frame: make(..., renderer=NAME) takes one of these, the first is the default (the reference
     # the shipped students were trained on). CarRacing: gymnasium's pygame or this project's fast OpenCV one.
     renderers: tuple[str, ...] = ("native",)
+    # scenes: make(..., themes=(...), conditions=(...)) draws each episode's theme and condition from these lists by
+    # track seed (spread evenly over consecutive seeds). `themes` are all the env knows (--theme accepts them);
+    # `train_themes` are collect.py's default, the others are held out for measuring generalisation (collection
+    # refuses them unless asked); `conditions` are lighting/weather looks, `train_conditions` collect's default.
+    themes: tuple[str, ...] = ()
+    train_themes: tuple[str, ...] = ()
+    conditions: tuple[str, ...] = ()
+    train_conditions: tuple[str, ...] = ()
 
     def check_action_space(self, action_space: str) -> str:
         if action_space not in self.action_spaces:
@@ -109,6 +117,22 @@ class EnvSpec:
         if renderer not in self.renderers:
             raise ValueError(f"--renderer must be one of {list(self.renderers)} for {self.name}, got {renderer!r}")
         return renderer
+
+    def check_scene(self, kind: str, names: Any) -> tuple[str, ...]:
+        """`names` ("a,b" or a sequence) as a tuple of known themes (kind="theme") or conditions (kind="condition");
+        ValueError naming the valid ones otherwise (also for an env that has none)."""
+        known = {"theme": self.themes, "condition": self.conditions}[kind]
+        items = tuple(n.strip() for n in names.split(",")) if isinstance(names, str) else tuple(names)
+        if not known:
+            raise ValueError(f"--{kind} is not available for {self.name} (it has no {kind}s)")
+        bad = [n for n in items if n not in known]
+        if bad or not items or len(set(items)) != len(items):
+            raise ValueError(f"--{kind} takes distinct names from {list(known)} for {self.name}, got {names!r}")
+        return items
+
+    def held_out(self, themes: Any) -> tuple[str, ...]:
+        """The themes in `themes` that are held out of collection (not in train_themes)."""
+        return tuple(t for t in self.check_scene("theme", themes) if t not in self.train_themes)
 
     def default_out(self, action_space: str) -> Path:
         """collect.py's default dataset folder."""

@@ -172,6 +172,14 @@ PALETTES: dict[str, Palette] = {
         fog_distance=70.0, verge_width=1.0, tree_spacing=3.0, tree_radius=(1.5, 4.5), tree_lateral=(0.5, 14.0),
         shadow_density=0.45, noise=0.16, silhouette="treeline",
     ),
+    "mountain": Palette(
+        ground=(112, 104, 92), ground2=(92, 104, 70), verge=(140, 128, 110), road=(70, 70, 74),
+        edge_line=(230, 230, 225), centre_line=(235, 235, 230), kerb=(200, 40, 36), tree=(30, 62, 40),
+        tree2=(46, 78, 50), rock=(120, 112, 104), water=None, shore=(140, 130, 110),
+        sky_top=(80, 130, 200), sky_horizon=(190, 205, 222), fog=(186, 196, 206), far=(150, 156, 172),
+        fog_distance=120.0, verge_width=0.8, tree_spacing=5.0, tree_radius=(1.0, 3.0), tree_lateral=(1.0, 18.0),
+        shadow_density=0.3, noise=0.14, silhouette="mountains",
+    ),
 }
 assert set(PALETTES) == set(THEMES)
 

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.registry import EnvSpec
+from envs.udacity.track import CLASSIC_THEMES
 from envs.udacity import (
     DT,
     FEATURE_NAMES,
@@ -29,7 +30,7 @@ CAMERAS_ALL = ("left", "center", "right")
 
 def theme_of_seed(seed: int) -> str:
     """Even track seeds are lake tracks, odd ones jungle tracks."""
-    return THEMES[int(seed) % len(THEMES)]
+    return CLASSIC_THEMES[int(seed) % len(CLASSIC_THEMES)]
 
 
 class ThemeBySeed(gym.Wrapper):

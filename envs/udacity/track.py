@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-THEMES = ("lake", "jungle")
+THEMES = ("lake", "jungle", "mountain")
+CLASSIC_THEMES = ("lake", "jungle")  # the themes of UdacityStyle-v0 (the "classic" world)
+WORLDS = ("classic", "hard")  # generate_track(world=...): v0's flat loops, or v1's hills and hairpins
 SPACING_M = 0.5  # target arc-length spacing of the resampled centreline
 _SCENERY_GAP_M = 6.0  # extra clearance between two stretches of road (verges, trees) beyond the road width
 _DENSE_PER_SPAN = 96  # spline samples per control span when measuring arc length and curvature
@@ -51,6 +53,35 @@ TRACK_PARAMS: dict[str, ThemeTrackParams] = {
     "lake": ThemeTrackParams(10.0, 35.0, (600.0, 900.0), (7, 10), 0.28, 0.30),
     # Jungle: a narrow road, many control points and large radius swings give hairpins and S-bends.
     "jungle": ThemeTrackParams(7.0, 12.0, (500.0, 800.0), (12, 16), 0.45, 0.35),
+    # Mountain (classic world only as a flat stand-in): narrow, the tightest bends.
+    "mountain": ThemeTrackParams(6.0, 9.0, (500.0, 800.0), (13, 17), 0.50, 0.35),
+}
+
+# The hard world (UdacityStyle-v1): tighter bends and more of them, and elevation.
+HARD_TRACK_PARAMS: dict[str, ThemeTrackParams] = {
+    "lake": ThemeTrackParams(9.0, 18.0, (600.0, 900.0), (9, 12), 0.40, 0.35),
+    "jungle": ThemeTrackParams(7.0, 8.0, (500.0, 800.0), (13, 17), 0.50, 0.35),
+    "mountain": ThemeTrackParams(6.0, 7.0, (500.0, 800.0), (14, 18), 0.55, 0.35),
+}
+
+
+HAIRPINS = {"lake": (0, 1), "jungle": (1, 3), "mountain": (2, 4)}  # hard world: hairpin inlets per track, [low, high)
+
+
+@dataclass(frozen=True)
+class ElevationParams:
+    """Hills of one theme in the hard world: a periodic sum of harmonics of the lap, scaled to a peak-to-peak
+    height and capped at a maximum grade (rise per metre along the road)."""
+
+    relief: tuple[float, float]  # peak-to-peak height (m), drawn uniformly from this range
+    max_grade: float
+    harmonics: tuple[int, int]  # the lap's harmonics used, inclusive range (more = more, shorter hills)
+
+
+ELEVATION: dict[str, ElevationParams] = {
+    "lake": ElevationParams((3.0, 6.0), 0.06, (1, 4)),
+    "jungle": ElevationParams((5.0, 10.0), 0.09, (2, 5)),
+    "mountain": ElevationParams((10.0, 20.0), 0.12, (1, 4)),
 }
 
 
@@ -89,6 +120,7 @@ class Track:
     road_width: float
     theme: str = "custom"
     seed: int = -1
+    elevation: np.ndarray | None = None  # [N] road height (m) at each point; None = flat (all zeros)
     s: np.ndarray = field(init=False)
     length: float = field(init=False)
     ds: float = field(init=False)
@@ -117,6 +149,16 @@ class Track:
         self._seg_dx = seg[:, 0].tolist()
         self._seg_dy = seg[:, 1].tolist()
         self._seg_len = self.seg_len.tolist()
+        if self.elevation is None:
+            self.elevation = np.zeros(n)
+        self.elevation = np.asarray(self.elevation, dtype=np.float64)
+        if self.elevation.shape != (n,):
+            raise ValueError(f"elevation must have shape ({n},), got {self.elevation.shape}")
+        # grade[i]: rise per metre from point i to i+1 (+ = uphill in the direction of travel)
+        self.grade = (np.roll(self.elevation, -1) - self.elevation) / self.seg_len
+        self._z = self.elevation.tolist()
+        self._grade = self.grade.tolist()
+        self.hilly = bool(np.any(self.elevation != 0.0))
 
     @property
     def half_width(self) -> float:
@@ -207,6 +249,27 @@ class Track:
         y = self._y[i] + f * (self._y[j] - self._y[i])
         return x, y, self.heading_at(s)
 
+    def elevation_at(self, s: float) -> float:
+        """Road height (m) at arc length s, interpolated (0 on a flat track)."""
+        u = (s % self.length) / self.ds
+        i = int(u) % self.n
+        f = u - int(u)
+        return (1 - f) * self._z[i] + f * self._z[(i + 1) % self.n]
+
+    def grade_at(self, s: float) -> float:
+        """Grade (rise per metre, + = uphill in the direction of travel) of the segment at arc length s."""
+        return self._grade[int((s % self.length) / self.ds) % self.n]
+
+    def hairpins(self, turn_deg: float = 150.0, within_m: float = 50.0) -> int:
+        """Number of separate bends that turn the road by at least `turn_deg` within `within_m` of road."""
+        k = max(1, int(round(within_m / self.ds)))
+        turn = np.abs(np.convolve(np.concatenate([self.curvature, self.curvature[:k]]), np.ones(k), "valid")[: self.n])
+        hit = turn * self.ds >= math.radians(turn_deg)
+        if hit.all():
+            return 1
+        # count runs of consecutive hits around the loop
+        return int(np.sum(hit & ~np.roll(hit, 1)))
+
     def curvature_at(self, s: float) -> float:
         """Signed curvature (+ = right-hand bend, 1/m) at arc length s, interpolated."""
         u = (s % self.length) / self.ds
@@ -294,12 +357,81 @@ def _spline_track(ctrl: np.ndarray, road_width: float, theme: str, seed: int) ->
     return Track(pos, np.arctan2(d1[:, 1], d1[:, 0]), _signed_curvature(d1, d2), road_width, theme, seed)
 
 
-def generate_track(seed: int, theme: str = "lake") -> Track:
-    """Track number `seed` of `theme`: deterministic, closed, smooth, non-self-intersecting (module doc)."""
+def check_world(world: str) -> str:
+    if world not in WORLDS:
+        raise ValueError(f"world must be one of {WORLDS}, got {world!r}")
+    return world
+
+
+def _elevation(track: Track, rng: np.random.Generator) -> np.ndarray:
+    """Hills along the loop (ElevationParams of the track's theme): periodic, so the lap closes at its start height."""
+    e = ELEVATION[track.theme]
+    ks = np.arange(e.harmonics[0], e.harmonics[1] + 1)
+    phase = 2 * np.pi * track.s / track.length
+    amp = rng.uniform(0.3, 1.0, len(ks)) / ks**0.5
+    z = (amp[:, None] * np.sin(ks[:, None] * phase[None, :] + rng.uniform(0, 2 * np.pi, len(ks))[:, None])).sum(0)
+    z *= rng.uniform(*e.relief) / max(z.max() - z.min(), 1e-9)
+    grade = np.abs(np.diff(np.append(z, z[0]))) / track.ds
+    if grade.max() > e.max_grade:
+        z *= e.max_grade / grade.max()
+    return z - z[0]  # the start line is at height 0
+
+
+def _fit_controls(angles: np.ndarray, radii: np.ndarray, length: float, min_radius: float,
+                  clockwise: bool) -> np.ndarray | None:
+    """Control points (m) whose spline is `length` long with no bend tighter than `min_radius`: the radii are
+    pulled towards a circle (keeping the shape's character) until it holds; None if 40 pulls are not enough."""
+    u = np.arange(len(angles) * _DENSE_PER_SPAN) / _DENSE_PER_SPAN
+    for _shrink in range(40):
+        ctrl = np.stack([radii * np.cos(angles), radii * np.sin(angles)], axis=1)
+        if clockwise:
+            ctrl = ctrl[::-1].copy()
+        pos, d1, d2 = _bspline(ctrl, u)
+        dense_len = float(np.hypot(*(np.roll(pos, -1, axis=0) - pos).T).sum())
+        ctrl *= length / dense_len  # the spline is linear in its control points
+        kappa_max = float(np.abs(_signed_curvature(d1, d2)).max()) * dense_len / length
+        if kappa_max * min_radius <= 0.98:  # 2% margin for the resampling
+            return ctrl
+        radii = 1.0 + 0.85 * (radii - radii.mean())
+    return None
+
+
+def _add_hairpins(ctrl: np.ndarray, angles: np.ndarray, n: int, road_width: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Replace `n` control points by inlets: the road turns into the loop, runs 30-55 m inwards, turns round a
+    hairpin (a U of radius ~ its half-width) and comes back out beside itself (the legs `road_width + 6 m`
+    apart or more). Neighbouring control points that would fall inside an inlet's mouth are dropped."""
+    pts = [c for c in ctrl]
+    keep = np.ones(len(ctrl), bool)
+    for j in sorted(rng.choice(len(ctrl), size=min(n, len(ctrl) // 4), replace=False), reverse=True):
+        c = ctrl[j]
+        r = float(np.hypot(*c))
+        e = c / r
+        t = np.array([-e[1], e[0]])
+        hw = 0.5 * road_width + rng.uniform(12.0, 15.0)  # the legs' half-spacing; the U's radius is about 0.55 hw
+        depth = min(rng.uniform(30.0, 55.0), r - hw - 20.0)
+        if depth < 25.0:
+            continue
+        mouth = 1.7 * hw
+        for i in (j - 1, (j + 1) % len(ctrl)):  # a neighbour inside the mouth would fold the road back on itself
+            if abs(float(np.dot(ctrl[i] - c, t))) < 1.5 * mouth:
+                keep[i] = False
+        pts[j] = np.stack([c - mouth * t, c - depth * e - hw * t, c - (depth + 0.9 * hw) * e,
+                           c - depth * e + hw * t, c + mouth * t])
+    out = [np.atleast_2d(pts[i]) for i in range(len(ctrl)) if keep[i] or np.ndim(pts[i]) == 2]
+    return np.concatenate(out, axis=0)
+
+
+def generate_track(seed: int, theme: str = "lake", world: str = "classic") -> Track:
+    """Track number `seed` of `theme`: deterministic, closed, smooth, non-self-intersecting (module doc).
+
+    world="hard" draws from HARD_TRACK_PARAMS (tighter bends, hairpins) with a different random stream (so its
+    tracks are not v0's) and adds hills (ELEVATION); world="classic" is UdacityStyle-v0's flat generator."""
     seed = check_seed(seed)
     check_theme(theme)
-    p = TRACK_PARAMS[theme]
-    rng = np.random.default_rng([seed, THEMES.index(theme), 0])
+    hard = check_world(world) == "hard"
+    p = (HARD_TRACK_PARAMS if hard else TRACK_PARAMS)[theme]
+    rng = np.random.default_rng([seed, THEMES.index(theme), 0] + ([4] if hard else []))
     clearance = p.road_width + _SCENERY_GAP_M
     for _ in range(_MAX_DRAWS):
         k = int(rng.integers(p.n_controls[0], p.n_controls[1] + 1))
@@ -308,25 +440,26 @@ def generate_track(seed: int, theme: str = "lake") -> Track:
         radii = 1.0 + rng.uniform(-p.radius_jitter, p.radius_jitter, k)
         clockwise = bool(rng.random() < 0.5)
         length = float(rng.uniform(*p.length_range))
-        u = np.arange(k * _DENSE_PER_SPAN) / _DENSE_PER_SPAN
-        for _shrink in range(40):
-            ctrl = np.stack([radii * np.cos(angles), radii * np.sin(angles)], axis=1)
-            if clockwise:
-                ctrl = ctrl[::-1].copy()
-            pos, d1, d2 = _bspline(ctrl, u)
-            dense_len = float(np.hypot(*(np.roll(pos, -1, axis=0) - pos).T).sum())
-            ctrl *= length / dense_len  # the spline is linear in its control points
-            kappa_max = float(np.abs(_signed_curvature(d1, d2)).max()) * dense_len / length
-            if kappa_max * p.min_radius <= 0.98:  # 2% margin for the resampling
-                break
-            radii = 1.0 + 0.85 * (radii - radii.mean())  # pull towards a circle, keep the shape's character
-        else:
+        ctrl = _fit_controls(angles, radii, length, max(p.min_radius, 14.0) if hard else p.min_radius, clockwise and not hard)
+        if ctrl is None:
             continue
+        if hard:
+            ctrl = _add_hairpins(ctrl, angles, int(rng.integers(*HAIRPINS[theme])), p.road_width, rng)
+            pos, d1, d2 = _bspline(ctrl, np.arange(len(ctrl) * _DENSE_PER_SPAN) / _DENSE_PER_SPAN)
+            dense_len = float(np.hypot(*(np.roll(pos, -1, axis=0) - pos).T).sum())
+            ctrl *= length / dense_len
+            if float(np.abs(_signed_curvature(d1, d2)).max()) * dense_len / length * p.min_radius > 0.98:
+                continue
+        if clockwise and hard:
+            ctrl = ctrl[::-1].copy()
         track = _spline_track(ctrl, p.road_width, theme, seed)
         # Enough on its own to rule out self-intersection: a crossing between points more than 2c apart
         # along the loop fails the clearance, and closing a loop within 2c would need a turn of pi
         # inside 2c < pi * min_radius metres (true for both themes). tests/ also run self_intersects().
         if track.min_clearance(exclude_arc=2 * clearance) < clearance:
             continue
+        if hard:
+            track = Track(track.points, track.headings, track.curvature, track.road_width, theme, seed,
+                          elevation=_elevation(track, rng))
         return track
     raise RuntimeError(f"no valid {theme} track for seed {seed} in {_MAX_DRAWS} draws")
