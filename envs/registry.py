@@ -18,7 +18,8 @@ from typing import Any, Callable
 import gymnasium as gym
 
 # env name -> module that defines SPEC (imported on first use: each pulls its own dependencies)
-_MODULES: dict[str, str] = {"carracing": "envs.carracing", "udacity": "envs.udacity.spec"}
+_MODULES: dict[str, str] = {"carracing": "envs.carracing", "udacity": "envs.udacity.spec",
+                             "udacity-hard": "envs.udacity.hard_spec"}
 ENV_NAMES: tuple[str, ...] = tuple(_MODULES)
 
 

@@ -43,10 +43,15 @@ import numpy as np
 from envs import privileged
 
 from .camera import CAMERAS, FRAME_H, FRAME_W, Renderer
-from .track import Track, check_seed, check_theme, generate_track
+from .scene import HillsRenderer
+from .track import Track, check_seed, check_theme, check_world, generate_track
 from .vehicle import CAR_WIDTH_M, DT, MAX_STEER_DEG, MAX_STEER_RAD, MPH_PER_MPS, Vehicle
 
-TARGET_SPEED = {"lake": 9.0, "jungle": 7.0}  # m/s (20 and 16 mph), the PI controller's default set-point
+TARGET_SPEED = {"lake": 9.0, "jungle": 7.0, "mountain": 6.0}  # m/s (20, 16, 13 mph): the PI controller's set-point
+# The hard world's speed limits (27, 20, 18 mph): the throttle is the driver's, the progress reward stops growing
+# above the limit, so a driver is paid for holding it where it can and slowing where it must (bends, crests).
+HARD_SPEED_LIMIT = {"lake": 12.0, "jungle": 9.0, "mountain": 8.0}
+CONDITIONS = ("clear", "overcast", "dusk", "fog")  # the hard world's lighting / weather (camera.CONDITION_LOOKS)
 RENDER_VIEWS = ("hud", "chase")
 OFF_ROAD_MARGIN_M = 1.0  # verge beyond the road edge before the car counts as off the road
 OFF_ROAD_PENALTY = -10.0
@@ -80,12 +85,21 @@ FEATURE_NAMES: tuple[str, ...] = _BASE_FEATURES + tuple(
 )
 N_FEATURES = len(FEATURE_NAMES)
 _N_BASE = len(_BASE_FEATURES)
+# The hard world appends what a driver needs for hills and speed (FEATURE_NAMES stays a prefix, so v0 drivers read
+# the same columns): the grade under the car and the road's height ahead relative to the car's.
+DZ_AHEAD_M: tuple[float, ...] = (10.0, 20.0, 40.0)
+DZ_SCALE = 5.0  # m
+HARD_FEATURE_NAMES: tuple[str, ...] = FEATURE_NAMES + (
+    "grade",  # rise per metre of the road under the car along its heading (+ = uphill), x 10
+    *(f"ahead{int(d)}m_dz" for d in DZ_AHEAD_M),  # road height there minus the car's, / 5 m
+    "speed_limit",  # the theme's speed limit / 20 m/s
+)
 
 
 @lru_cache(maxsize=64)
-def _track(seed: int, theme: str) -> Track:
-    """Tracks are pure functions of (seed, theme): cache them across resets."""
-    return generate_track(seed, theme)
+def _track(seed: int, theme: str, world: str = "classic") -> Track:
+    """Tracks are pure functions of (seed, theme, world): cache them across resets."""
+    return generate_track(seed, theme, world)
 
 
 def _check_cameras(cameras: Any) -> tuple[str, ...]:
@@ -150,9 +164,12 @@ class UdacityStyleEnv(gym.Env):
         max_laps: int | None = None,
         render_mode: str | None = None,
         render_view: str = "hud",
+        world: str = "classic",
     ) -> None:
         super().__init__()
         self.theme = check_theme(theme)
+        self.world = check_world(world)
+        self.hard = self.world == "hard"
         self.cameras = _check_cameras(cameras)
         if target_speed is not None and not (isinstance(target_speed, (int, float)) and 0 < target_speed <= 25):
             raise ValueError(f"target_speed must be None (theme default) or in (0, 25] m/s, got {target_speed!r}")
@@ -178,6 +195,7 @@ class UdacityStyleEnv(gym.Env):
         n_act = 2 if self.throttle_action else 1
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(n_act,), dtype=np.float32)
         self._n_act = n_act
+        self.feature_names = HARD_FEATURE_NAMES if self.hard else FEATURE_NAMES
         self._blank = np.zeros((FRAME_H, FRAME_W, 3), np.uint8)
         self._blank.flags.writeable = False  # shared by every physics-only step
         self._renderer: Renderer | None = None
@@ -185,6 +203,7 @@ class UdacityStyleEnv(gym.Env):
         self.track: Track | None = None
         self.vehicle: Vehicle | None = None
         self.episode_theme = self.theme
+        self.condition = "clear"
         self.track_seed = -1
         self.n_recenters = 0
 
@@ -197,24 +216,34 @@ class UdacityStyleEnv(gym.Env):
             seed = check_seed(seed)
         super().reset(seed=seed)
         options = dict(options or {})
-        unknown = set(options) - {"theme"}
+        unknown = set(options) - {"theme", "condition"}
         if unknown:
-            raise ValueError(f"reset options may only contain 'theme', got {sorted(unknown)}")
+            raise ValueError(f"reset options may only contain 'theme' and 'condition', got {sorted(unknown)}")
         theme = check_theme(options.get("theme", self.theme))
+        condition = options.get("condition", "clear")
+        if condition not in (CONDITIONS if self.hard else ("clear",)):
+            raise ValueError(f"condition must be one of {CONDITIONS if self.hard else ('clear',)} in the {self.world} "
+                             f"world, got {condition!r}")
         track_seed = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        self.episode_theme, self.track_seed = theme, track_seed
-        self.track = _track(track_seed, theme)
+        self.episode_theme, self.track_seed, self.condition = theme, track_seed, condition
+        self.track = _track(track_seed, theme, self.world)
         self._arrays = _TrackArrays(self.track)
-        self.target_speed = self.target_speed_arg or TARGET_SPEED[theme]
+        self.speed_limit = HARD_SPEED_LIMIT[theme] if self.hard else None
+        self.target_speed = self.target_speed_arg or (self.speed_limit if self.hard else TARGET_SPEED[theme])
         self.vehicle = Vehicle(self.target_speed)
         x, y, yaw = self.track.pose_at(0.0)
         self.vehicle.reset(0.0, 0.0, yaw, speed=self.target_speed)
         self.vehicle.place_center(x, y, yaw)
         if self.render_frames:
-            key = (theme, track_seed, self.domain_randomization)
+            key = (theme, track_seed, self.domain_randomization, self.world, condition)
             if key != self._renderer_key:  # the texture is the expensive part of a reset: reuse it
                 self._renderer = None  # free the old texture before drawing the new one
-                self._renderer = Renderer(self.track, theme, track_seed, domain_randomization=self.domain_randomization)
+                if self.hard:
+                    self._renderer = HillsRenderer(self.track, theme, track_seed, condition=condition,
+                                                   domain_randomization=self.domain_randomization)
+                else:
+                    self._renderer = Renderer(self.track, theme, track_seed,
+                                              domain_randomization=self.domain_randomization)
                 self._renderer_key = key
         self._hint = 0
         self._s = 0.0
@@ -230,7 +259,7 @@ class UdacityStyleEnv(gym.Env):
         veh = self.vehicle
         if veh is None:
             raise RuntimeError("call reset() before step()")
-        veh.step(steer_cmd, throttle_cmd)
+        veh.step(steer_cmd, throttle_cmd, self._grade if self.hard else 0.0)
         self._steps += 1
         s_old = self._s
         self._measure()
@@ -242,7 +271,8 @@ class UdacityStyleEnv(gym.Env):
             ds += length
         self._distance += ds
         hw = self.track.half_width
-        reward = ds / (self.target_speed * DT) - CTE_WEIGHT * (self._cte / hw) ** 2
+        paid = ds if not self.hard else min(ds, self.target_speed * DT)  # no pay for speeding in the hard world
+        reward = paid / (self.target_speed * DT) - CTE_WEIGHT * (self._cte / hw) ** 2
         reward -= JERK_WEIGHT * (steer_cmd - self._prev_steer_cmd) ** 2
         self._prev_steer_cmd = steer_cmd
         terminated = abs(self._cte) > hw + OFF_ROAD_MARGIN_M
@@ -317,8 +347,8 @@ class UdacityStyleEnv(gym.Env):
         fs, fc = f * s, f * c
         b = np.array([s, c, 0.0, -c, s, 0.0, 0.0, 0.0, 1.0, tx, ty, 0.0,
                       fs, fc, 0.0, -fc, fs, 0.0, 0.0, 0.0, f, f * tx, f * ty, 0.0]).reshape(8, 3)
-        feats = np.empty(N_FEATURES, np.float32)
-        feats[_N_BASE:] = (self._arrays.rows[i0] @ b).ravel()
+        feats = np.empty(len(self.feature_names), np.float32)
+        feats[_N_BASE:N_FEATURES] = (self._arrays.rows[i0] @ b).ravel()
         feats[:_N_BASE] = (
             lateral / track.half_width,
             math.sin(he),
@@ -329,6 +359,16 @@ class UdacityStyleEnv(gym.Env):
             st.yaw_rate / YAW_RATE_SCALE,
             track.half_width / HALF_WIDTH_SCALE,
         )
+        if self.hard:
+            # grade along the car's heading: the road's grade times cos(heading error) (driving backwards, uphill
+            # is downhill); heights ahead along the centreline from the car's projection
+            self._grade = track.grade_at(s_arc) * math.cos(he)
+            z0 = track.elevation_at(s_arc)
+            feats[N_FEATURES] = 10.0 * self._grade
+            for k, d in enumerate(DZ_AHEAD_M):
+                feats[N_FEATURES + 1 + k] = (track.elevation_at(s_arc + d) - z0) / DZ_SCALE
+            feats[-1] = self.speed_limit / SPEED_SCALE
+            self._z = z0
         self._feats = feats
 
     def _observe(self) -> tuple[np.ndarray, dict[str, Any]]:
@@ -358,12 +398,13 @@ class UdacityStyleEnv(gym.Env):
             "road_half_width": hw,
             "track_seed": self.track_seed,
             "theme": self.episode_theme,
+            "condition": self.condition,
         }
         if not self.render_frames:
             self._obs = self._blank
             return self._blank, info
         r = self._renderer
-        pose = self._center
+        pose = self._center if not self.hard else (*self._center, self._grade)
         obs = r.render(pose, "center")
         if "left" in self.cameras:
             info["frame_left"] = r.render(pose, "left")
@@ -439,4 +480,4 @@ class UdacityPrivilegedObservation(privileged.PrivilegedObservation):
     """Observation = info["privileged"] (float32[N_FEATURES]); the frame is dropped. For the udacity PPO expert."""
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env, N_FEATURES)
+        super().__init__(env, len(env.unwrapped.feature_names))

@@ -39,6 +39,7 @@ MAX_BRAKE = 8.0  # m/s^2 at full brake
 DRAG = 0.005  # 1/m, aerodynamic term: top speed at full throttle ~27 m/s
 ROLLING = 0.15  # m/s^2, rolling resistance while moving
 MPH_PER_MPS = 2.2369362920544
+G = 9.81  # m/s^2
 _KP = 1.0  # PI speed gains, in m/s^2 per m/s of error (and per m of integrated error)
 _KI = 0.4
 _I_LIMIT = 5.0  # anti-windup bound on the integrated speed error (m)
@@ -90,9 +91,10 @@ class Vehicle:
         st = self.state
         st.x, st.y, st.yaw = cx - half * math.cos(yaw), cy - half * math.sin(yaw), float(yaw)
 
-    def step(self, steer_cmd: float, throttle_cmd: float | None = None) -> None:
+    def step(self, steer_cmd: float, throttle_cmd: float | None = None, grade: float = 0.0) -> None:
         """Advance DT. steer_cmd in [-1, 1] (+ = right, x MAX_STEER); throttle_cmd None = PI controller,
-        else in [-1, 1] (> 0 throttle, < 0 brake). Inputs are clipped to their ranges.
+        else in [-1, 1] (> 0 throttle, < 0 brake). Inputs are clipped to their ranges. `grade` (rise per metre
+        along the heading) adds gravity's pull, -g * grade / sqrt(1 + grade^2), to the acceleration.
 
         Plain float arithmetic throughout: this runs once per env step and dominates physics-only speed."""
         st = self.state
@@ -107,6 +109,8 @@ class Vehicle:
             u = 1.0 if throttle_cmd > 1.0 else -1.0 if throttle_cmd < -1.0 else throttle_cmd
             throttle, brake = (u, 0.0) if u > 0.0 else (0.0, -u)
         feed_forward = DRAG * v_t * v_t + ROLLING
+        slope = -G * grade / math.sqrt(1.0 + grade * grade) if grade else 0.0
+        feed_forward -= slope
         for _ in range(SUBSTEPS):
             delta += (target - delta) * lag
             if pi_control:
@@ -126,6 +130,8 @@ class Vehicle:
                     integral += err * h
                     integral = _I_LIMIT if integral > _I_LIMIT else -_I_LIMIT if integral < -_I_LIMIT else integral
             a = throttle * MAX_ACCEL - DRAG * v * v
+            if slope:
+                a += slope
             if v > 0.0:
                 a -= brake * MAX_BRAKE + ROLLING
             v_new = v + a * h

@@ -1,0 +1,169 @@
+"""`--env udacity-hard` (UdacityStyle-v1): the Udacity-style simulator's hard world, for the rest of the project.
+
+What makes it hard (see track.py, scene.py, env.py): hills and crests (the camera pitches, the road vanishes
+over a crest), tighter bends and hairpins, things beside the road that hide it, the car's hood, a third theme
+"mountain" (narrow, steep, walls), lighting and weather conditions, and speed control: the driver's action
+is [steer, throttle] (throttle < 0 brakes), with speed limits per theme and gravity on the slopes.
+
+Scenes: each episode's theme and condition are drawn from the lists given to `make` by track seed, so any
+run of consecutive seeds covers every combination evenly: theme = themes[seed % T], condition =
+conditions[(seed // T) % C]. Generalisation split: collection draws the train themes (lake, jungle) and
+train conditions (clear, overcast, dusk) unless asked; mountain and fog are held out for evaluation.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envs.registry import EnvSpec
+from envs.udacity import DT, FRAME_H, FRAME_W, StanleyDriver, UdacityPrivilegedObservation, UdacityStyleEnv
+from envs.udacity import spec as classic
+from envs.udacity.env import CONDITIONS, HARD_FEATURE_NAMES, N_FEATURES
+from envs.udacity.track import THEMES
+from envs.udacity.vehicle import DRAG, G, MAX_ACCEL, MAX_BRAKE, MAX_STEER_RAD, ROLLING
+
+ACTION_SPACES = ("steer-throttle", "steer")  # the default drives both; "steer": a PI controller holds the limit
+TRAIN_THEMES = ("lake", "jungle")
+TRAIN_CONDITIONS = ("clear", "overcast", "dusk")
+
+
+class SceneBySeed(gym.Wrapper):
+    """Chooses every episode's theme and condition from its track seed (see the module docstring)."""
+
+    def __init__(self, env: gym.Env, themes: tuple[str, ...], conditions: tuple[str, ...]) -> None:
+        super().__init__(env)
+        self.themes, self.conditions = tuple(themes), tuple(conditions)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        options = dict(options or {})
+        if seed is not None:
+            options.setdefault("theme", self.themes[int(seed) % len(self.themes)])
+            options.setdefault("condition", self.conditions[(int(seed) // len(self.themes)) % len(self.conditions)])
+        return self.env.reset(seed=seed, options=options)
+
+
+def make(action_space: str = "steer-throttle", *, render: bool = True, max_episode_steps: int = 1000,
+         render_mode: str | None = None, side_cameras: bool = False, renderer: str = "native",
+         themes: Any = None, conditions: Any = None, **kwargs: Any) -> gym.Env:
+    """The hard world as collect.py / evaluate.py use it. `themes` / `conditions` ("a,b" or a sequence; None: all)
+    are the lists episodes draw from by seed."""
+    SPEC.check_action_space(action_space)
+    SPEC.check_renderer(renderer)
+    themes = SPEC.check_scene("theme", THEMES if themes is None else themes)
+    conditions = SPEC.check_scene("condition", CONDITIONS if conditions is None else conditions)
+    env = UdacityStyleEnv(world="hard", render=render, cameras=classic.CAMERAS_ALL if side_cameras else ("center",),
+                          throttle_action=action_space == "steer-throttle", max_episode_steps=max_episode_steps,
+                          render_mode=render_mode, **kwargs)
+    return SceneBySeed(env, themes, conditions)
+
+
+def make_expert_env(action_space: str = "steer-throttle", *, render: bool = False, max_episode_steps: int = 1000,
+                    themes: Any = None, conditions: Any = None) -> gym.Env:
+    """Privileged observation (HARD_FEATURE_NAMES), the env's action: what the PPO expert acts in."""
+    return UdacityPrivilegedObservation(make(action_space, render=render, max_episode_steps=max_episode_steps,
+                                             themes=themes, conditions=conditions))
+
+
+def make_train_env(action_space: str = "steer-throttle") -> gym.Env:
+    """The expert's training env: every theme and condition (the expert is privileged: it may see the held-out
+    ones, as a driving instructor knows every road), physics-only."""
+    return make_expert_env(action_space, render=False)
+
+
+def expert_to_env_action(action: Any, action_space: str) -> np.ndarray:
+    """PPO's action in [-1, 1]^n is the env's action (clipped)."""
+    n = 2 if action_space == "steer-throttle" else 1
+    return np.clip(np.asarray(action, dtype=np.float32).reshape(n), -1.0, 1.0)
+
+
+_I = {name: k for k, name in enumerate(HARD_FEATURE_NAMES)}
+_CURV = [(d, _I[f"ahead{d}m_curv"]) for d in (2, 4, 7, 10, 14, 20, 28, 40)]
+
+
+@dataclass
+class Teacher(StanleyDriver):
+    """Stanley steering plus a speed plan: the highest speed from which every bend within 40 m can be taken at
+    `lateral_accel` by braking at `decel`, capped by the theme's limit; the throttle is a P law on that speed with
+    feed-forward of drag, rolling resistance and the slope. The PPO expert's warm start."""
+
+    lateral_accel: float = 3.5  # m/s^2
+    decel: float = 3.0  # m/s^2
+    speed_gain: float = 1.5  # m/s^2 of demanded acceleration per m/s of speed error
+
+    def target_speed(self, p: np.ndarray) -> float:
+        limit = float(p[_I["speed_limit"]]) * 20.0
+        v = limit
+        for d, col in _CURV:
+            kappa = abs(float(p[col])) / 12.0
+            if kappa > 1e-4:
+                v = min(v, math.sqrt(self.lateral_accel / kappa + 2.0 * self.decel * max(d - 2.0, 0.0)))
+        return v
+
+    def act(self, privileged: np.ndarray) -> np.ndarray:
+        p = np.asarray(privileged, dtype=np.float64)
+        steer = min(max(self.steer_angle(p[:N_FEATURES]) / MAX_STEER_RAD, -1.0), 1.0)
+        v = float(p[_I["speed"]]) * 20.0
+        grade = float(p[_I["grade"]]) / 10.0
+        err = self.target_speed(p) - v
+        ff = (DRAG * v * v + ROLLING + G * grade) / MAX_ACCEL
+        u = self.speed_gain * err / MAX_ACCEL + ff
+        if u < 0:  # braking: the brake is stronger than the engine
+            u = max(u * MAX_ACCEL / MAX_BRAKE, -1.0)
+        return np.array([steer, min(u, 1.0)], np.float32)
+
+    def ppo_action(self, obs: np.ndarray, action_space: str) -> np.ndarray:
+        a = self.act(obs)
+        return a if action_space == "steer-throttle" else a[:1]
+
+
+def _episode_meta(info: dict) -> dict:
+    return {**classic.SPEC.episode_meta(info), "condition": str(info["condition"])}
+
+
+SPEC = EnvSpec(
+    name="udacity-hard",
+    gym_id="UdacityStyle-v1",
+    description="the Udacity-style simulator's hard world: hills and crests, hairpins, roadside objects, the hood, "
+                "themes lake/jungle/mountain, conditions clear/overcast/dusk/fog, steering and throttle/brake",
+    action_spaces=ACTION_SPACES,
+    dt=DT,
+    frame_shape=(FRAME_H, FRAME_W, 3),
+    feature_names=tuple(HARD_FEATURE_NAMES),
+    make=make,
+    make_expert_env=make_expert_env,
+    make_train_env=make_train_env,
+    expert_to_env_action=expert_to_env_action,
+    teacher=Teacher,
+    action_names={"steer-throttle": ("steer", "throttle"), "steer": ("steer",)},
+    steer_limit={"steer-throttle": 1.0, "steer": 1.0},
+    default_expert={"steer-throttle": Path("checkpoints/expert_udacity_hard.zip"),
+                    "steer": Path("checkpoints/expert_udacity_hard_steer.zip")},
+    default_noise={"steer-throttle": 0.1, "steer": 0.1},
+    default_noise_hold={"steer-throttle": 3, "steer": 3},
+    default_max_steps=1000,
+    default_encoder=classic.SPEC.default_encoder,
+    default_frame_stride=1,
+    progress=classic.SPEC.progress,
+    lap_complete=classic.SPEC.lap_complete,
+    on_road=classic.SPEC.on_road,
+    episode_meta=_episode_meta,
+    first_person=True,
+    default_crop=(60, 146),  # the hood starts at row 146
+    default_image_size=(66, 200),
+    default_color="yuv",
+    recorded_info={**classic.SPEC.recorded_info, "speed": "speed", "brake": "brake"},
+    jpeg_quality=95,
+    recover=classic.SPEC.recover,
+    lateral_error=classic.SPEC.lateral_error,
+    wrong_way=classic.SPEC.wrong_way,
+    renderers=("native",),
+    themes=THEMES,
+    train_themes=TRAIN_THEMES,
+    conditions=CONDITIONS,
+    train_conditions=TRAIN_CONDITIONS,
+)
