@@ -1,14 +1,17 @@
 """Throughput of the Udacity-style simulator (envs/udacity): env steps per second, one thread.
 
-For each theme, three modes: the center camera rendered every step (the default env), all three
+For each world (classic = UdacityStyle-v0, hard = UdacityStyle-v1) and theme, three modes: the center camera rendered every step (the default env), all three
 cameras (left/center/right), and physics-only (render=False, what PPO on privileged features uses).
 The car is driven by the StanleyDriver so it stays on the road; only `env.step` is timed (the
 driver's own time and resets are excluded). Each figure is the median over `--repeats` runs of
 `--steps` steps; OpenCV is held to one thread (`cv2.setNumThreads(1)`). Also reported: the time of a
 reset that builds a new track and its texture (per theme, median over the seeds used).
 
-    python -m benchmarks.udacity_sim                     # both themes, 3000 steps x 5 repeats
-    python -m benchmarks.udacity_sim --steps 1000 --repeats 3 --themes jungle
+    python -m benchmarks.udacity_sim                     # hard world, all themes, 3000 steps x 5 repeats
+    python -m benchmarks.udacity_sim --world classic --steps 1000 --repeats 3 --themes jungle
+
+The hard world's targets (issue 21): >= 1,000 steps/s with the center camera, >= 400 with three, a reset
+with a new track <= 0.2 s; the last column says whether each row meets its target.
 """
 
 from __future__ import annotations
@@ -28,13 +31,19 @@ MODES = {
 }
 
 
-def step_rate(theme: str, mode: str, steps: int, seed: int) -> tuple[float, float]:
+TARGETS = {"center camera": 1000.0, "three cameras": 400.0}  # steps/s, hard world
+RESET_TARGET_S = 0.2
+
+
+def step_rate(theme: str, mode: str, steps: int, seed: int, world: str = "hard") -> tuple[float, float]:
     """(steps per second of env.step, seconds of the first reset) for one run."""
     from envs.udacity import StanleyDriver, UdacityStyleEnv
     from envs.udacity.env import _track
+    from envs.udacity.hard_spec import Teacher
 
-    env = UdacityStyleEnv(theme, max_episode_steps=10**9, **MODES[mode])
-    driver = StanleyDriver()
+    hard = world == "hard"
+    env = UdacityStyleEnv(theme, max_episode_steps=10**9, world=world, throttle_action=hard, **MODES[mode])
+    driver = Teacher() if hard else StanleyDriver()
     _track.cache_clear()  # time a reset that really generates the track
     t0 = time.perf_counter()
     _, info = env.reset(seed=seed)
@@ -59,11 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--steps", type=int, default=3000, help="timed env steps per run (default 3000)")
     parser.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported (default 5)")
-    parser.add_argument("--themes", default="lake,jungle", help="comma-separated themes (default lake,jungle)")
+    parser.add_argument("--world", default="hard", choices=("hard", "classic"),
+                        help="hard = UdacityStyle-v1 (default), classic = UdacityStyle-v0")
+    parser.add_argument("--themes", default=None,
+                        help="comma-separated themes (default: lake,jungle,mountain; classic: lake,jungle)")
     parser.add_argument("--seed", type=int, default=0, help="first track seed; run k uses seed + k (default 0)")
     args = parser.parse_args(argv)
-    from envs.udacity.track import THEMES
+    from envs.udacity.track import CLASSIC_THEMES, THEMES
 
+    if args.themes is None:
+        args.themes = ",".join(THEMES if args.world == "hard" else CLASSIC_THEMES)
     themes = [t.strip() for t in args.themes.split(",") if t.strip()]
     bad = [t for t in themes if t not in THEMES]
     if bad or not themes:
@@ -72,15 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps and --repeats must be positive and --seed non-negative")
     cv2.setNumThreads(1)
 
-    print(f"one thread, median of {args.repeats} runs x {args.steps} steps "
+    print(f"{args.world} world, one thread, median of {args.repeats} runs x {args.steps} steps "
           "(env.step only; the driver and resets excluded)\n")
-    print("| theme | mode | steps/s | us/step | min..max steps/s | reset with new texture (s) |")
-    print("|---|---|---:|---:|---|---:|")
+    print("| theme | mode | steps/s | us/step | min..max steps/s | reset with new texture (s) | target met |")
+    print("|---|---|---:|---:|---|---:|---|")
     for theme in themes:
         for mode in MODES:
             rates, resets = [], []
             for k in range(args.repeats):
-                rate, reset_s = step_rate(theme, mode, args.steps, args.seed + k)
+                rate, reset_s = step_rate(theme, mode, args.steps, args.seed + k, args.world)
                 rates.append(rate)
                 resets.append(reset_s)
             med = statistics.median(rates)
@@ -88,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             if mode == "physics-only":
                 reset = f"{statistics.median(resets):.3f} (track only)"
             spread = f"{min(rates):,.0f}..{max(rates):,.0f}"
-            print(f"| {theme} | {mode} | {med:,.0f} | {1e6 / med:.0f} | {spread} | {reset} |", flush=True)
+            met = "-"
+            if args.world == "hard" and mode in TARGETS:
+                ok = med >= TARGETS[mode] and statistics.median(resets) <= RESET_TARGET_S
+                met = ("yes" if ok else "NO") + f" (>= {TARGETS[mode]:,.0f}/s, reset <= {RESET_TARGET_S} s)"
+            print(f"| {theme} | {mode} | {med:,.0f} | {1e6 / med:.0f} | {spread} | {reset} | {met} |", flush=True)
     return 0
 
 

@@ -116,6 +116,8 @@ class Teacher(StanleyDriver):
             u = max(u * MAX_ACCEL / MAX_BRAKE, -1.0)
         return np.array([steer, min(u, 1.0)], np.float32)
 
+    __call__ = act
+
     def ppo_action(self, obs: np.ndarray, action_space: str) -> np.ndarray:
         a = self.act(obs)
         return a if action_space == "steer-throttle" else a[:1]

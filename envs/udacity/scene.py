@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import cv2
 import numpy as np
@@ -34,7 +35,7 @@ from .track import THEMES, Track, check_theme
 
 _HM_RES_M = 2.0  # heightmap cell
 _PROFILE_M = np.geomspace(0.6, 400.0, 96)  # distances (m) of the terrain profile along the view
-_SKY_DEG = 40.0  # the sky panorama spans elevation angles -_SKY_DEG.._SKY_DEG
+_SKY_DEG = 32.0  # the sky panorama spans elevation angles -_SKY_DEG.._SKY_DEG
 HOOD_ROWS = 14  # the car's hood covers up to this many rows at the bottom of the frame
 
 
@@ -142,14 +143,15 @@ class HillsRenderer:
         self.height = heightmap(track, self._lo, hm_shape)
         self.objects.bind(self.height_at)
         self._views: dict[tuple, _RayView] = {}
-        self._sky_rng_seed = (int(seed), THEMES.index(theme), 7)
+        self._sky_seed = THEMES.index(theme)  # one skyline per theme (and look): cached across resets
         self.view = self._view(CENTER_CAMERA)
+        self._rays_key, self._rays = None, None
         self._hood = _hood(CENTER_CAMERA, pal)
 
     def _view(self, cam: CameraModel) -> _RayView:
         key = (cam.width, cam.height, cam.hfov_deg)
         if key not in self._views:
-            self._views[key] = _RayView(cam, self.palette, np.random.default_rng(self._sky_rng_seed))
+            self._views[key] = _RayView(cam, self.palette, self._sky_seed)
         return self._views[key]
 
     def height_at(self, x: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
@@ -176,8 +178,14 @@ class HillsRenderer:
     def render(self, pose: tuple, camera: str = "center") -> np.ndarray:
         """uint8 RGB frame [160, 320, 3] of `camera` for the car pose (x, y, yaw, grade)."""
         x, y, yaw, grade = self.camera_position(pose, camera)
-        frame = self._render(self.view, x, y, yaw, CENTER_CAMERA.pitch_deg - math.degrees(math.atan(grade)),
-                             CENTER_CAMERA.cam_height)
+        pitch = CENTER_CAMERA.pitch_deg - math.degrees(math.atan(grade))
+        # The side cameras, 1 m beside the centre one over a road that is level across, see the ground at the
+        # same distances row by row: one ray cast per pose serves all three.
+        key = (tuple(pose), pitch)
+        if self._rays_key != key:
+            self._rays = self._cast(self.view, x, y, yaw, pitch, CENTER_CAMERA.cam_height)
+            self._rays_key = key
+        frame = self._render(self.view, x, y, yaw, pitch, self._rays)
         self._hood(frame)
         return cv2.cvtColor(frame, cv2.COLOR_RGBA2RGB)
 
@@ -189,13 +197,17 @@ class HillsRenderer:
         back = CHASE_BACK_M + CAR_LENGTH_M / 2
         cx, cy = x - back * math.cos(yaw), y - back * math.sin(yaw)
         z_car = float(self.height_at(x, y))
-        frame = self._render(self._view(CHASE_CAMERA), cx, cy, yaw, CHASE_CAMERA.pitch_deg,
-                             z_car + CHASE_CAMERA.cam_height - float(self.height_at(cx, cy)))
+        view = self._view(CHASE_CAMERA)
+        up = z_car + CHASE_CAMERA.cam_height - float(self.height_at(cx, cy))
+        frame = self._render(view, cx, cy, yaw, CHASE_CAMERA.pitch_deg,
+                             self._cast(view, cx, cy, yaw, CHASE_CAMERA.pitch_deg, up))
         frame = cv2.cvtColor(frame, cv2.COLOR_RGBA2RGB)
         _draw_car(frame, CHASE_CAMERA, (cx, cy, yaw), (x, y, yaw), steer)
         return frame
 
-    def _render(self, view: _RayView, x: float, y: float, yaw: float, pitch_deg: float, cam_up: float) -> np.ndarray:
+    def _cast(self, view: _RayView, x: float, y: float, yaw: float, pitch_deg: float, cam_up: float) -> tuple:
+        """March every row's ray along the terrain profile ahead: (ground distance per row, rows that see ground,
+        forward part of each row's ray, camera height)."""
         cam = view.cam
         c, s = math.cos(yaw), math.sin(yaw)
         z_cam = float(self.height_at(x, y)) + cam_up
@@ -214,6 +226,13 @@ class HillsRenderer:
         g0, g1 = gap[rows, km1], gap[rows, k]
         t = np.where(k > 0, g0 / np.maximum(g0 - g1, 1e-9), 1.0)
         dist = _PROFILE_M[km1] + t * (_PROFILE_M[k] - _PROFILE_M[km1])
+        return dist, hit, fwd, z_cam
+
+    def _render(self, view: _RayView, x: float, y: float, yaw: float, pitch_deg: float, rays: tuple) -> np.ndarray:
+        cam = view.cam
+        c, s = math.cos(yaw), math.sin(yaw)
+        p = math.radians(pitch_deg)
+        dist, hit, fwd, z_cam = rays
         frame = np.empty((cam.height, cam.width, 4), np.uint8)
         # sky (and the fog colour below the horizon where no ground is hit within 400 m)
         horizon = cam.cy - cam.f * math.tan(p)
@@ -244,8 +263,17 @@ class HillsRenderer:
                 cv2.remap(self.mips[lv], bx, by, cv2.INTER_LINEAR, dst=frame[r0 + a : r0 + b],
                           borderMode=cv2.BORDER_CONSTANT, borderValue=self._border)
             w = 1.0 - np.exp(-d / self.palette.fog_distance)
-            band = frame[r0:r1, :, :3]
-            band[:] = (band * (1.0 - w)[:, None, None] + (w[:, None] * view.fog)[:, None, :]).astype(np.uint8)
+            fogged = np.flatnonzero(w > 1.0 / 255.0)
+            if len(fogged):  # rows r0 + fogged[0] .. r1: blend towards the fog colour, one weight per row
+                a = int(fogged[0])
+                wa = w[a:, None, None]
+                mul = cv2.resize(np.round(255 * (1 - wa)).astype(np.uint8).repeat(4, 2), (cam.width, len(wa)),
+                                 interpolation=cv2.INTER_NEAREST)
+                add = cv2.resize(np.round(wa * view.fog4).astype(np.uint8), (cam.width, len(wa)),
+                                 interpolation=cv2.INTER_NEAREST)
+                band = frame[r0 + a : r1]
+                cv2.multiply(band, mul, dst=band, scale=1.0 / 255.0)
+                cv2.add(band, add, dst=band)
         self.objects.draw(frame, view, x, y, z_cam, yaw, p, np.where(hit, dist, np.inf), self.palette)
         return frame
 
@@ -253,17 +281,25 @@ class HillsRenderer:
 class _RayView:
     """Per-camera-model constants: ray directions of rows and columns, the sky panorama."""
 
-    def __init__(self, cam: CameraModel, pal: Palette, rng: np.random.Generator) -> None:
+    def __init__(self, cam: CameraModel, pal: Palette, sky_seed: int) -> None:
         self.cam = cam
+        self.f, self.cx, self.cy = cam.f, cam.cx, cam.cy
         self.yc = (np.arange(cam.height) - cam.cy) / cam.f
         self.xc = ((np.arange(cam.width) - cam.cx) / cam.f).astype(np.float32)
-        rows = int(round(2 * cam.f * math.tan(math.radians(_SKY_DEG))))
-        tall = CameraModel(cam.width, rows, cam_height=cam.cam_height, pitch_deg=0.0, hfov_deg=cam.hfov_deg)
-        self.sky_horizon = tall.horizon_row()
-        sky = _sky(tall, pal, rng, rows)
-        self.sky = cv2.cvtColor(sky, cv2.COLOR_RGB2RGBA)
-        self.pano = sky.shape[1] // 2
-        self.fog = np.asarray(pal.fog, np.float32)
+        self.sky, self.sky_horizon = _sky_panorama(cam, pal, sky_seed)
+        self.pano = self.sky.shape[1] // 2
+        self.fog4 = np.asarray(tuple(pal.fog) + (0,), np.float32)[None, None, :]
+
+
+@lru_cache(maxsize=16)
+def _sky_panorama(cam: CameraModel, pal: Palette, sky_seed: int) -> tuple[np.ndarray, float]:
+    """RGBA sky panorama over elevation angles -_SKY_DEG.._SKY_DEG (camera.py's sky and skyline) and its horizon
+    row. Read-only: shared by every renderer with the same camera and palette."""
+    rows = int(round(2 * cam.f * math.tan(math.radians(_SKY_DEG))))
+    tall = CameraModel(cam.width, rows, cam_height=cam.cam_height, pitch_deg=0.0, hfov_deg=cam.hfov_deg)
+    sky = cv2.cvtColor(_sky(tall, pal, np.random.default_rng([sky_seed, 7]), rows), cv2.COLOR_RGB2RGBA)
+    sky.flags.writeable = False
+    return sky, tall.horizon_row()
 
 
 def _hood(cam: CameraModel, pal: Palette):
@@ -377,45 +413,49 @@ class _Objects:
     def draw(self, frame: np.ndarray, view: _RayView, x: float, y: float, z_cam: float, yaw: float, pitch: float,
              row_dist: np.ndarray, pal: Palette) -> None:
         """Paint the quads in view, far to near, each cut off where nearer ground hides it (row_dist: the ground
-        distance each row sees, inf for sky)."""
-        cam = view.cam
-        c, s = math.cos(yaw), math.sin(yaw)
-        rel0, rel1 = self.p0 - (x, y), self.p1 - (x, y)
-        f0 = rel0[:, 0] * c + rel0[:, 1] * s
-        f1 = rel1[:, 0] * c + rel1[:, 1] * s
-        near = np.minimum(f0, f1)
-        fmax = np.maximum(f0, f1)
-        r0 = rel0[:, 0] * s - rel0[:, 1] * c
-        r1 = rel1[:, 0] * s - rel1[:, 1] * c
-        half_fov = cam.width / 2 / cam.f
-        lateral_ok = (np.minimum(r0, r1) < fmax * half_fov + 1) & (np.maximum(r0, r1) > -fmax * half_fov - 1)
-        vis = np.flatnonzero((near > 1.0) & (fmax < self.max_view) & lateral_ok)
-        if not len(vis):
-            return
+        distance each row sees, inf for sky). Projection, fog and cut-off are vectorised over the quads; only the
+        fill is per quad."""
         if self.base0 is None:
             raise RuntimeError("bind() the objects to a heightmap first")
-        order = vis[np.argsort(-(f0[vis] + f1[vis]))]
+        f, cx, cy, width, height = view.f, view.cx, view.cy, view.cam.width, view.cam.height
+        c, s = math.cos(yaw), math.sin(yaw)
+        f0 = (self.p0[:, 0] - x) * c + (self.p0[:, 1] - y) * s
+        f1 = (self.p1[:, 0] - x) * c + (self.p1[:, 1] - y) * s
+        near = np.minimum(f0, f1)
+        keep = (near > 1.0) & (np.maximum(f0, f1) < self.max_view)
+        idx = np.flatnonzero(keep)
+        if not len(idx):
+            return
+        f0, f1 = f0[idx], f1[idx]
+        r0 = (self.p0[idx, 0] - x) * s - (self.p0[idx, 1] - y) * c
+        r1 = (self.p1[idx, 0] - x) * s - (self.p1[idx, 1] - y) * c
         cp, sp = math.cos(pitch), math.sin(pitch)
-        fog_d = pal.fog_distance
-        fog = np.asarray(pal.fog, np.float32)
-        for k in order:
-            pts = []
-            for fwd_m, right_m, zb in ((f0[k], r0[k], self.base0[k]), (f1[k], r1[k], self.base1[k])):
-                for z in (zb + self.lift[k], zb + self.lift[k] + self.height[k]):
-                    dz = z - z_cam
-                    zc = cp * fwd_m - sp * dz  # camera depth (pitch down by `pitch`)
-                    yc = -(sp * fwd_m + cp * dz)
-                    pts.append((cam.cx + cam.f * right_m / zc, cam.cy + cam.f * yc / zc))
-            dmid = 0.5 * (f0[k] + f1[k])
-            hidden = np.flatnonzero(row_dist < dmid - 0.5)  # rows whose ground is nearer than the object
-            bottom = int(hidden[0]) if len(hidden) else cam.height
-            quad = np.array([pts[0], pts[1], pts[3], pts[2]])
-            if quad[:, 1].min() >= bottom:
-                continue
-            quad[:, 1] = np.minimum(quad[:, 1], bottom)
-            w = 1.0 - math.exp(-dmid / fog_d)
-            col = tuple(float(v) for v in self.colour[k] * (1 - w) + fog * w) + (255.0,)
-            cv2.fillConvexPoly(frame, np.round(quad * 8).astype(np.int32), col, cv2.LINE_AA, 3)
+        fwd = np.stack([f0, f0, f1, f1], 1)  # corners: base0, top0, top1, base1
+        right = np.stack([r0, r0, r1, r1], 1)
+        zb0 = self.base0[idx] + self.lift[idx] - z_cam
+        zb1 = self.base1[idx] + self.lift[idx] - z_cam
+        hgt = self.height[idx]
+        dz = np.stack([zb0, zb0 + hgt, zb1 + hgt, zb1], 1)
+        zc = cp * fwd - sp * dz
+        u = cx + f * right / zc
+        v = cy - f * (sp * fwd + cp * dz) / zc
+        dmid = 0.5 * (f0 + f1)
+        # the first row (from the top) whose ground is nearer than the object hides everything below it;
+        # row_dist does not increase down the frame, so that row is found by a search on the reversed array
+        rev = row_dist[::-1]
+        bottom = height - np.searchsorted(rev, dmid - 0.5, side="left")
+        on = (u.max(1) >= 0) & (u.min(1) < width) & (v.min(1) < bottom) & (v.max(1) - v.min(1) > 1.0)
+        on &= (np.abs(u).max(1) < 1e5)
+        if not on.any():
+            return
+        k = np.flatnonzero(on)
+        v = np.minimum(v[k], bottom[k, None].astype(np.float64))
+        quads = np.round(np.stack([u[k], v], 2) * 8).astype(np.int32)
+        w = 1.0 - np.exp(-dmid[k] / pal.fog_distance)
+        colours = self.colour[idx[k]] * (1 - w)[:, None] + np.asarray(pal.fog, np.float32)[None] * w[:, None]
+        colours = np.concatenate([colours, np.full((len(k), 1), 255.0, np.float32)], 1).tolist()
+        for j in np.argsort(-dmid[k]).tolist():
+            cv2.fillConvexPoly(frame, quads[j], colours[j], cv2.LINE_AA, 3)
 
     def bind(self, height_at) -> None:
         self.base0 = height_at(self.p0[:, 0], self.p0[:, 1])
