@@ -65,7 +65,8 @@ HARD_TRACK_PARAMS: dict[str, ThemeTrackParams] = {
 }
 
 
-HAIRPINS = {"lake": (0, 1), "jungle": (1, 3), "mountain": (2, 4)}  # hard world: hairpin inlets per track, [low, high)
+# hard world: hairpin inlets per track, [low, high); every mountain track has at least one hairpin (redrawn until)
+HAIRPINS = {"lake": (0, 2), "jungle": (1, 3), "mountain": (2, 4)}
 
 
 @dataclass(frozen=True)
@@ -294,11 +295,11 @@ class Track:
         d[sep <= exclude_arc] = np.inf
         return float(d.min())
 
-    def self_intersects(self) -> bool:
-        """True if any two non-adjacent segments of the centreline polyline cross (vectorised test)."""
-        a = self.points
+    def self_intersects(self, step: int = 1) -> bool:
+        """True if any two non-adjacent segments of the centreline polyline (every `step`-th point) cross."""
+        a = self.points[::step]
         b = np.roll(a, -1, axis=0)
-        n = self.n
+        n = len(a)
         ii, jj = np.triu_indices(n, k=2)
         keep = ~((ii == 0) & (jj == n - 1))  # first and last segments share point 0
         ii, jj = ii[keep], jj[keep]
@@ -371,7 +372,7 @@ def _elevation(track: Track, rng: np.random.Generator) -> np.ndarray:
     amp = rng.uniform(0.3, 1.0, len(ks)) / ks**0.5
     z = (amp[:, None] * np.sin(ks[:, None] * phase[None, :] + rng.uniform(0, 2 * np.pi, len(ks))[:, None])).sum(0)
     z *= rng.uniform(*e.relief) / max(z.max() - z.min(), 1e-9)
-    grade = np.abs(np.diff(np.append(z, z[0]))) / track.ds
+    grade = np.abs(np.roll(z, -1) - z) / track.seg_len
     if grade.max() > e.max_grade:
         z *= e.max_grade / grade.max()
     return z - z[0]  # the start line is at height 0
@@ -396,30 +397,90 @@ def _fit_controls(angles: np.ndarray, radii: np.ndarray, length: float, min_radi
     return None
 
 
-def _add_hairpins(ctrl: np.ndarray, angles: np.ndarray, n: int, road_width: float,
-                  rng: np.random.Generator) -> np.ndarray:
-    """Replace `n` control points by inlets: the road turns into the loop, runs 30-55 m inwards, turns round a
-    hairpin (a U of radius ~ its half-width) and comes back out beside itself (the legs `road_width + 6 m`
-    apart or more). Neighbouring control points that would fall inside an inlet's mouth are dropped."""
-    pts = [c for c in ctrl]
-    keep = np.ones(len(ctrl), bool)
-    for j in sorted(rng.choice(len(ctrl), size=min(n, len(ctrl) // 4), replace=False), reverse=True):
-        c = ctrl[j]
-        r = float(np.hypot(*c))
-        e = c / r
-        t = np.array([-e[1], e[0]])
-        hw = 0.5 * road_width + rng.uniform(12.0, 15.0)  # the legs' half-spacing; the U's radius is about 0.55 hw
-        depth = min(rng.uniform(30.0, 55.0), r - hw - 20.0)
-        if depth < 25.0:
-            continue
-        mouth = 1.7 * hw
-        for i in (j - 1, (j + 1) % len(ctrl)):  # a neighbour inside the mouth would fold the road back on itself
-            if abs(float(np.dot(ctrl[i] - c, t))) < 1.5 * mouth:
-                keep[i] = False
-        pts[j] = np.stack([c - mouth * t, c - depth * e - hw * t, c - (depth + 0.9 * hw) * e,
-                           c - depth * e + hw * t, c + mouth * t])
-    out = [np.atleast_2d(pts[i]) for i in range(len(ctrl)) if keep[i] or np.ndim(pts[i]) == 2]
+def _finger(p0: np.ndarray, tangent: np.ndarray, normal: np.ndarray, half: float, corner: float,
+            depth: float) -> np.ndarray:
+    """A hairpin as a polyline (0.25 m steps) in the plane: from p0 - (half + corner) * tangent the road turns 90 deg
+    towards `normal` (radius `corner`), runs `depth` m straight, turns round (a U of radius `half`), runs back and
+    turns 90 deg onto the line again at p0 + (half + corner) * tangent. Legs 2 * half apart."""
+    def arc(centre, radius, a0, a1):
+        n = max(2, int(abs(a1 - a0) * radius / 0.25))
+        t = np.linspace(a0, a1, n, endpoint=False)
+        return centre + radius * (np.cos(t)[:, None] * tangent + np.sin(t)[:, None] * normal)
+
+    def line(q0, q1):
+        n = max(2, int(np.hypot(*(q1 - q0)) / 0.25))
+        return q0 + np.linspace(0, 1, n, endpoint=False)[:, None] * (q1 - q0)
+
+    a = half + corner
+    # local coordinates (u along tangent, v along normal) -> world
+    def w(u, v):
+        return p0 + u * tangent + v * normal
+
+    c1, c2 = w(-a, corner), w(a, corner)  # mouth corner centres
+    top = corner + depth  # the U's centre is at v = top
+    parts = [
+        arc(c1, corner, -np.pi / 2, 0.0),  # (-a, 0) -> (-half, corner), heading along +normal
+        line(w(-half, corner), w(-half, top)),
+        arc(w(0.0, top), half, np.pi, 0.0),  # the U: (-half, top) over (0, top + half) to (half, top)
+        line(w(half, top), w(half, corner)),
+        arc(c2, corner, np.pi, 3 * np.pi / 2),  # (half, corner) -> (a, 0)
+    ]
+    return np.concatenate(parts, axis=0)
+
+
+def _splice_hairpins(track: Track, n: int, min_radius: float, rng: np.random.Generator) -> np.ndarray | None:
+    """The centreline with `n` hairpins spliced in where the road is nearly straight (|curvature| < 1/200 m over the
+    finger's mouth: |curvature| < 1/200 m), each folding away from or into the loop at random: a closed polyline, or None if there is
+    no room for them."""
+    half = max(min_radius, 0.5 * track.road_width + 3.0) + rng.uniform(0.5, 2.0, n)
+    corner = min_radius + rng.uniform(2.0, 5.0, n)
+    depth = rng.uniform(20.0, 45.0, n)
+    straight = np.abs(track.curvature) < 1.0 / 200.0  # a straight enough stretch: the finger's ends meet it smoothly
+    pts = track.points
+    cuts: list[tuple[int, int, np.ndarray]] = []
+    order = rng.permutation(track.n)
+    for k in range(n):
+        a = half[k] + corner[k]
+        w = int(math.ceil((a + 3.0) / track.ds))
+        # centres whose whole window [i - w, i + w] is straight (a sliding count of straight points)
+        run = np.convolve(straight.astype(np.int32), np.ones(2 * w + 1, np.int32), mode="same") == 2 * w + 1
+        run[:w] = run[track.n - w:] = False
+        for i in order[run[order]].tolist():
+            lo, hi = i - w, i + w
+            if any(lo - 60 < j1 and j0 < hi + 60 for j0, j1, _ in cuts):
+                continue
+            h = track.headings[i]
+            tangent = np.array([math.cos(h), math.sin(h)])
+            right = np.array([math.sin(h), -math.cos(h)])
+            normal = right if rng.random() < 0.5 else -right
+            i0, i1 = i - int(round(a / track.ds)), i + int(round(a / track.ds))
+            cuts.append((i0, i1, _finger(pts[i], tangent, normal, half[k], corner[k], depth[k])))
+            break
+        else:
+            return None
+    out, last = [], 0
+    for i0, i1, finger in sorted(cuts, key=lambda c: c[0]):
+        out += [pts[last:i0], finger]
+        last = i1
+    out.append(pts[last:])
     return np.concatenate(out, axis=0)
+
+
+def _resample_closed(points: np.ndarray, spacing: float, smooth_m: float) -> np.ndarray:
+    """A closed polyline resampled at uniform arc length (~spacing), then smoothed by a circular Gaussian of
+    `smooth_m` metres (rounds the kinks where arcs meet straights, so curvature has no spikes)."""
+    seg = np.hypot(*(np.roll(points, -1, axis=0) - points).T)
+    cum = np.concatenate([[0.0], np.cumsum(seg)])
+    n = int(round(cum[-1] / spacing))
+    s = np.arange(n) * (cum[-1] / n)
+    closed = np.vstack([points, points[:1]])
+    out = np.stack([np.interp(s, cum, closed[:, 0]), np.interp(s, cum, closed[:, 1])], axis=1)
+    sigma = smooth_m / (cum[-1] / n)
+    r = int(3 * sigma) + 1
+    kern = np.exp(-0.5 * (np.arange(-r, r + 1) / sigma) ** 2)
+    kern /= kern.sum()
+    wrapped = np.vstack([out[-r:], out, out[:r]])
+    return np.stack([np.convolve(wrapped[:, d], kern, mode="valid") for d in (0, 1)], axis=1)
 
 
 def generate_track(seed: int, theme: str = "lake", world: str = "classic") -> Track:
@@ -443,13 +504,6 @@ def generate_track(seed: int, theme: str = "lake", world: str = "classic") -> Tr
         ctrl = _fit_controls(angles, radii, length, max(p.min_radius, 14.0) if hard else p.min_radius, clockwise and not hard)
         if ctrl is None:
             continue
-        if hard:
-            ctrl = _add_hairpins(ctrl, angles, int(rng.integers(*HAIRPINS[theme])), p.road_width, rng)
-            pos, d1, d2 = _bspline(ctrl, np.arange(len(ctrl) * _DENSE_PER_SPAN) / _DENSE_PER_SPAN)
-            dense_len = float(np.hypot(*(np.roll(pos, -1, axis=0) - pos).T).sum())
-            ctrl *= length / dense_len
-            if float(np.abs(_signed_curvature(d1, d2)).max()) * dense_len / length * p.min_radius > 0.98:
-                continue
         if clockwise and hard:
             ctrl = ctrl[::-1].copy()
         track = _spline_track(ctrl, p.road_width, theme, seed)
@@ -459,6 +513,16 @@ def generate_track(seed: int, theme: str = "lake", world: str = "classic") -> Tr
         if track.min_clearance(exclude_arc=2 * clearance) < clearance:
             continue
         if hard:
+            n_hairpins = int(rng.integers(*HAIRPINS[theme]))
+            if n_hairpins:
+                spliced = _splice_hairpins(track, n_hairpins, p.min_radius, rng)
+                if spliced is None:
+                    continue
+                track = Track.from_points(_resample_closed(spliced, SPACING_M, 2.5), p.road_width,
+                                          theme=theme, seed=seed)
+                if (np.abs(track.curvature).max() * p.min_radius > 1.1
+                        or track.min_clearance(exclude_arc=2 * clearance) < clearance or track.self_intersects(step=2)):
+                    continue  # (a hairpin turns by pi within 2c, so the clearance alone does not rule out crossings)
             track = Track(track.points, track.headings, track.curvature, track.road_width, theme, seed,
                           elevation=_elevation(track, rng))
         return track
