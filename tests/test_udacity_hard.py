@@ -151,7 +151,7 @@ def test_the_privileged_teacher_drives_every_theme_and_slows_for_bends(theme):
     obs, info = env.reset(seed=90_001)
     speeds, curv = [], []
     for _ in range(400):
-        obs, _, term, trunc, info = env.step(teacher.ppo_action(obs, "steer-throttle"))
+        obs, _, term, trunc, info = env.step(teacher.ppo_action(obs, "continuous"))
         assert not term
         speeds.append(info["speed"])
         curv.append(abs(obs[HARD_FEATURE_NAMES.index("ahead7m_curv")]))

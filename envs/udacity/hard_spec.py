@@ -27,7 +27,7 @@ from envs.udacity.env import CONDITIONS, HARD_FEATURE_NAMES, N_FEATURES
 from envs.udacity.track import THEMES
 from envs.udacity.vehicle import DRAG, G, MAX_ACCEL, MAX_BRAKE, MAX_STEER_RAD, ROLLING
 
-ACTION_SPACES = ("steer-throttle", "steer")  # the default drives both; "steer": a PI controller holds the limit
+ACTION_SPACES = ("continuous",)  # [steer, throttle]; make(pi_speed=True) leaves the speed to a PI controller
 TRAIN_THEMES = ("lake", "jungle")
 TRAIN_CONDITIONS = ("clear", "overcast", "dusk")
 
@@ -47,38 +47,38 @@ class SceneBySeed(gym.Wrapper):
         return self.env.reset(seed=seed, options=options)
 
 
-def make(action_space: str = "steer-throttle", *, render: bool = True, max_episode_steps: int = 1000,
+def make(action_space: str = "continuous", *, render: bool = True, max_episode_steps: int = 1000,
          render_mode: str | None = None, side_cameras: bool = False, renderer: str = "native",
-         themes: Any = None, conditions: Any = None, **kwargs: Any) -> gym.Env:
+         themes: Any = None, conditions: Any = None, pi_speed: bool = False, **kwargs: Any) -> gym.Env:
     """The hard world as collect.py / evaluate.py use it. `themes` / `conditions` ("a,b" or a sequence; None: all)
-    are the lists episodes draw from by seed."""
+    are the lists episodes draw from by seed. The action is [steer, throttle]; with `pi_speed` it is [steer] and a
+    PI controller holds the theme's speed limit (for steering-only students)."""
     SPEC.check_action_space(action_space)
     SPEC.check_renderer(renderer)
     themes = SPEC.check_scene("theme", THEMES if themes is None else themes)
     conditions = SPEC.check_scene("condition", CONDITIONS if conditions is None else conditions)
     env = UdacityStyleEnv(world="hard", render=render, cameras=classic.CAMERAS_ALL if side_cameras else ("center",),
-                          throttle_action=action_space == "steer-throttle", max_episode_steps=max_episode_steps,
+                          throttle_action=not pi_speed, max_episode_steps=max_episode_steps,
                           render_mode=render_mode, **kwargs)
     return SceneBySeed(env, themes, conditions)
 
 
-def make_expert_env(action_space: str = "steer-throttle", *, render: bool = False, max_episode_steps: int = 1000,
+def make_expert_env(action_space: str = "continuous", *, render: bool = False, max_episode_steps: int = 1000,
                     themes: Any = None, conditions: Any = None) -> gym.Env:
     """Privileged observation (HARD_FEATURE_NAMES), the env's action: what the PPO expert acts in."""
     return UdacityPrivilegedObservation(make(action_space, render=render, max_episode_steps=max_episode_steps,
                                              themes=themes, conditions=conditions))
 
 
-def make_train_env(action_space: str = "steer-throttle") -> gym.Env:
+def make_train_env(action_space: str = "continuous") -> gym.Env:
     """The expert's training env: every theme and condition (the expert is privileged: it may see the held-out
     ones, as a driving instructor knows every road), physics-only."""
     return make_expert_env(action_space, render=False)
 
 
 def expert_to_env_action(action: Any, action_space: str) -> np.ndarray:
-    """PPO's action in [-1, 1]^n is the env's action (clipped)."""
-    n = 2 if action_space == "steer-throttle" else 1
-    return np.clip(np.asarray(action, dtype=np.float32).reshape(n), -1.0, 1.0)
+    """PPO's [steer, throttle] in [-1, 1] is the env's action (clipped)."""
+    return np.clip(np.asarray(action, dtype=np.float32).reshape(2), -1.0, 1.0)
 
 
 _I = {name: k for k, name in enumerate(HARD_FEATURE_NAMES)}
@@ -119,8 +119,7 @@ class Teacher(StanleyDriver):
     __call__ = act
 
     def ppo_action(self, obs: np.ndarray, action_space: str) -> np.ndarray:
-        a = self.act(obs)
-        return a if action_space == "steer-throttle" else a[:1]
+        return self.act(obs)
 
 
 def _episode_meta(info: dict) -> dict:
@@ -141,12 +140,11 @@ SPEC = EnvSpec(
     make_train_env=make_train_env,
     expert_to_env_action=expert_to_env_action,
     teacher=Teacher,
-    action_names={"steer-throttle": ("steer", "throttle"), "steer": ("steer",)},
-    steer_limit={"steer-throttle": 1.0, "steer": 1.0},
-    default_expert={"steer-throttle": Path("checkpoints/expert_udacity_hard.zip"),
-                    "steer": Path("checkpoints/expert_udacity_hard_steer.zip")},
-    default_noise={"steer-throttle": 0.1, "steer": 0.1},
-    default_noise_hold={"steer-throttle": 3, "steer": 3},
+    action_names={"continuous": ("steer", "throttle")},
+    steer_limit={"continuous": 1.0},
+    default_expert={"continuous": Path("checkpoints/expert_udacity_hard.zip")},
+    default_noise={"continuous": 0.1},
+    default_noise_hold={"continuous": 3},
     default_max_steps=1000,
     default_encoder=classic.SPEC.default_encoder,
     default_frame_stride=1,
