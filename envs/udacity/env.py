@@ -425,7 +425,8 @@ class UdacityStyleEnv(gym.Env):
         if self.vehicle is None:
             raise RuntimeError("call reset() before render()")
         if self.render_view == "chase":
-            frame = self._renderer.render_chase(self._center, self.vehicle.state.steer)
+            pose = self._center if not self.hard else (*self._center, self._grade)
+            frame = self._renderer.render_chase(pose, self.vehicle.state.steer)
         else:
             frame = cv2.resize(self._obs, (2 * FRAME_W, 2 * FRAME_H), interpolation=cv2.INTER_LINEAR)
         _draw_hud(frame, self._info, self._prev_steer_cmd, self.n_recenters)

@@ -330,7 +330,7 @@ class _Objects:
 
     def __init__(self, track: Track, theme: str, pal: Palette, rng: np.random.Generator) -> None:
         hw = track.half_width
-        quads = []  # (x0, y0, x1, y1, height, lift, colour, max_view)
+        quads = []  # (x0, y0, x1, y1, height, lift, colour, max_view[, taper])
         right = np.stack([np.sin(track.headings), -np.cos(track.headings)], 1)
         ds = track.ds
 
@@ -379,7 +379,7 @@ class _Objects:
             t = right[i] * (wid / 2)
             col = pal.tree if rng.random() < 0.5 else pal.tree2
             quads.append((*(b - t * 0.12), *(b + t * 0.12), 0.3 * hgt, 0.0, (70, 52, 36), 150.0))
-            quads.append((*(b - t), *(b + t), 0.75 * hgt, 0.25 * hgt, col, 150.0))
+            quads.append((*(b - t), *(b + t), 0.75 * hgt, 0.25 * hgt, col, 150.0, 1.0 if theme == "mountain" else 0.4))
             self.trees.append((b, wid / 2, hgt))
         # billboards: a few, beside straights
         for _ in range(int(rng.integers(1, 4))):
@@ -395,6 +395,7 @@ class _Objects:
         self.lift = np.array([e[5] for e in q])
         self.colour = np.array([e[6] for e in q], np.float32)
         self.max_view = np.array([e[7] for e in q])
+        self.taper = np.array([e[8] if len(e) > 8 else 0.0 for e in q])  # 1: the top edge is a point (a conifer)
         self.base0 = None  # terrain heights, filled by HillsRenderer via bind()
         self._track = track
 
@@ -430,8 +431,10 @@ class _Objects:
         r0 = (self.p0[idx, 0] - x) * s - (self.p0[idx, 1] - y) * c
         r1 = (self.p1[idx, 0] - x) * s - (self.p1[idx, 1] - y) * c
         cp, sp = math.cos(pitch), math.sin(pitch)
-        fwd = np.stack([f0, f0, f1, f1], 1)  # corners: base0, top0, top1, base1
-        right = np.stack([r0, r0, r1, r1], 1)
+        # corners: base0, top0, top1, base1; the top edge shrinks towards its middle by `taper`
+        tp = 0.5 * self.taper[idx]
+        fwd = np.stack([f0, f0 + tp * (f1 - f0), f1 - tp * (f1 - f0), f1], 1)
+        right = np.stack([r0, r0 + tp * (r1 - r0), r1 - tp * (r1 - r0), r1], 1)
         zb0 = self.base0[idx] + self.lift[idx] - z_cam
         zb1 = self.base1[idx] + self.lift[idx] - z_cam
         hgt = self.height[idx]
