@@ -106,6 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "are the whole run's) into OUT-shard-I-of-N, e.g. one part per machine; the N parts together are "
                         "exactly the run, merged with python -m agent.data.merge. A re-run completes the shard "
                         "(default: the whole run)")
+    p.add_argument("--theme", default=None, metavar="NAMES",
+                   help="envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed "
+                        "(default: the training themes, lake,jungle; mountain is held out for evaluation)")
+    p.add_argument("--condition", default=None, metavar="NAMES",
+                   help="envs with scenes: comma-separated lighting/weather conditions (default: the training ones, "
+                        "clear,overcast,dusk; fog is held out)")
+    p.add_argument("--allow-held-out", action="store_true",
+                   help="record held-out themes or conditions too (default: refused, so that evaluation on them "
+                        "measures generalisation to scenes never trained on)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar (default: a bar on stderr when it is a terminal; none in a log file)")
     return p

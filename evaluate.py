@@ -79,6 +79,12 @@ HELP = {
                     "frame_stride-th) | time (the newest frames at or before the trained offsets in seconds, so under "
                     "dropped or irregular frames the window spans the time it was trained on; identical under regular "
                     "timing)",
+    "theme": "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each reported "
+             "apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never trained on)",
+    "condition": "envs with scenes: comma-separated lighting/weather conditions, reported apart (by_condition) "
+                 "(default: all, clear,overcast,dusk,fog; fog is never trained on)",
+    "pi_speed": "udacity-hard: the env's PI controller holds the speed limit and the policy steers only (for "
+                "students trained with train.py --head steer)",
     "workers": "episodes driven at the same time, one process each; metrics and videos are those of a single "
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",

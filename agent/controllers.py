@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -50,16 +50,20 @@ class PolicyController:
 
     is_expert = False
 
-    def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps") -> None:
+    def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps",
+                 env_names: Sequence[str] | None = None) -> None:
         self.policy, self.name, self.device = policy, name, device
         self.config = policy.config
         self.stream = policy.stream(clock)
         self.span = self.stream.cache_len
         self.frames: deque[np.ndarray] = deque(maxlen=self.span)  # the camera frames of the stream's cache
         names = list(self.config.action_names)
-        env_names = spec_for_gym_id(self.config.env).action_names.get("continuous", ())  # the env action, in order
+        if env_names is None:  # the env action, in order (an env made with pi_speed takes [steer] alone)
+            env_names = spec_for_gym_id(self.config.env).action_names.get("continuous", ())
+        env_names = list(env_names)
         self.filled = [] if self.config.head == "discrete" else [n for n in env_names if n not in names]
         self._cols = [env_names.index(n) for n in names] if self.config.head != "discrete" else []
+        self._env_names = env_names
         # NAC cores expose attention internals; others draw no panel.
         self.has_panel = callable(getattr(policy.core, "internals", None)) and \
             type(policy.core).__name__.lower().startswith("nac")
@@ -82,7 +86,7 @@ class PolicyController:
         action = self.policy.to_env_action(out)
         if self.config.head == "discrete":
             return int(action), latency
-        full = np.array(expert_action, dtype=np.float32).reshape(-1).copy()  # components the head lacks
+        full = np.array(expert_action, dtype=np.float32).reshape(-1)[: len(self._env_names)].copy()  # the head lacks
         full[self._cols] = np.asarray(action, dtype=np.float32).reshape(-1)
         return full, latency
 

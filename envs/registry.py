@@ -105,6 +105,8 @@ class EnvSpec:
     train_themes: tuple[str, ...] = ()
     conditions: tuple[str, ...] = ()
     train_conditions: tuple[str, ...] = ()
+    # make(pi_speed=True): a PI controller holds the speed and the action is [steer] (steering-only students)
+    pi_speed: bool = False
 
     def check_action_space(self, action_space: str) -> str:
         if action_space not in self.action_spaces:
@@ -131,9 +133,23 @@ class EnvSpec:
             raise ValueError(f"--{kind} takes distinct names from {list(known)} for {self.name}, got {names!r}")
         return items
 
-    def held_out(self, themes: Any) -> tuple[str, ...]:
-        """The themes in `themes` that are held out of collection (not in train_themes)."""
-        return tuple(t for t in self.check_scene("theme", themes) if t not in self.train_themes)
+    def scene(self, themes: Any = None, conditions: Any = None, *, collect: bool = False,
+              allow_held_out: bool = False) -> dict[str, tuple[str, ...]]:
+        """make()'s keyword arguments for --theme / --condition (None: collection draws the train lists, evaluation
+        all). Collection refuses held-out names unless `allow_held_out`. ValueError on unknown names, and on
+        either option for an env without scenes."""
+        if not self.themes:
+            if themes or conditions:
+                raise ValueError(f"--theme and --condition are not available for {self.name} (it has no scenes)")
+            return {}
+        t = self.check_scene("theme", themes or (self.train_themes if collect else self.themes))
+        c = self.check_scene("condition", conditions or (self.train_conditions if collect else self.conditions))
+        held = [x for x in t if x not in self.train_themes] + [x for x in c if x not in self.train_conditions]
+        if collect and held and not allow_held_out:
+            raise ValueError(f"{', '.join(held)} {'is' if len(held) == 1 else 'are'} held out of {self.name}'s training "
+                             "data, kept for measuring generalisation; pass --allow-held-out to record "
+                             f"{'it' if len(held) == 1 else 'them'} anyway")
+        return {"themes": t, "conditions": c}
 
     def default_out(self, action_space: str) -> Path:
         """collect.py's default dataset folder."""

@@ -168,7 +168,11 @@ def test_bad_scene_names_and_world_options_are_clear_errors():
         SPEC.make(render=False, conditions="rain")
     with pytest.raises(ValueError, match="no theme"):
         get_spec("carracing").check_scene("theme", "lake")
-    assert SPEC.held_out("lake,mountain") == ("mountain",)
+    with pytest.raises(ValueError, match="mountain is held out.*--allow-held-out"):
+        SPEC.scene("lake,mountain", collect=True)
+    assert SPEC.scene(collect=True) == {"themes": ("lake", "jungle"), "conditions": ("clear", "overcast", "dusk")}
+    assert SPEC.scene("mountain", "fog", collect=True, allow_held_out=True)["themes"] == ("mountain",)
+    assert SPEC.scene()["themes"] == THEMES
     with pytest.raises(ValueError, match="world"):
         UdacityStyleEnv(world="medium")
     env = UdacityStyleEnv(render=False)

@@ -94,12 +94,13 @@ class EpisodeSettings:
     meta: dict = field(default_factory=dict)  # added to every episode's meta (expert and driver identity)
     recovery_labels: bool = False  # the spec's recovery teacher labels the states it needs
     recovery_starts: float = 0.0  # probability of a recovery start (drawn from the track seed)
+    scene: dict = field(default_factory=dict)  # make()'s themes / conditions (envs with scenes; EnvSpec.scene)
 
     def make_env(self) -> Any:
         spec = get_spec(self.env)
         side_cameras = any(name.startswith("frames_") for name in spec.recorded_info)
         return spec.make(self.action_space, render=True, max_episode_steps=self.max_steps, side_cameras=side_cameras,
-                         renderer=self.renderer)
+                         renderer=self.renderer, **self.scene)
 
 
 def record_and_write(s: EpisodeSettings, env: Any, expert: Any, driver: Any, episode_id: int, track_seed: int,
@@ -264,6 +265,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
     re-run finds nothing left to collect."""
     spec, out = cfg.spec, cfg.out_dir
     renderer = spec.check_renderer(cfg.renderer)
+    scene = spec.scene(cfg.theme, cfg.condition, collect=True, allow_held_out=cfg.allow_held_out)
     shard = shard_range(cfg.episodes, *cfg.shard) if cfg.shard else None
     want_seed = cfg.seed if shard is None else (cfg.seed if cfg.seed is not None else spec.seeds.collect) + shard[0]
     seed, noise, hold, config = _inherited(cfg, existing, exp, want_seed)
@@ -300,6 +302,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         "beta": cfg.beta if cfg.driver is not None else None,
         **({"recovery_labels": True} if cfg.recovery_labels else {}),
         **({"recovery_starts": cfg.recovery_starts} if cfg.recovery_starts else {}),
+        **{k: list(v) for k, v in scene.items()},
         "episodes_added": 0,
         "steps_added": 0,
         "interrupted": False,
@@ -309,7 +312,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         driver=None if cfg.driver is None else str(cfg.driver), max_steps=cfg.max_steps, renderer=renderer,
         noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
         meta={"expert_sha256": exp["sha256"], **driver_info}, recovery_labels=cfg.recovery_labels,
-        recovery_starts=cfg.recovery_starts)
+        recovery_starts=cfg.recovery_starts, scene=scene)
     return RunPlan(config, [*existing.card.get("runs", []), run], ids, seeds, workers, settings)
 
 

@@ -62,6 +62,9 @@ class CollectConfig:
     shard: tuple[int, int] | str | None = None  # (I, N) or "I/N": only the I-th of N seed ranges of this run
     recovery_labels: bool = False  # the spec's recovery teacher labels the states it needs (agent.data.recorder)
     recovery_starts: float = 0.0  # probability that an episode starts placed turned and shifted (a recovery start)
+    theme: str | None = None  # "a,b": the themes episodes draw from by seed (envs with scenes; default: the train ones)
+    condition: str | None = None  # "a,b": the lighting / weather conditions likewise
+    allow_held_out: bool = False  # record held-out themes / conditions too (they are kept for evaluation)
 
     def validate(self) -> None:
         """Check the arguments before anything heavy is imported or any file is touched."""
@@ -103,6 +106,10 @@ class CollectConfig:
             if self.action_space == "discrete" and self.noise > 1:
                 raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {self.noise}")
         self._check_recovery(spec)
+        try:
+            spec.scene(self.theme, self.condition, collect=True, allow_held_out=self.allow_held_out)
+        except ValueError as e:
+            raise CollectError(str(e)) from None
         if self.noise_hold is not None and self.noise_hold < 1:
             raise CollectError(f"--noise-hold must be >= 1 frame, got {self.noise_hold}")
         if not (math.isfinite(self.beta) and 0.0 <= self.beta <= 1.0):

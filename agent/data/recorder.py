@@ -10,7 +10,8 @@ What makes this good BC data (and why each piece is here):
   - continuous: Gaussian noise N(0, noise^2) on steer (env units, [-1, 1]; CarRacing's wheel saturates at
     ±0.4) and, for [steer, gas, brake] actions, on the throttle axis gas − brake, then clipped; gas =
     max(throttle, 0), brake = max(−throttle, 0) so gas and brake are never pressed together (the expert never
-    does that either). Steering-only actions (udacity) get the steering noise alone.
+    does that either). Steering-only actions (udacity) get the steering noise alone; [steer, throttle]
+    actions (udacity-hard, throttle < 0 brakes) get it on both, clipped to [-1, 1].
   - discrete: with probability ``noise`` a uniformly random *other* action is executed.
   One noise sample is held for ``noise_hold`` frames: at 50 Hz the steering joint slews at most
   0.06 rad/frame, so independent per-frame noise mostly averages out and never moves the car off line.
@@ -116,6 +117,8 @@ class DartNoise:
         steer = float(np.clip(label[0] + self._eps[0], -1.0, 1.0))
         if len(label) == 1:  # steering-only action
             return np.array([steer], dtype=np.float32)
+        if len(label) == 2:  # [steer, throttle] with throttle < 0 braking (udacity-hard)
+            return np.array([steer, float(np.clip(label[1] + self._eps[1], -1.0, 1.0))], dtype=np.float32)
         throttle = float(np.clip(label[1] - label[2] + self._eps[1], -1.0, 1.0))
         return np.array([steer, max(throttle, 0.0), max(-throttle, 0.0)], dtype=np.float32)
 

@@ -62,7 +62,7 @@ from agent.controllers import ExpertController, PolicyController, load_policy, s
 from agent.data.dataset import dataset_env
 from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
-from agent.evaluation.metrics import aggregate, comparison_markdown, write_run
+from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
 from agent.runtime import atomic_write_text, show_progress, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
@@ -107,6 +107,9 @@ class EvalArgs:
     jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
     latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
     window_clock: str = "time"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
+    theme: str | None = None  # "a,b": envs with scenes, the themes episodes draw from by seed (default: all)
+    condition: str | None = None  # "a,b": the lighting / weather conditions likewise (default: all)
+    pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
 
     def validate(self) -> "EvalArgs":
         spec = get_spec(self.env)  # ValueError naming the valid envs
@@ -149,6 +152,13 @@ class EvalArgs:
         check_workers(self.workers)
         if self.window_clock not in WINDOW_CLOCKS:
             raise ValueError(f"--window-clock must be one of {WINDOW_CLOCKS}, got {self.window_clock!r}")
+        spec.scene(self.theme, self.condition)  # ValueError on unknown names or an env without scenes
+        if self.pi_speed and not spec.pi_speed:
+            raise ValueError(f"--pi-speed is for envs whose drivers control the speed; {self.env}'s speed is always "
+                             "held by its PI controller")
+        if self.pi_speed and (self.policy == "expert" or self.with_expert):
+            raise ValueError("--pi-speed drives steering-only students; the expert drives with throttle (drop "
+                             "--expert-drives / --with-expert, or --pi-speed)")
         timing = self.timing.check(self.max_steps)
         if self.data and not timing.regular:
             raise ValueError("--drop-prob, --jitter and --latency-steps are conditions of driving in closed loop; "
@@ -159,6 +169,11 @@ class EvalArgs:
     def timing(self) -> TimingConditions:
         """The timing conditions of the run (ValueError on a malformed --jitter)."""
         return TimingConditions(self.drop_prob, parse_jitter(self.jitter), self.latency_steps)
+
+    @property
+    def make_kwargs(self) -> dict[str, Any]:
+        """The env options of the run beyond the spec's defaults: its scenes and the PI speed control."""
+        return {**get_spec(self.env).scene(self.theme, self.condition), **({"pi_speed": True} if self.pi_speed else {})}
 
     @property
     def seeds(self) -> list[int]:
@@ -186,7 +201,8 @@ def run_names(paths: Sequence[str]) -> list[str]:
 def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expert: Any, out_dir: Path,
                         meta: dict[str, Any]) -> dict[str, Any]:
     """All episodes of one policy in this process; writes out_dir/{metrics.json, episodes.csv, tb/, videos/}."""
-    env = expert.spec.make(action_space, render=True, max_episode_steps=args.max_steps, renderer=args.renderer)
+    env = expert.spec.make(action_space, render=True, max_episode_steps=args.max_steps, renderer=args.renderer,
+                           **args.make_kwargs)
     rows: list[dict[str, Any]] = []
     latencies: list[float] = []
     interrupted = False
@@ -233,15 +249,18 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
 
 
 def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
-                  policies: list[tuple[str, str | None]], clock: str = "steps") -> tuple:
+                  policies: list[tuple[str, str | None]], clock: str = "steps",
+                  make_kwargs: dict[str, Any] | None = None) -> tuple:
     """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
     from agent.experts.expert import Expert
 
     expert = Expert.load(expert_path, action_space, env)
     controllers = [ExpertController(expert) if path is None else
-                   PolicyController(load_policy(path, env, action_space, device), name, device, clock)
+                   PolicyController(load_policy(path, env, action_space, device), name, device, clock,
+                                    ["steer"] if (make_kwargs or {}).get("pi_speed") else None)
                    for name, path in policies]
-    sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer)
+    sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer,
+                           **(make_kwargs or {}))
     return sim, expert, action_space, controllers
 
 
@@ -274,7 +293,7 @@ def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: Eva
     try:
         with EpisodePool(min(args.workers, len(tasks)), _worker_setup,
                          (args.env, action_space, args.expert, args.device, args.max_steps, args.renderer, policies,
-                          args.window_clock),
+                          args.window_clock, args.make_kwargs),
                          _worker_episode, threads=args.threads, preload=_preload(args.env)) as pool:
             for (t, i), (row, lat) in pool.run(tasks, on_steps=bar.update):
                 rows[t][i] = (row, lat)
@@ -363,16 +382,34 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
     if len(spaces) > 1:
         raise ValueError(f"--checkpoint files mix action spaces {sorted(spaces)}; compare one action space "
                          f"at a time (the expert that shadows them differs)")
+    for path, policy in zip(paths, policies):
+        _check_actions(args, path, policy.config)
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     targets = []
     for path, name, policy in zip(paths, names, policies):
-        controller = PolicyController(policy, name, args.device, args.window_clock)
+        controller = PolicyController(policy, name, args.device, args.window_clock,
+                                      ["steer"] if args.pi_speed else None)
         targets.append((name, controller, {
             "source": str(path), "policy_config": policy.config.to_dict(),
             "num_parameters": int(sum(p.numel() for p in policy.parameters())),
             "filled_from_expert": controller.filled, "window_clock": args.window_clock,
         }))
     return targets, spaces.pop()
+
+
+def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:
+    """A continuous checkpoint must predict the actions the env takes: [steer] with --pi-speed, else the spec's."""
+    spec = get_spec(args.env)
+    if cfg.head != "continuous" or not spec.pi_speed:
+        return
+    names, wanted = tuple(cfg.action_names), ("steer",) if args.pi_speed else tuple(spec.action_names[cfg.action_space])
+    if names == wanted:
+        return
+    if names == ("steer",):
+        raise ValueError(f"checkpoint {path!r} predicts steering only, but {args.env} is driven with {list(wanted)}; "
+                         "pass --pi-speed to let the env's PI controller hold the speed")
+    raise ValueError(f"checkpoint {path!r} predicts {list(names)}, but {args.env} "
+                     f"{'with --pi-speed ' if args.pi_speed else ''}is driven with {list(wanted)}")
 
 
 def _expert_meta(expert: Any) -> dict[str, Any]:
@@ -405,6 +442,7 @@ def _common_meta(args: EvalArgs, expert: Any, action_space: str, expert_source: 
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "torch_version": torch.__version__,
         "renderer": args.renderer, "workers": args.workers,
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in args.make_kwargs.items()},
     }
 
 
@@ -450,7 +488,8 @@ def summary_line(name: str, s: dict[str, Any]) -> str:
             f"{s['num_episodes']} episodes, completion {f(s['mean_completion'], '.3f')}, laps "
             f"{s['laps_completed']}/{s['num_episodes']}, steer MAE {f(s['mean_steer_mae'], '.3f')}, "
             f"smoothness {f(s['mean_steer_smoothness'], '.3f')}, latency {f(s['latency_median_ms'], '.2f')} / "
-            f"{f(s['latency_p95_ms'], '.2f')} ms (median / p95)" + _timing_note(s.get("timing")))
+            f"{f(s['latency_p95_ms'], '.2f')} ms (median / p95)" + _timing_note(s.get("timing"))
+            + "".join("\n" + line for line in group_lines(s)))
 
 
 def _timing_note(timing: dict[str, Any] | None) -> str:

@@ -161,12 +161,14 @@ class EpisodeRecorder:
         return out
 
 
-def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] = (),
+def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] = (), *, groups: bool = True,
               **meta: Any) -> dict[str, Any]:
     """Summary over episode rows -> the ``metrics.json`` dict.
 
     ``latencies_ms``: every step's latency pooled over all episodes (the median/p95 of the run, not a
-    mean of per-episode medians). ``meta`` (policy name, seeds, config, ...) is stored as given.
+    mean of per-episode medians). ``meta`` (policy name, seeds, config, ...) is stored as given. Episodes
+    that record a theme or a condition (udacity envs) are also summarised per theme and per condition
+    (``by_theme``, ``by_condition``: GROUP_KEYS of each group), unless ``groups`` is False.
     """
     returns = np.asarray([e["return"] for e in episodes], dtype=np.float64)
     out: dict[str, Any] = dict(meta)
@@ -189,12 +191,51 @@ def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] 
         out["autonomy"] = autonomy(out["total_interventions"], elapsed, float(meta.get("intervention_cost_s", 6.0)))
         out["max_abs_cte"] = float(max(e["max_abs_cte"] for e in episodes)) if "max_abs_cte" in episodes[0] else None
     out["std_completion"] = float(np.std([e["completion"] for e in episodes])) if episodes else float("nan")
+    laps = sum(float(e["completion"]) for e in episodes)
+    if "dt" in meta and laps > 0:  # driving time per lap of the course (completion counts laps and their fractions)
+        out["seconds_per_lap"] = sum(e["length"] for e in episodes) * float(meta["dt"]) / laps
+    for key in ("theme", "condition"):
+        if groups and episodes and key in episodes[0]:
+            out[f"by_{key}"] = _by(episodes, key, meta)
     lat = list(latencies_ms)
     out["latency_median_ms"] = _percentile(lat, 50)
     out["latency_p95_ms"] = _percentile(lat, 95)
     out["latency_steps"] = len(lat)
     out["episodes"] = list(episodes)
     return out
+
+
+GROUP_KEYS: tuple[str, ...] = (
+    "num_episodes", "mean_return", "laps_completed", "autonomy", "total_interventions", "mean_mean_abs_cte",
+    "mean_mean_speed", "seconds_per_lap", "mean_steer_jerk", "mean_steer_mae",
+)
+
+
+def _by(episodes: Sequence[dict[str, Any]], key: str, meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """GROUP_KEYS of the episodes grouped by their `key` (theme or condition), groups in first-seen order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for e in episodes:
+        groups.setdefault(str(e[key]), []).append(e)
+    units = {k: meta[k] for k in ("dt", "intervention_cost_s") if k in meta}
+    return {name: {k: v for k, v in aggregate(eps, groups=False, **units).items() if k in GROUP_KEYS}
+            for name, eps in groups.items()}
+
+
+def group_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per theme and per condition of a summary (empty when the episodes record neither)."""
+    lines = []
+    for key in ("theme", "condition"):
+        for name, g in (summary.get(f"by_{key}") or {}).items():
+            parts = [f"{g['num_episodes']} ep", f"return {g['mean_return']:.1f}"]
+            if "autonomy" in g:
+                parts += [f"autonomy {g['autonomy']:.1f} %", f"{g['total_interventions']} interventions",
+                          f"|CTE| {g['mean_mean_abs_cte']:.2f} m"]
+            if "mean_mean_speed" in g:
+                parts.append(f"{g['mean_mean_speed']:.1f} m/s")
+            if "seconds_per_lap" in g:
+                parts.append(f"{g['seconds_per_lap']:.0f} s/lap")
+            lines.append(f"  {key} {name}: " + ", ".join(parts))
+    return lines
 
 
 def _isnan(x: Any) -> bool:

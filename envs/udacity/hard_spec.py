@@ -166,4 +166,5 @@ SPEC = EnvSpec(
     train_themes=TRAIN_THEMES,
     conditions=CONDITIONS,
     train_conditions=TRAIN_CONDITIONS,
+    pi_speed=True,
 )
