@@ -48,9 +48,10 @@ from .track import Track, check_seed, check_theme, check_world, generate_track
 from .vehicle import CAR_WIDTH_M, DT, MAX_STEER_DEG, MAX_STEER_RAD, MPH_PER_MPS, Vehicle
 
 TARGET_SPEED = {"lake": 9.0, "jungle": 7.0, "mountain": 6.0}  # m/s (20, 16, 13 mph): the PI controller's set-point
-# The hard world's speed limits (27, 20, 18 mph): the throttle is the driver's, the progress reward stops growing
-# above the limit, so a driver is paid for holding it where it can and slowing where it must (bends, crests).
-HARD_SPEED_LIMIT = {"lake": 12.0, "jungle": 9.0, "mountain": 8.0}
+# The hard world's speed limit (22 mph; target_speed overrides it): the throttle is the driver's, the progress reward
+# stops growing above the limit, so a driver is paid for holding it where it can and slowing where it must. One
+# limit for every theme: a camera-only student can see a bend coming, not a theme's invisible limit.
+HARD_SPEED_LIMIT = 10.0
 CONDITIONS = ("clear", "overcast", "dusk", "fog")  # the hard world's lighting / weather (camera.CONDITION_LOOKS)
 RENDER_VIEWS = ("hud", "chase")
 OFF_ROAD_MARGIN_M = 1.0  # verge beyond the road edge before the car counts as off the road
@@ -92,7 +93,7 @@ DZ_SCALE = 5.0  # m
 HARD_FEATURE_NAMES: tuple[str, ...] = FEATURE_NAMES + (
     "grade",  # rise per metre of the road under the car along its heading (+ = uphill), x 10
     *(f"ahead{int(d)}m_dz" for d in DZ_AHEAD_M),  # road height there minus the car's, / 5 m
-    "speed_limit",  # the theme's speed limit / 20 m/s
+    "speed_limit",  # the speed limit in force (HARD_SPEED_LIMIT or target_speed) / 20 m/s
 )
 
 
@@ -228,8 +229,7 @@ class UdacityStyleEnv(gym.Env):
         self.episode_theme, self.track_seed, self.condition = theme, track_seed, condition
         self.track = _track(track_seed, theme, self.world)
         self._arrays = _TrackArrays(self.track)
-        self.speed_limit = HARD_SPEED_LIMIT[theme] if self.hard else None
-        self.target_speed = self.target_speed_arg or (self.speed_limit if self.hard else TARGET_SPEED[theme])
+        self.target_speed = self.target_speed_arg or (HARD_SPEED_LIMIT if self.hard else TARGET_SPEED[theme])
         self.vehicle = Vehicle(self.target_speed)
         x, y, yaw = self.track.pose_at(0.0)
         self.vehicle.reset(0.0, 0.0, yaw, speed=self.target_speed)
@@ -367,7 +367,7 @@ class UdacityStyleEnv(gym.Env):
             feats[N_FEATURES] = 10.0 * self._grade
             for k, d in enumerate(DZ_AHEAD_M):
                 feats[N_FEATURES + 1 + k] = (track.elevation_at(s_arc + d) - z0) / DZ_SCALE
-            feats[-1] = self.speed_limit / SPEED_SCALE
+            feats[-1] = self.target_speed / SPEED_SCALE
             self._z = z0
         self._feats = feats
 
