@@ -65,8 +65,8 @@ def udacity_rows(steps: int, repeats: int) -> list[tuple[str, str, float]]:
     from benchmarks.udacity_sim import MODES, step_rate
 
     cv2.setNumThreads(1)
-    return [("Udacity-style sim env.step (1 thread, lake)", mode,
-             _median_rate(lambda k: step_rate("lake", mode, steps, 1000 + k)[0], repeats)) for mode in MODES]
+    return [("Udacity-style sim env.step (1 thread, lake, classic world)", mode,
+             _median_rate(lambda k: step_rate("lake", mode, steps, 1000 + k, "classic")[0], repeats)) for mode in MODES]
 
 
 def _best(run: Callable[[int], float], repeats: int) -> float:
