@@ -74,6 +74,7 @@ class EnvSpec:
     first_person: bool = False  # a car-mounted camera: mirrored frames with negated steering are valid samples,
     # and a sideways shift of the image is a lateral offset of the car (the Udacity/PilotNet augmentations)
     default_crop: tuple[int, int] | None = None  # rows of the camera frame a student keeps (sky and bonnet off)
+    default_color_jitter: float = 0.0  # train.py --color-jitter for a student of this env (scenes whose colours it never saw)
     default_image_size: tuple[int, int] | None = None  # a student's encoder input (None: the frame, cropped)
     default_color: str = "rgb"  # rgb | yuv, the colour space a student's encoder sees
     # lane keeping: recover(env) -> (obs, info) puts a car that left its lane back on the centre line (an

@@ -79,3 +79,36 @@ def test_steering_only_checkpoints_need_pi_speed_and_drive_with_it(tmp_path, cap
     assert m["pi_speed"] is True and np.isfinite(m["mean_mean_speed"])
     assert evaluate.main(["--env", "udacity", "--pi-speed", "--episodes", "1", "--out", str(tmp_path / "d")]) == 2
     assert "always held" in _err(capsys)
+
+
+def test_color_jitter_keeps_greys_and_light_and_turns_colours():
+    """The colour augmentation that lets a student read roads in colours it never saw: a map that keeps luma and
+    greys, is the identity at strength 0, and turns a yellow line into other hues (or grey) at strength 1."""
+    import torch
+
+    from agent.training.augment import color_jitter_matrices
+    from policies.policy import _YUV
+
+    torch.manual_seed(0)
+    assert torch.allclose(color_jitter_matrices(4, 0.0), torch.eye(3).expand(4, 3, 3), atol=1e-6)
+    maps = color_jitter_matrices(500, 1.0)
+    grey = torch.full((3,), 0.4)
+    assert torch.allclose(maps @ grey, grey.expand(500, 3), atol=1e-4)
+    assert torch.allclose(_YUV[0] @ maps, _YUV[0].expand(500, 3), atol=1e-5)  # luma of every colour kept
+    yellow = torch.tensor([0.9, 0.8, 0.1])
+    turned = maps @ yellow
+    assert (turned[:, 2] > turned[:, 0]).float().mean() > 0.2  # often bluer than red: the hue really turns
+    assert ((turned - turned.mean(1, keepdim=True)).abs().max(1).values < 1e-4).float().mean() > 0.3  # ~half grey
+
+
+def test_color_jitter_defaults_to_the_env_s_and_refuses_out_of_range(capsys, tmp_path):
+    import train
+    from agent.training.config import TrainArgs, resolve_env_defaults
+
+    assert train.main(["--data", "nowhere", "--color-jitter", "1.5"]) == 2
+    assert "--color-jitter must be in [0, 1]" in _err(capsys)
+    data = tmp_path / "d"
+    assert collect.main(["--env", "udacity-hard", "--episodes", "1", "--max-steps", "3", "--workers", "1",
+                         "--out", str(data), "--no-progress"]) == 0
+    assert resolve_env_defaults(TrainArgs(data=str(data))).color_jitter == 0.5
+    assert resolve_env_defaults(TrainArgs(data=str(data), color_jitter=0.0)).color_jitter == 0.0

@@ -8,7 +8,8 @@ is a little off for a while):
 * first-person envs (udacity; ``augment_first_person``), the PilotNet/Udacity recipe, each switchable:
   left/right cameras with a steering correction (``--side-correction``), mirrors with negated steering
   (``--flip``), sideways shifts with a steering shift per pixel (``--shift-steer``), brightness, and
-  random shadows (``--shadows``). Validation always scores the center camera, unaugmented.
+  random shadows (``--shadows``), and colour jitter (``--color-jitter``: hue, saturation, grey). Validation always
+  scores the center camera, unaugmented.
 """
 from __future__ import annotations
 
@@ -18,7 +19,22 @@ import torch
 from agent.training.config import TrainArgs
 from agent.training.data import Data
 from agent.training.windows import gather_segments
-from policies.policy import frames_to_float, to_color_space
+from policies.policy import _YUV, frames_to_float, to_color_space
+
+
+def color_jitter_matrices(n: int, strength: float) -> torch.Tensor:
+    """``n`` random 3x3 RGB -> RGB colour maps ``[n, 3, 3]``: in YUV, the chroma (U, V) is turned by an angle in
+    +-strength*pi and scaled by a saturation in [1 - strength, 1 + strength], or set to 0 (grey) with probability
+    strength / 2; luma is kept, so greys stay grey and the light of the scene stays where it was."""
+    r = torch.rand(n, 3)
+    angle = (2 * r[:, 0] - 1) * strength * torch.pi
+    saturation = torch.where(r[:, 2] < strength / 2, torch.zeros(n), 1 + (2 * r[:, 1] - 1) * strength)
+    chroma = torch.zeros(n, 3, 3)
+    chroma[:, 0, 0] = 1.0
+    chroma[:, 1, 1] = chroma[:, 2, 2] = saturation * torch.cos(angle)
+    chroma[:, 2, 1] = saturation * torch.sin(angle)
+    chroma[:, 1, 2] = -chroma[:, 2, 1]
+    return torch.linalg.inv(_YUV) @ chroma @ _YUV
 
 
 def shift_(out: torch.Tensor, frames: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
@@ -66,7 +82,8 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: Tr
     a random camera of the three (left: steering + side_correction, right: - side_correction), a mirror
     with probability 0.5 (steering negated), a sideways shift of up to 50 camera pixels (steering +=
     shift_steer per pixel; a road shifted right means the car sits left of its line) and up to 5 rows,
-    brightness x[0.8, 1.2] and a random slanted shadow darkening one side of the frame to 50-80 %.
+    brightness x[0.8, 1.2], a random slanted shadow darkening one side of the frame to 50-80 % and, with
+    ``a.color_jitter`` > 0, a colour map per segment (``color_jitter_matrices``).
     Returns the network input, the window index and times (as gather_segments) and the adjusted targets."""
     cams = ["center", *data.side_frames]
     n_seg = len(segments)
@@ -101,6 +118,9 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: Tr
     x = frames_to_float(out, data.image_size, device)
     gain = (0.8 + 0.4 * r[:, 4]).repeat_interleave(lengths).view(-1, 1, 1, 1).to(device)
     x.mul_(gain)
+    if a.color_jitter:  # its own draws, so runs without it keep their random stream
+        maps = color_jitter_matrices(n_seg, a.color_jitter).repeat_interleave(lengths, dim=0).to(device, x.dtype)
+        x = torch.einsum("nij,njhw->nihw", maps, x)
     if a.shadows:
         # a line from (x0, top) to (x1, bottom); one side of it is darkened, in half of the segments
         cols_ = torch.arange(w, device=device).view(1, 1, w).float()

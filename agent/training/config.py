@@ -54,6 +54,7 @@ class TrainArgs:
     flip: bool = True  # first-person: mirror half of the segments and negate their steering
     shift_steer: float | None = None  # first-person: shift up to 50 camera px sideways, steering += this per px (0 = off); default: 0.002 for simulator data, 0 for real recordings
     shadows: bool = True  # first-person: darken a random slanted region of the frame (tree and building shadows)
+    color_jitter: float | None = None  # first-person, J in [0, 1]: per segment, hues turned by up to +-J*180 degrees, saturation x[1-J, 1+J], a J/2 share in grey (so scenes in colours never seen still read as roads); default: the env's (udacity-hard 0.5, else 0)
     crop: str = "auto"  # rows of the camera frame kept, "top:bottom" | none | auto (the env's: udacity 60:135)
     color: str = "auto"  # rgb | yuv | auto (the env's: udacity yuv, carracing rgb)
     encoder: str = "auto"  # auto (the env's own) | carracing (paper CNN) | pilotnet
@@ -133,6 +134,8 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--color must be auto, rgb or yuv, got {a.color!r}")
     if not ((a.side_correction is None or 0 <= a.side_correction <= 1) and (a.shift_steer is None or 0 <= a.shift_steer <= 0.02)):
         raise ValueError("--side-correction must be in [0, 1] and --shift-steer in [0, 0.02] (steering per pixel)")
+    if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
+        raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
     return specs
 
 
@@ -187,15 +190,17 @@ RECORDING_AUGMENTATION = {"side_correction": 0.0, "shift_steer": 0.0}  # real re
 
 
 def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
-    """Fill the arguments whose default depends on the dataset (encoder, frame stride, the augmentations that
+    """Fill the arguments whose default depends on the dataset (encoder, frame stride, colour jitter, the augmentations that
     shift the steering label: on for simulator data, off when any episode is a real simulator's recording)."""
-    if a.encoder != "auto" and a.frame_stride and a.side_correction is not None and a.shift_steer is not None:
+    if (a.encoder != "auto" and a.frame_stride and a.side_correction is not None and a.shift_steer is not None
+            and a.color_jitter is not None):
         return a
     dataset = open_datasets(a.data)
     env = dataset_env(dataset.card, dataset.episodes)
     recipe = RECORDING_AUGMENTATION if any(is_recording(m) for m in dataset.episodes) else SIMULATOR_AUGMENTATION
     return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
                    frame_stride=a.frame_stride or env.default_frame_stride,
+                   color_jitter=env.default_color_jitter if a.color_jitter is None else a.color_jitter,
                    **{k: v if getattr(a, k) is None else getattr(a, k) for k, v in recipe.items()})
 
 
