@@ -284,3 +284,15 @@ def test_cli_default_is_the_shipped_checkpoint(tmp_path):
         assert json.loads((tmp_path / "o" / "metrics.json").read_text())["num_episodes"] == 1
     else:
         assert r.returncode == 2 and "carracing_nac.pt" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_paired_differences_pair_episodes_by_seed_and_report_their_standard_error():
+    from agent.evaluation.metrics import paired_differences, paired_markdown
+
+    base = [{"seed": s, "autonomy": a, "theme": t} for s, a, t in ((1, 100.0, "lake"), (2, 50.0, "jungle"), (3, 80.0, "lake"))]
+    other = [{"seed": s, "autonomy": a, "theme": t} for s, a, t in ((3, 90.0, "lake"), (1, 90.0, "lake"), (2, 60.0, "jungle"))]
+    mean, se, n = paired_differences(base, other, "autonomy")  # differences +10, -10, +10 whatever the order
+    assert n == 3 and mean == pytest.approx(10 / 3) and se == pytest.approx(np.std([-10, 10, 10], ddof=1) / np.sqrt(3))
+    table = paired_markdown([("a", {"autonomy": 1.0, "episodes": base}), ("b", {"autonomy": 1.0, "episodes": other})])
+    assert "| b | all | 3 | +3.3 (6.7) |" in table and "| b | jungle | 1 | +10.0 (n/a) |" in table
+    assert paired_markdown([("a", {"autonomy": 1.0, "episodes": base})]) == ""

@@ -306,8 +306,54 @@ def lane_keeping_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PAIRED_KEYS = {"lane": (("autonomy", ".1f"), ("interventions", ".1f"), ("mean_abs_cte", ".3f"), ("steer_jerk", ".4f")),
+               "race": (("return", ".1f"), ("completion", ".3f"), ("wrong_way_steps", ".1f"))}
+
+
+def paired_differences(base: list[dict[str, Any]], other: list[dict[str, Any]], key: str) -> tuple[float, float, int]:
+    """(mean, standard error, n) of other - base per episode, over the seeds both drove: the same track for both
+    policies, so a track's own difficulty cancels out of the difference."""
+    by_seed = {e["seed"]: e for e in base if e.get(key) is not None}
+    d = np.asarray([e[key] - by_seed[e["seed"]][key] for e in other
+                    if e["seed"] in by_seed and e.get(key) is not None], dtype=np.float64)
+    d = d[~np.isnan(d)]
+    if len(d) == 0:
+        return float("nan"), float("nan"), 0
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return float(d.mean()), se, len(d)
+
+
+def paired_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """Each policy minus the first, per episode on the same seeds (all episodes, then each theme when recorded):
+    mean (standard error). Empty for fewer than two policies or summaries without their episodes."""
+    if len(rows) < 2 or any(not isinstance(s.get("episodes"), list) for _, s in rows):
+        return ""
+    keys = PAIRED_KEYS["lane" if "autonomy" in rows[0][1] else "race"]
+    base_name, base = rows[0][0], rows[0][1]["episodes"]
+    groups = ["all"] + list(dict.fromkeys(str(e["theme"]) for e in base if "theme" in e))
+    lines = [f"\n## Paired differences: each policy minus {base_name}\n",
+             "Per episode on the same seeds, mean (standard error); autonomy is per episode here.\n",
+             "| policy | episodes | n | " + " | ".join(k for k, _ in keys) + " |", "|" + "---|" * (len(keys) + 3)]
+    for name, s in rows[1:]:
+        for g in groups:
+            pick = (lambda e: True) if g == "all" else (lambda e, g=g: str(e.get("theme")) == g)
+            b, o = [e for e in base if pick(e)], [e for e in s["episodes"] if pick(e)]
+            cells, n = [], 0
+            for k, fmt in keys:
+                m, se, n_k = paired_differences(b, o, k)
+                n = max(n, n_k)
+                cells.append("n/a" if n_k == 0 else f"{m:+{fmt}} ({_num(se, fmt)})")
+            lines.append(f"| {name} | {g} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def comparison_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """One markdown table, one row per (name, metrics.json summary), all on the same seeds."""
+    """One markdown table, one row per (name, metrics.json summary), all on the same seeds, then the paired
+    differences against the first."""
+    return _summary_markdown(rows) + paired_markdown(rows)
+
+
+def _summary_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     if rows and "autonomy" in rows[0][1]:
         return lane_keeping_markdown(rows)
     header = ("| policy | return | completion | laps | off-track steps | wrong-way steps | steer MAE "
