@@ -77,9 +77,13 @@ class EnvSpec:
     default_color_jitter: float = 0.0  # train.py --color-jitter for a student of this env (scenes whose colours it never saw)
     default_image_size: tuple[int, int] | None = None  # a student's encoder input (None: the frame, cropped)
     default_color: str = "rgb"  # rgb | yuv, the colour space a student's encoder sees
-    # lane keeping: recover(env) -> (obs, info) puts a car that left its lane back on the centre line (an
-    # intervention, charged intervention_cost_s in NVIDIA's autonomy); lateral_error(info) -> |offset| in m
-    recover: Callable[[gym.Env], tuple[Any, dict]] | None = None
+    # lane keeping: recover(env, speed=None) -> (obs, info) puts a car that left its lane back on the centre line
+    # (an intervention, charged intervention_cost_s in NVIDIA's autonomy; speed: also set the car's speed, m/s);
+    # lateral_error(info) -> |offset| in m
+    recover: Callable[..., tuple[Any, dict]] | None = None
+    # lane keeping with speed control: (m/s, s, m/s): a car below the first speed for the given seconds has stalled
+    # (a car that stands still keeps its lane but drives nobody): an intervention that restarts it at the third
+    stall: tuple[float, float, float] | None = None
     intervention_cost_s: float = 6.0
     lateral_error: Callable[[dict], float] | None = None
     # wrong_way(info) -> the car points against the course's direction (heading error beyond 90 degrees): after a

@@ -112,3 +112,30 @@ def test_color_jitter_defaults_to_the_env_s_and_refuses_out_of_range(capsys, tmp
                          "--out", str(data), "--no-progress"]) == 0
     assert resolve_env_defaults(TrainArgs(data=str(data))).color_jitter == 0.5
     assert resolve_env_defaults(TrainArgs(data=str(data), color_jitter=0.0)).color_jitter == 0.0
+
+
+def test_a_car_that_stands_still_is_a_stall_intervention_and_is_restarted(tmp_path):
+    """Autonomy must not reward a car that brakes to a stop in its lane: below 0.5 m/s for 3 s it has stalled,
+    which costs an intervention and restarts it at 5 m/s (a policy that always brakes stalls again and again)."""
+    import torch
+
+    cfg = PolicyConfig.for_actions("continuous", ["steer", "throttle"], encoder="pilotnet", image_size=[66, 200],
+                                   crop=[40, 146], feature_dim=8, core="mlp", window=2, frame_stride=1,
+                                   frame_period=0.1, env="UdacityStyle-v1")
+    policy = DrivingPolicy(cfg)
+    with torch.no_grad():
+        policy.head.weight.zero_()
+        policy.head.bias.copy_(torch.tensor([0.0, -1.0]))
+    ckpt = save_checkpoint(tmp_path / "brake.pt", policy)
+    out = tmp_path / "e"
+    assert evaluate.main(["--env", "udacity-hard", "--checkpoint", str(ckpt), "--episodes", "1", "--max-steps", "130",
+                          "--no-video", "--workers", "1", "--out", str(out), "--no-tensorboard"]) == 0
+    episode = json.loads((out / "metrics.json").read_text())["episodes"][0]
+    assert episode["stalls"] >= 2 and episode["interventions"] >= episode["stalls"]
+    assert episode["autonomy"] < 0
+    from envs.registry import get_spec
+
+    env = get_spec("udacity-hard").make(render=False)
+    env.reset(seed=1)
+    _, info = get_spec("udacity-hard").recover(env, 5.0)  # the restart of a stalled car
+    assert info["speed"] == 5.0

@@ -53,10 +53,12 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
             frame, reward, terminated, truncated, info = env.step(action)
             raise_if_stopped()
             rec.record(reward=reward, policy_action=action, expert_action=shadow, latency_s=latency, info=info)
-            if spec.recover is not None and not truncated and (terminated or not spec.on_road(info)):
-                frame, info = spec.recover(env)  # an intervention: back on the centre line, drive on
+            stalled = rec.stalled
+            if spec.recover is not None and not truncated and (terminated or not spec.on_road(info) or stalled):
+                # an intervention: back on the centre line (a stalled car also back to speed), drive on
+                frame, info = spec.recover(env, spec.stall[2]) if stalled else spec.recover(env)
                 terminated = False
-                rec.intervened()
+                rec.intervened(stalled)
             step += 1
             if bar is not None:
                 bar.update(1)

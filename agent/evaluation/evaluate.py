@@ -429,8 +429,11 @@ def _common_meta(args: EvalArgs, expert: Any, action_space: str, expert_source: 
     return {
         "env": args.env, "env_id": spec.gym_id, "action_space": action_space, "dt": spec.dt,
         **({"intervention_cost_s": spec.intervention_cost_s,
-            "interventions": "the car left its lane (spec.on_road false) or the road; it was put back on the "
-                             "centre line and drove on; autonomy = 100 * (1 - interventions * cost / elapsed s)"}
+            "interventions": "the car left its lane (spec.on_road false) or the road"
+                             + (f", or stalled (below {spec.stall[0]} m/s for {spec.stall[1]} s; restarted at "
+                                f"{spec.stall[2]} m/s, counted in stalls)" if spec.stall else "")
+                             + "; it was put back on the centre line and drove on; "
+                               "autonomy = 100 * (1 - interventions * cost / elapsed s)"}
            if spec.recover is not None else {}),
         "max_steps": args.max_steps, "device": args.device, "torch_threads": torch.get_num_threads(),
         "expert": expert_source,

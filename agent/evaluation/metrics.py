@@ -39,7 +39,7 @@ MEAN_KEYS: tuple[str, ...] = (
     "completion", "length", "off_track_steps", "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk",
     "steer_smoothness", "expert_steer_smoothness", "mean_speed",
     # envs with spec.wrong_way / spec.recover / spec.lateral_error; aggregated only where the episodes have them
-    "wrong_way_steps", "interventions", "autonomy", "mean_abs_cte", "max_abs_cte",
+    "wrong_way_steps", "interventions", "stalls", "autonomy", "mean_abs_cte", "max_abs_cte",
 )
 
 
@@ -80,6 +80,8 @@ class EpisodeRecorder:
         self.lateral_error: list[float] = []  # the spec's lateral_error (udacity: |cross-track error| in m)
         self.wrong_way_steps = 0  # steps pointing against the course (spec.wrong_way)
         self.interventions = 0  # times the car was put back on the road (spec.recover)
+        self.stalls = 0  # of them, times it had stalled (spec.stall)
+        self._slow_steps = 0  # consecutive steps below spec.stall's speed
         self.terminated = False
         self.truncated = False
 
@@ -109,10 +111,19 @@ class EpisodeRecorder:
             self.lateral_error.append(float(self.spec.lateral_error(info)))
         if self.spec.wrong_way is not None:
             self.wrong_way_steps += bool(self.spec.wrong_way(info))
+        if self.spec.stall is not None:
+            self._slow_steps = self._slow_steps + 1 if float(info["speed"]) < self.spec.stall[0] else 0
 
-    def intervened(self) -> None:
-        """The car left its lane and was put back (NVIDIA's intervention); see ``finish`` for autonomy."""
+    @property
+    def stalled(self) -> bool:
+        """The car has stood (below spec.stall's speed) for spec.stall's seconds."""
+        return self.spec.stall is not None and self._slow_steps * self.spec.dt >= self.spec.stall[1]
+
+    def intervened(self, stalled: bool = False) -> None:
+        """The car left its lane (or stalled) and was put back (NVIDIA's intervention); see ``finish`` for autonomy."""
         self.interventions += 1
+        self.stalls += stalled
+        self._slow_steps = 0
 
     def finish(self, *, terminated: bool, truncated: bool, wall_seconds: float = float("nan"),
                video: str = "") -> dict[str, Any]:
@@ -153,6 +164,8 @@ class EpisodeRecorder:
         if self.spec.recover is not None:
             elapsed = n * self.spec.dt
             out["interventions"] = self.interventions
+            if self.spec.stall is not None:
+                out["stalls"] = self.stalls
             out["autonomy"] = autonomy(self.interventions, elapsed, self.spec.intervention_cost_s)
         if self.spec.lateral_error is not None:
             err = np.asarray(self.lateral_error)

@@ -284,9 +284,10 @@ class UdacityStyleEnv(gym.Env):
         )
         return obs, float(reward), bool(terminated), bool(truncated), info
 
-    def recenter(self):
-        """Put the car on the nearest centreline point, heading along the road, wheels straight; speed and
-        lap bookkeeping are kept. Returns (obs, info) for the new state. Counted in `n_recenters`."""
+    def recenter(self, speed: float | None = None):
+        """Put the car on the nearest centreline point, heading along the road, wheels straight; lap bookkeeping
+        and (unless `speed` is given, m/s) the speed are kept. Returns (obs, info) for the new state. Counted in
+        `n_recenters`."""
         veh = self.vehicle
         if veh is None:
             raise RuntimeError("call reset() before recenter()")
@@ -294,6 +295,8 @@ class UdacityStyleEnv(gym.Env):
         x, y, yaw = self.track.pose_at(self._s)
         veh.place_center(x, y, yaw)
         veh.state.steer = 0.0
+        if speed is not None:
+            veh.state.speed = max(float(speed), 0.0)
         self._prev_steer_cmd = 0.0
         self.n_recenters += 1
         self._measure()

@@ -160,6 +160,7 @@ SPEC = EnvSpec(
     recorded_info={**classic.SPEC.recorded_info, "speed": "speed", "brake": "brake"},
     jpeg_quality=95,
     recover=classic.SPEC.recover,
+    stall=(0.5, 3.0, 5.0),
     lateral_error=classic.SPEC.lateral_error,
     wrong_way=classic.SPEC.wrong_way,
     renderers=("native",),

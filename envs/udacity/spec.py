@@ -109,7 +109,7 @@ SPEC = EnvSpec(
     recorded_info={"frames_left": "frame_left", "frames_right": "frame_right", "throttle": "throttle",
                    "cte": "cte", "heading_error": "heading_error", "steering_angle": "steering_angle"},
     jpeg_quality=95,
-    recover=lambda env: env.unwrapped.recenter(),
+    recover=lambda env, speed=None: env.unwrapped.recenter(speed),
     lateral_error=lambda info: abs(float(info["cte"])),
     wrong_way=lambda info: abs(float(info["heading_error"])) > np.pi / 2,
     renderers=("native",),  # envs/udacity/camera.py draws its cameras; there is no other
