@@ -129,9 +129,11 @@ def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts)
     for name in res:
         m = json.loads((out / name / "metrics.json").read_text())
         assert [e["seed"] for e in m["episodes"]] == [1234, 1235]
-    table = (out / "comparison.md").read_text()
+    table, paired = (out / "comparison.md").read_text().split("## Paired differences: each policy minus nac")
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| policy")]
     assert [r.split("|")[1].strip() for r in rows] == ["nac", "const", "expert"]
+    paired_rows = [line.split("|")[1:3] for line in paired.splitlines() if line.startswith("| ") and "policy" not in line]
+    assert [[c.strip() for c in r] for r in paired_rows] == [["const", "all"], ["expert", "all"]]
     assert f"{res['expert']['mean_return']:.1f} ± {res['expert']['std_return']:.1f}" in table
     assert set(json.loads((out / "comparison.json").read_text())) == {"nac", "const", "expert"}
 
