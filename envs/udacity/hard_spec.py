@@ -13,19 +13,18 @@ train conditions (clear, overcast, dusk) unless asked; mountain and fog are held
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from envs.registry import EnvSpec
-from envs.udacity import DT, FRAME_H, FRAME_W, StanleyDriver, UdacityPrivilegedObservation, UdacityStyleEnv
+from envs.udacity import StanleyDriver, UdacityPrivilegedObservation, UdacityStyleEnv
 from envs.udacity import spec as classic
 from envs.udacity.env import CONDITIONS, HARD_FEATURE_NAMES, N_FEATURES
 from envs.udacity.track import THEMES
-from envs.udacity.vehicle import DRAG, G, MAX_ACCEL, MAX_BRAKE, MAX_STEER_RAD, ROLLING
+from envs.udacity.vehicle import DRAG, MAX_ACCEL, MAX_BRAKE, MAX_STEER_RAD, ROLLING, G
 
 ACTION_SPACES = ("continuous",)  # [steer, throttle]; make(pi_speed=True) leaves the speed to a PI controller
 TRAIN_THEMES = ("lake", "jungle")
@@ -126,14 +125,15 @@ def _episode_meta(info: dict) -> dict:
     return {**classic.SPEC.episode_meta(info), "condition": str(info["condition"])}
 
 
-SPEC = EnvSpec(
+# v0's description with what the hard world changes; everything else (progress, laps, lane departures, recovery,
+# lateral error, wrong way, encoder, image size, colour space, JPEG quality) is v0's
+SPEC = replace(
+    classic.SPEC,
     name="udacity-hard",
     gym_id="UdacityStyle-v1",
     description="the Udacity-style simulator's hard world: hills and crests, hairpins, roadside objects, the hood, "
                 "themes lake/jungle/mountain, conditions clear/overcast/dusk/fog, steering and throttle/brake",
     action_spaces=ACTION_SPACES,
-    dt=DT,
-    frame_shape=(FRAME_H, FRAME_W, 3),
     feature_names=tuple(HARD_FEATURE_NAMES),
     make=make,
     make_expert_env=make_expert_env,
@@ -141,29 +141,12 @@ SPEC = EnvSpec(
     expert_to_env_action=expert_to_env_action,
     teacher=Teacher,
     action_names={"continuous": ("steer", "throttle")},
-    steer_limit={"continuous": 1.0},
     default_expert={"continuous": Path("checkpoints/expert_udacity_hard.zip")},
-    default_noise={"continuous": 0.1},
-    default_noise_hold={"continuous": 3},
-    default_max_steps=1000,
-    default_encoder=classic.SPEC.default_encoder,
-    default_frame_stride=1,
-    progress=classic.SPEC.progress,
-    lap_complete=classic.SPEC.lap_complete,
-    on_road=classic.SPEC.on_road,
     episode_meta=_episode_meta,
-    first_person=True,
     default_crop=(40, 146),  # sky and hood off; the horizon moves with the pitch on hills, so more rows above
     default_color_jitter=0.5,  # the held-out theme and condition have colours the training scenes lack
-    default_image_size=(66, 200),
-    default_color="yuv",
     recorded_info={**classic.SPEC.recorded_info, "speed": "speed", "brake": "brake"},
-    jpeg_quality=95,
-    recover=classic.SPEC.recover,
     stall=(0.5, 3.0, 5.0),
-    lateral_error=classic.SPEC.lateral_error,
-    wrong_way=classic.SPEC.wrong_way,
-    renderers=("native",),
     themes=THEMES,
     train_themes=TRAIN_THEMES,
     conditions=CONDITIONS,
