@@ -1,0 +1,202 @@
+"""Several trainings of each policy, one table: a closed-loop comparison of cores across training seeds.
+
+One training of a core says little: two trainings of the same core differ in closed loop as much as two cores
+do. So a comparison trains every core k times (training seeds) and evaluates each set on the same tracks:
+`evaluate.py --checkpoint A B C --name a b c --out RUN_k`, one folder per training seed. This module reads
+those folders and writes one table: per policy, its figures pooled over every training seed (each seed's
+headline figure listed too), per scene group where the env has scenes (themes, conditions; held-out ones
+marked), and its paired difference to the first policy -- per (training seed, track) pair, other minus first,
+mean (standard error over the pairs), so a track's own difficulty cancels out.
+
+    python -m agent.evaluation.table eval/hard_cmp/s1 eval/hard_cmp/s2 eval/hard_cmp/s3 --out table.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from agent.evaluation.metrics import PAIRED_KEYS, autonomy, paired_differences
+from agent.runtime import atomic_write_text, cli_exit_code
+
+Run = dict[str, dict[str, Any]]  # policy name -> its metrics.json (episodes included)
+
+
+def read_run(folder: str | Path) -> Run:
+    """Every policy evaluated in one evaluate.py output folder, in comparison order: name -> metrics.json."""
+    folder = Path(folder)
+    comparison = folder / "comparison.json"
+    if comparison.is_file():
+        names = list(json.loads(comparison.read_text()))
+    elif (folder / "metrics.json").is_file():
+        return {folder.name: json.loads((folder / "metrics.json").read_text())}
+    else:
+        raise FileNotFoundError(f"{str(folder)!r} holds no evaluate.py output (no comparison.json or metrics.json)")
+    run = {}
+    for name in names:
+        path = folder / name / "metrics.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{str(folder)!r}: comparison.json names {name!r} but {path} is missing")
+        run[name] = json.loads(path.read_text())
+    return run
+
+
+def check_runs(runs: Sequence[Run]) -> list[str]:
+    """The policy names every run holds, in the first run's order. The runs must hold the same policies on the same
+    env and tracks, or their pooled figures would mix different tests."""
+    if not runs:
+        raise ValueError("give at least one evaluation folder")
+    names = list(runs[0])
+    for k, run in enumerate(runs[1:], 2):
+        if sorted(run) != sorted(names):
+            raise ValueError(f"evaluation {k} holds policies {sorted(run)}, the first {sorted(names)}: "
+                             "every folder must evaluate the same policies")
+    first = runs[0][names[0]]
+    for run in runs:
+        for name, s in run.items():
+            if s.get("env") != first.get("env") or sorted(s.get("seeds", [])) != sorted(first.get("seeds", [])):
+                raise ValueError(f"{name!r}: env {s.get('env')!r} on seeds {_span(s.get('seeds', []))} differs from "
+                                 f"{first.get('env')!r} on {_span(first.get('seeds', []))}: compare on the same tracks")
+    return names
+
+
+def _span(seeds: Sequence[int]) -> str:
+    return f"{min(seeds)}..{max(seeds)}" if seeds else "none"
+
+
+def _held_out(env: str | None) -> tuple[set[str], set[str]]:
+    """Themes and conditions the env keeps out of training data (nothing for envs without scenes)."""
+    from envs.registry import get_spec
+
+    try:
+        spec = get_spec(str(env))
+    except ValueError:  # an env this project no longer knows: nothing marked
+        return set(), set()
+    return set(spec.themes) - set(spec.train_themes), set(spec.conditions) - set(spec.train_conditions)
+
+
+def _groups(summary: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """(label, episode key, value) of every scene group of the env, themes first; `all` first of all."""
+    out: list[tuple[str, str, Any]] = [("all", "", None)]
+    held_themes, held_conditions = _held_out(summary.get("env"))
+    for key, held in (("theme", held_themes), ("condition", held_conditions)):
+        values = list(dict.fromkeys(e[key] for e in summary["episodes"] if key in e))
+        out += [(f"{v} (held out)" if v in held else v, key, v) for v in values]
+    return out
+
+
+def _pick(episodes: list[dict[str, Any]], key: str, value: Any) -> list[dict[str, Any]]:
+    return episodes if not key else [e for e in episodes if e.get(key) == value]
+
+
+def _pooled_autonomy(episodes: list[dict[str, Any]], dt: float, cost_s: float) -> float:
+    """Autonomy of a group of episodes as one drive: every intervention against all the time driven."""
+    return autonomy(int(sum(e["interventions"] for e in episodes)), float(sum(e["length"] for e in episodes)) * dt,
+                    cost_s)
+
+
+def _tagged(runs: Sequence[Run], name: str) -> list[dict[str, Any]]:
+    """A policy's episodes over every run, each seed tagged by its run so that pairs match (run, track)."""
+    return [{**e, "seed": (k, e["seed"])} for k, run in enumerate(runs) for e in run[name]["episodes"]]
+
+
+def _mean(episodes: list[dict[str, Any]], key: str) -> float:
+    values = [float(e[key]) for e in episodes if e.get(key) is not None and not math.isnan(float(e[key]))]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def lane_table(runs: Sequence[Run]) -> str:
+    """The table for lane-keeping envs (udacity): autonomy per group, interventions, |CTE|, steering jerk."""
+    names = check_runs(runs)
+    first = runs[0][names[0]]
+    dt, cost = float(first["dt"]), float(first["intervention_cost_s"])
+    groups = _groups(first)
+    head = ["policy", "autonomy % per training seed"] + [f"{g[0]} %" for g in groups] + [
+        "interventions per run", "mean abs CTE (m)", "steer jerk"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in names:
+        per_run = [_pooled_autonomy(run[name]["episodes"], dt, cost) for run in runs]
+        eps = _tagged(runs, name)
+        cells = [name, " / ".join(f"{a:.1f}" for a in per_run)]
+        cells += [f"{_pooled_autonomy(_pick(eps, key, value), dt, cost):.1f}" for _, key, value in groups]
+        cells += [f"{sum(e['interventions'] for e in eps) / len(runs):.1f}", f"{_mean(eps, 'mean_abs_cte'):.3f}",
+                  f"{_mean(eps, 'steer_jerk'):.4f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def race_table(runs: Sequence[Run]) -> str:
+    """The table for racing envs (CarRacing): return per training seed, completion, laps, wrong-way steps."""
+    names = check_runs(runs)
+    head = ["policy", "return per training seed", "mean return", "completion", "laps", "wrong-way steps",
+            "off-track steps"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in names:
+        eps = _tagged(runs, name)
+        laps = sum(bool(e["lap_completed"]) for e in eps)
+        lines.append("| " + " | ".join([
+            name, " / ".join(f"{run[name]['mean_return']:.1f}" for run in runs), f"{_mean(eps, 'return'):.1f}",
+            f"{_mean(eps, 'completion'):.3f}", f"{laps}/{len(eps)}", f"{_mean(eps, 'wrong_way_steps'):.1f}",
+            f"{_mean(eps, 'off_track_steps'):.1f}"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_table(runs: Sequence[Run]) -> str:
+    """Each policy minus the first, per (training seed, track) pair, per group: mean (standard error)."""
+    names = check_runs(runs)
+    first = runs[0][names[0]]
+    keys = PAIRED_KEYS["lane" if "autonomy" in first else "race"]
+    base = _tagged(runs, names[0])
+    head = ["policy", "episodes", "pairs"] + [k for k, _ in keys]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in names[1:]:
+        other = _tagged(runs, name)
+        for label, key, value in _groups(first):
+            cells, n = [], 0
+            for k, fmt in keys:
+                m, se, n_k = paired_differences(_pick(base, key, value), _pick(other, key, value), k)
+                n = max(n, n_k)
+                cells.append("n/a" if n_k == 0 else f"{m:+{fmt}} ({se:{fmt}})")
+            lines.append(f"| {name} | {label} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def table_markdown(runs: Sequence[Run], folders: Sequence[str]) -> str:
+    """The whole report: what was pooled, the summary table, the paired differences."""
+    names = check_runs(runs)
+    first = runs[0][names[0]]
+    summary = lane_table(runs) if "autonomy" in first else race_table(runs)
+    seeds = first.get("seeds", [])
+    return (f"# {len(names)} policies x {len(runs)} trainings, closed loop on {first.get('env')}, "
+            f"tracks {_span(seeds)} ({len(seeds)} per training)\n\n"
+            f"Evaluations: {', '.join(folders)}. Figures pool every training's episodes; autonomy pools each group's "
+            "interventions against its driving time.\n\n" + summary +
+            f"\n## Paired differences: each policy minus {names[0]}\n\n"
+            "Per (training seed, track) pair, mean (standard error over the pairs); autonomy per episode.\n\n"
+            + paired_table(runs))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m agent.evaluation.table",
+        description="Pool evaluate.py runs of the same policies (one folder per training seed) into one "
+                    "comparison table with paired differences against the first policy.")
+    parser.add_argument("folders", nargs="+", help="evaluate.py --out folders, one per training seed")
+    parser.add_argument("--out", help="write the markdown here as well as printing it")
+    a = parser.parse_args(argv)
+
+    def work() -> None:
+        text = table_markdown([read_run(f) for f in a.folders], a.folders)
+        print(text)
+        if a.out:
+            atomic_write_text(Path(a.out), text)
+
+    return cli_exit_code(work, KeyboardInterrupt, stop_signals=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""The core-comparison table across training seeds (agent.evaluation.table): pooling, pairing and bad input."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.evaluation.table import main, read_run, table_markdown
+
+
+def _episode(seed: int, theme: str, interventions: int, cte: float) -> dict:
+    return {"seed": seed, "theme": theme, "condition": "clear", "length": 100, "interventions": interventions,
+            "autonomy": 100.0 * (1 - interventions * 6.0 / 10.0), "mean_abs_cte": cte, "steer_jerk": 0.01,
+            "return": 1.0, "completion": 1.0, "lap_completed": True}
+
+
+def _write_eval(folder: Path, policies: dict[str, list[dict]]) -> Path:
+    """An evaluate.py output folder: comparison.json naming the policies, <name>/metrics.json with episodes."""
+    folder.mkdir(parents=True)
+    summaries = {}
+    for name, episodes in policies.items():
+        summary = {"env": "udacity-hard", "dt": 0.1, "intervention_cost_s": 6.0, "autonomy": 0.0,
+                   "seeds": [e["seed"] for e in episodes], "episodes": episodes}
+        (folder / name).mkdir()
+        (folder / name / "metrics.json").write_text(json.dumps(summary))
+        summaries[name] = {k: v for k, v in summary.items() if k != "episodes"}
+    (folder / "comparison.json").write_text(json.dumps(summaries))
+    return folder
+
+
+def _two_trainings(tmp_path: Path) -> list[Path]:
+    # training 1: a never intervenes, b once on mountain; training 2: a once on lake, b twice on mountain
+    return [
+        _write_eval(tmp_path / "s1", {"a": [_episode(1, "lake", 0, 0.1), _episode(2, "mountain", 0, 0.2)],
+                                      "b": [_episode(1, "lake", 0, 0.1), _episode(2, "mountain", 1, 0.4)]}),
+        _write_eval(tmp_path / "s2", {"a": [_episode(1, "lake", 1, 0.3), _episode(2, "mountain", 0, 0.2)],
+                                      "b": [_episode(1, "lake", 0, 0.1), _episode(2, "mountain", 2, 0.6)]}),
+    ]
+
+
+def test_table_pools_trainings_and_pairs_by_training_and_track(tmp_path):
+    folders = _two_trainings(tmp_path)
+    text = table_markdown([read_run(f) for f in folders], [str(f) for f in folders])
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.split("## Paired")[0].splitlines() if line.startswith("| a ") or line.startswith("| b ")}
+    # autonomy pools interventions against time: b, training 1 = 1 x 6 s in 20 s -> 70 %; training 2 -> 40 %
+    assert rows["b"][0] == "70.0 / 40.0" and rows["a"][0] == "100.0 / 70.0"
+    # all / lake / mountain (held out: the hard world keeps mountain out of training) / clear, over both trainings
+    assert "mountain (held out) %" in text and rows["b"][1:4] == ["55.0", "100.0", "10.0"]
+    assert rows["b"][-3:] == ["1.5", "0.300", "0.0100"]  # interventions per training, mean |CTE|, jerk
+    # paired b - a per (training, track): autonomy differences 0, -60, +60, -120 -> mean -30
+    paired = text.split("## Paired")[1]
+    d = np.array([0.0, -60.0, 60.0, -120.0])
+    assert f"| b | all | 4 | {d.mean():+.1f} ({d.std(ddof=1) / 2:.1f}) |" in paired
+    assert "| b | mountain (held out) | 2 | -90.0 (30.0) |" in paired
+
+
+def test_table_refuses_trainings_of_different_policies_in_one_line(tmp_path, capsys):
+    s1 = _write_eval(tmp_path / "s1", {"a": [_episode(1, "lake", 0, 0.1)], "b": [_episode(1, "lake", 0, 0.1)]})
+    s2 = _write_eval(tmp_path / "s2", {"a": [_episode(1, "lake", 0, 0.1)], "c": [_episode(1, "lake", 0, 0.1)]})
+    assert main([str(s1), str(s2)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "same policies" in err
+    assert main([str(tmp_path / "nowhere")]) == 2 and "no evaluate.py output" in capsys.readouterr().err
+
+
+def test_table_refuses_trainings_driven_on_different_tracks(tmp_path):
+    s1 = _write_eval(tmp_path / "s1", {"a": [_episode(1, "lake", 0, 0.1)]})
+    s2 = _write_eval(tmp_path / "s2", {"a": [_episode(5, "lake", 0, 0.1)]})
+    with pytest.raises(ValueError, match="same tracks"):
+        table_markdown([read_run(s1), read_run(s2)], ["s1", "s2"])
