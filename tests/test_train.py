@@ -205,8 +205,13 @@ def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
     run(tiny_args(data_dir, first, policy="gru", epochs=3, split_seed=1))
     best = json.loads((first / "metrics.json").read_text())["best"]["val_loss"]
     again = tmp_path / "again"
-    # the flags' architecture differs (window 5, mlp): --init overrides it with the checkpoint's
-    run(tiny_args(data_dir, again, policy="mlp", window=5, epochs=1, split_seed=1, init=str(first / "best.pt")))
+    # a shape flag set to something else than the checkpoint's would be ignored: refused, naming the flag
+    for flags, needle in ((dict(policy="mlp"), "--core mlp contradicts its gru"),
+                          (dict(window=5), "--window 5 contradicts its 3")):
+        with pytest.raises(ValueError, match=needle):
+            run(tiny_args(data_dir, again, epochs=1, split_seed=1, init=str(first / "best.pt"), **flags))
+    # left at their defaults (--core) or equal to the checkpoint's (tiny_args' window 3), they take its shape
+    run(tiny_args(data_dir, again, epochs=1, split_seed=1, init=str(first / "best.pt")))
     metrics = json.loads((again / "metrics.json").read_text())
     assert metrics["initial"]["val_loss"] == pytest.approx(best, rel=1e-4)
     tuned = load_checkpoint(again / "best.pt")

@@ -39,7 +39,7 @@ class TrainArgs:
     seed: int = 1  # seed of the weights, batches and augmentations (and of the split, unless --split-seed)
     split_seed: int | None = None  # seed of the split by episode (default: --seed); fix it to compare --seed runs
     resume: bool = False  # continue the run in --out from its last.pt, with the arguments it started with
-    init: str | None = None  # start from this checkpoint's weights and architecture (fine-tuning, e.g. a DAgger round from the previous round's best.pt); --core and the architecture flags are then taken from it
+    init: str | None = None  # start from this checkpoint's weights and architecture (fine-tuning, e.g. a DAgger round from the previous round's best.pt); --core and the architecture flags are then taken from it (a flag given another value than the checkpoint's is refused)
     overwrite: bool = False  # allow starting a fresh run in a folder that holds one
     folds: int = 0  # >= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split
     val_fraction: float = 0.2  # fraction of the episodes held out for validation (without --folds); with --split blocks, of every episode's steps
@@ -175,14 +175,22 @@ def parse_crop(text: str | None) -> list[int] | None:
 
 def init_architecture(a: TrainArgs) -> TrainArgs:
     """--init: the arguments that shape the policy and its input come from the checkpoint, not the flags; the
-    time input too unless --time-input is given (it changes what the core is fed, not its weights)."""
+    time input too unless --time-input is given (it changes what the core is fed, not its weights). A shape flag
+    set away from its default to something else than the checkpoint's is refused: it would be ignored."""
     payload = read_checkpoint(a.init)
     c = PolicyConfig.from_dict(payload["config"])
     label = (payload.get("metadata") or {}).get("policy") or c.core
-    return replace(a, policy=str(label), window=c.window, frame_stride=c.frame_stride, encoder=c.encoder,
-                   feature_dim=c.feature_dim, image_size=f"{c.image_size[0]}x{c.image_size[1]}",
-                   crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color,
-                   time_input=a.time_input or c.time_input)
+    shape = dict(policy=str(label), window=c.window, frame_stride=c.frame_stride, encoder=c.encoder,
+                 feature_dim=c.feature_dim, image_size=f"{c.image_size[0]}x{c.image_size[1]}",
+                 crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color)
+    defaults = {f.name: f.default for f in fields(TrainArgs)}
+    for name, kept in shape.items():
+        given = getattr(a, name)
+        if given not in (defaults[name], kept):
+            flag = "--" + ("core" if name == "policy" else name.replace("_", "-"))
+            raise ValueError(f"--init takes the policy's shape from {a.init}: {flag} {given} contradicts its "
+                             f"{kept}; leave {flag} out to fine-tune it, or train from scratch without --init")
+    return replace(a, **shape, time_input=a.time_input or c.time_input)
 
 
 SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the PilotNet/Udacity recipe's label shifts
