@@ -384,6 +384,12 @@ _AHEAD_Y = [_F[f"ahead{k}_y"] for k in LOOKAHEAD_STEPS]
 _AHEAD_CURV = [_F[f"ahead{k}_curv"] for k in LOOKAHEAD_STEPS]
 
 
+def facing_backwards(privileged: np.ndarray) -> bool:
+    """The car points against the course (heading error beyond 90 degrees): evaluation's wrong-way steps and the
+    recovery teacher's cue to turn round read this one test."""
+    return bool(float(privileged[_F["cos_heading_error"]]) < 0.0)
+
+
 @dataclass(frozen=True)
 class ScriptedDriver:
     """Pure pursuit + curvature speed profile on the privileged features (the BC warm-start teacher).
@@ -450,11 +456,11 @@ class RecoveryDriver(ScriptedDriver):
     def needs(self, p: np.ndarray) -> bool:
         """A state the expert does not know: pointing against the course, or the car's centre more than
         `far_offset` half-widths from the centerline (a road width beyond the edge at the default)."""
-        return bool(p[_F["cos_heading_error"]] < 0.0 or abs(p[_F["lateral_offset"]]) > self.far_offset)
+        return facing_backwards(p) or bool(abs(p[_F["lateral_offset"]]) > self.far_offset)
 
     def continuous(self, p: np.ndarray) -> np.ndarray:
         action = super().continuous(p)
-        if p[_F["cos_heading_error"]] >= 0.0:
+        if not facing_backwards(p):
             return action
         v = float(p[_F["v_forward"]]) * _SPEED_SCALE
         gas = 1.0 if v < self.turn_speed and p[_F["rear_slip"]] < self.slip_max else 0.0
@@ -521,7 +527,7 @@ def _make_spec():
         progress=lambda info: info["tiles_visited"] / max(info["num_tiles"], 1),
         lap_complete=lambda info: bool(info["lap_complete"]),
         on_road=lambda info: bool(info["on_track"]),
-        wrong_way=lambda info: float(info["privileged"][_F["cos_heading_error"]]) < 0.0,
+        wrong_way=lambda info: facing_backwards(info["privileged"]),
         gym_kwargs=lambda action_space: {"continuous": action_space == "continuous"},
         renderers=RENDERERS,  # ("pygame", "fast"): gymnasium's is the default and the reference
         episode_meta=lambda info: {"lap_complete": bool(info["lap_complete"]),
