@@ -68,23 +68,27 @@ def _span(seeds: Sequence[int]) -> str:
     return f"{min(seeds)}..{max(seeds)}" if seeds else "none"
 
 
-def _held_out(env: str | None) -> tuple[set[str], set[str]]:
-    """Themes and conditions the env keeps out of training data (nothing for envs without scenes)."""
+def _scenes(env: str | None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Per scene kind, (all names in the env's order, the ones held out of training); empty for envs without."""
     from envs.registry import get_spec
 
     try:
         spec = get_spec(str(env))
-    except ValueError:  # an env this project no longer knows: nothing marked
-        return set(), set()
-    return set(spec.themes) - set(spec.train_themes), set(spec.conditions) - set(spec.train_conditions)
+    except ValueError:  # an env this project no longer knows: episodes in their own order, nothing marked
+        return {}
+    return {"theme": (spec.themes, tuple(t for t in spec.themes if t not in spec.train_themes)),
+            "condition": (spec.conditions, tuple(c for c in spec.conditions if c not in spec.train_conditions))}
 
 
 def _groups(summary: dict[str, Any]) -> list[tuple[str, str, Any]]:
-    """(label, episode key, value) of every scene group of the env, themes first; `all` first of all."""
+    """(label, episode key, value) of every scene group driven, themes then conditions in the env's order; `all`
+    first of all."""
     out: list[tuple[str, str, Any]] = [("all", "", None)]
-    held_themes, held_conditions = _held_out(summary.get("env"))
-    for key, held in (("theme", held_themes), ("condition", held_conditions)):
-        values = list(dict.fromkeys(e[key] for e in summary["episodes"] if key in e))
+    scenes = _scenes(summary.get("env"))
+    for key in ("theme", "condition"):
+        order, held = scenes.get(key, ((), ()))
+        driven = set(e[key] for e in summary["episodes"] if key in e)
+        values = [v for v in order if v in driven] + sorted(driven - set(order))
         out += [(f"{v} (held out)" if v in held else v, key, v) for v in values]
     return out
 
@@ -146,22 +150,26 @@ def race_table(runs: Sequence[Run]) -> str:
 
 
 def paired_table(runs: Sequence[Run]) -> str:
-    """Each policy minus the first, per (training seed, track) pair, per group: mean (standard error)."""
+    """Each policy minus the first, per (training seed, track) pair: mean (standard error). One row per policy: the
+    headline figure (autonomy, or return) in every group, the other figures over all episodes."""
     names = check_runs(runs)
     first = runs[0][names[0]]
-    keys = PAIRED_KEYS["lane" if "autonomy" in first else "race"]
+    (headline, hfmt), *others = PAIRED_KEYS["lane" if "autonomy" in first else "race"]
+    groups = _groups(first)
     base = _tagged(runs, names[0])
-    head = ["policy", "episodes", "pairs"] + [k for k, _ in keys]
+    head = ["policy", "pairs"] + [f"{headline}: {label}" for label, _, _ in groups] + [k for k, _ in others]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(other: list[dict[str, Any]], key: str, value: Any, k: str, fmt: str) -> str:
+        m, se, n = paired_differences(_pick(base, key, value), _pick(other, key, value), k)
+        return "n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}})"
+
     for name in names[1:]:
         other = _tagged(runs, name)
-        for label, key, value in _groups(first):
-            cells, n = [], 0
-            for k, fmt in keys:
-                m, se, n_k = paired_differences(_pick(base, key, value), _pick(other, key, value), k)
-                n = max(n, n_k)
-                cells.append("n/a" if n_k == 0 else f"{m:+{fmt}} ({se:{fmt}})")
-            lines.append(f"| {name} | {label} | {n} | " + " | ".join(cells) + " |")
+        n = paired_differences(base, other, headline)[2]
+        cells = [cell(other, key, value, headline, hfmt) for _, key, value in groups]
+        cells += [cell(other, "", None, k, fmt) for k, fmt in others]
+        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -176,7 +184,7 @@ def table_markdown(runs: Sequence[Run], folders: Sequence[str]) -> str:
             f"Evaluations: {', '.join(folders)}. Figures pool every training's episodes; autonomy pools each group's "
             "interventions against its driving time.\n\n" + summary +
             f"\n## Paired differences: each policy minus {names[0]}\n\n"
-            "Per (training seed, track) pair, mean (standard error over the pairs); autonomy per episode.\n\n"
+            "Per (training seed, track) pair, mean (standard error over the pairs); autonomy per episode here.\n\n"
             + paired_table(runs))
 
 
