@@ -75,3 +75,22 @@ def test_table_refuses_trainings_driven_on_different_tracks(tmp_path):
     s2 = _write_eval(tmp_path / "s2", {"a": [_episode(5, "lake", 0, 0.1)]})
     with pytest.raises(ValueError, match="same tracks"):
         table_markdown([read_run(s1), read_run(s2)], ["s1", "s2"])
+
+
+def test_race_table_pools_returns_and_laps_over_trainings(tmp_path):
+    def ep(seed, ret, lap):
+        return {"seed": seed, "return": ret, "length": 1000, "completion": 1.0 if lap else 0.5, "lap_completed": lap,
+                "off_track_steps": 0, "wrong_way_steps": 0 if lap else 40}
+    folders = []
+    for k, rets in enumerate(((900.0, 800.0), (700.0, 600.0)), 1):
+        folder = _write_eval(tmp_path / f"s{k}", {"a": [ep(1, rets[0], True), ep(2, rets[1], False)],
+                                                  "b": [ep(1, rets[0] - 10, True), ep(2, rets[1] + 30, True)]})
+        for name in ("a", "b"):  # a CarRacing summary: no autonomy, its mean return as evaluate.py writes it
+            m = json.loads((folder / name / "metrics.json").read_text())
+            m.update(env="carracing", mean_return=float(np.mean([e["return"] for e in m["episodes"]])))
+            del m["autonomy"]
+            (folder / name / "metrics.json").write_text(json.dumps(m))
+        folders.append(folder)
+    text = table_markdown([read_run(f) for f in folders], [str(f) for f in folders])
+    assert "| a | 850.0 / 650.0 | 750.0 | 0.750 | 2/4 | 20.0 | 0.0 |" in text
+    assert "| b | 4 | +10.0 (11.5) |" in text  # return b - a per pair: -10, +30, -10, +30

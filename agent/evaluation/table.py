@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
-from agent.evaluation.metrics import PAIRED_KEYS, autonomy, paired_differences
+from agent.evaluation.metrics import PAIRED_KEYS, aggregate, paired_differences
 from agent.runtime import atomic_write_text, cli_exit_code
 
 Run = dict[str, dict[str, Any]]  # policy name -> its metrics.json (episodes included)
@@ -97,79 +94,68 @@ def _pick(episodes: list[dict[str, Any]], key: str, value: Any) -> list[dict[str
     return episodes if not key else [e for e in episodes if e.get(key) == value]
 
 
-def _pooled_autonomy(episodes: list[dict[str, Any]], dt: float, cost_s: float) -> float:
-    """Autonomy of a group of episodes as one drive: every intervention against all the time driven."""
-    return autonomy(int(sum(e["interventions"] for e in episodes)), float(sum(e["length"] for e in episodes)) * dt,
-                    cost_s)
-
-
 def _tagged(runs: Sequence[Run], name: str) -> list[dict[str, Any]]:
     """A policy's episodes over every run, each seed tagged by its run so that pairs match (run, track)."""
     return [{**e, "seed": (k, e["seed"])} for k, run in enumerate(runs) for e in run[name]["episodes"]]
 
 
-def _mean(episodes: list[dict[str, Any]], key: str) -> float:
-    values = [float(e[key]) for e in episodes if e.get(key) is not None and not math.isnan(float(e[key]))]
-    return float(np.mean(values)) if values else float("nan")
+def _summary(episodes: list[dict[str, Any]], first: dict[str, Any]) -> dict[str, Any]:
+    """evaluate.py's own summary of a pool of episodes: autonomy counts every intervention against all the time
+    driven, means skip NaN, in the units of the first run."""
+    units = {k: first[k] for k in ("dt", "intervention_cost_s") if k in first}
+    return aggregate(episodes, groups=False, **units)
 
 
-def lane_table(runs: Sequence[Run]) -> str:
+def _lane_table(runs: Sequence[Run], names: list[str]) -> str:
     """The table for lane-keeping envs (udacity): autonomy per group, interventions, |CTE|, steering jerk."""
-    names = check_runs(runs)
     first = runs[0][names[0]]
-    dt, cost = float(first["dt"]), float(first["intervention_cost_s"])
     groups = _groups(first)
     head = ["policy", "autonomy % per training seed"] + [f"{g[0]} %" for g in groups] + [
         "interventions per run", "mean abs CTE (m)", "steer jerk"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
-        per_run = [_pooled_autonomy(run[name]["episodes"], dt, cost) for run in runs]
         eps = _tagged(runs, name)
-        cells = [name, " / ".join(f"{a:.1f}" for a in per_run)]
-        cells += [f"{_pooled_autonomy(_pick(eps, key, value), dt, cost):.1f}" for _, key, value in groups]
-        cells += [f"{sum(e['interventions'] for e in eps) / len(runs):.1f}", f"{_mean(eps, 'mean_abs_cte'):.3f}",
-                  f"{_mean(eps, 'steer_jerk'):.4f}"]
+        pooled = _summary(eps, first)
+        cells = [name, " / ".join(f"{_summary(run[name]['episodes'], first)['autonomy']:.1f}" for run in runs)]
+        cells += [f"{_summary(_pick(eps, key, value), first)['autonomy']:.1f}" for _, key, value in groups]
+        cells += [f"{pooled['total_interventions'] / len(runs):.1f}", f"{pooled['mean_mean_abs_cte']:.3f}",
+                  f"{pooled['mean_steer_jerk']:.4f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def race_table(runs: Sequence[Run]) -> str:
+def _race_table(runs: Sequence[Run], names: list[str]) -> str:
     """The table for racing envs (CarRacing): return per training seed, completion, laps, wrong-way steps."""
-    names = check_runs(runs)
+    first = runs[0][names[0]]
     head = ["policy", "return per training seed", "mean return", "completion", "laps", "wrong-way steps",
             "off-track steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
-        eps = _tagged(runs, name)
-        laps = sum(bool(e["lap_completed"]) for e in eps)
+        pooled = _summary(_tagged(runs, name), first)
         lines.append("| " + " | ".join([
-            name, " / ".join(f"{run[name]['mean_return']:.1f}" for run in runs), f"{_mean(eps, 'return'):.1f}",
-            f"{_mean(eps, 'completion'):.3f}", f"{laps}/{len(eps)}", f"{_mean(eps, 'wrong_way_steps'):.1f}",
-            f"{_mean(eps, 'off_track_steps'):.1f}"]) + " |")
+            name, " / ".join(f"{run[name]['mean_return']:.1f}" for run in runs), f"{pooled['mean_return']:.1f}",
+            f"{pooled['mean_completion']:.3f}", f"{pooled['laps_completed']}/{pooled['num_episodes']}",
+            f"{pooled.get('mean_wrong_way_steps', float('nan')):.1f}", f"{pooled['mean_off_track_steps']:.1f}"]) + " |")
     return "\n".join(lines) + "\n"
 
 
-def paired_table(runs: Sequence[Run]) -> str:
+def _paired_table(runs: Sequence[Run], names: list[str]) -> str:
     """Each policy minus the first, per (training seed, track) pair: mean (standard error). One row per policy: the
     headline figure (autonomy, or return) in every group, the other figures over all episodes."""
-    names = check_runs(runs)
     first = runs[0][names[0]]
     (headline, hfmt), *others = PAIRED_KEYS["lane" if "autonomy" in first else "race"]
-    groups = _groups(first)
+    groups = _groups(first)  # "all" first: its pair count heads the row
     base = _tagged(runs, names[0])
     head = ["policy", "pairs"] + [f"{headline}: {label}" for label, _, _ in groups] + [k for k, _ in others]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-
-    def cell(other: list[dict[str, Any]], key: str, value: Any, k: str, fmt: str) -> str:
-        m, se, n = paired_differences(_pick(base, key, value), _pick(other, key, value), k)
-        return "n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}})"
-
     for name in names[1:]:
         other = _tagged(runs, name)
-        n = paired_differences(base, other, headline)[2]
-        cells = [cell(other, key, value, headline, hfmt) for _, key, value in groups]
-        cells += [cell(other, "", None, k, fmt) for k, fmt in others]
-        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+        diffs = [paired_differences(_pick(base, key, value), _pick(other, key, value), headline)
+                 for _, key, value in groups]
+        diffs += [paired_differences(base, other, k) for k, _ in others]
+        fmts = [hfmt] * len(groups) + [fmt for _, fmt in others]
+        cells = ["n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}})" for (m, se, n), fmt in zip(diffs, fmts)]
+        lines.append(f"| {name} | {diffs[0][2]} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -177,7 +163,7 @@ def table_markdown(runs: Sequence[Run], folders: Sequence[str]) -> str:
     """The whole report: what was pooled, the summary table, the paired differences."""
     names = check_runs(runs)
     first = runs[0][names[0]]
-    summary = lane_table(runs) if "autonomy" in first else race_table(runs)
+    summary = (_lane_table if "autonomy" in first else _race_table)(runs, names)
     seeds = first.get("seeds", [])
     return (f"# {len(names)} policies x {len(runs)} trainings, closed loop on {first.get('env')}, "
             f"tracks {_span(seeds)} ({len(seeds)} per training)\n\n"
@@ -185,7 +171,7 @@ def table_markdown(runs: Sequence[Run], folders: Sequence[str]) -> str:
             "interventions against its driving time.\n\n" + summary +
             f"\n## Paired differences: each policy minus {names[0]}\n\n"
             "Per (training seed, track) pair, mean (standard error over the pairs); autonomy per episode here.\n\n"
-            + paired_table(runs))
+            + _paired_table(runs, names))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
