@@ -298,6 +298,33 @@ def test_auto_split_holds_out_sessions_only_when_their_share_is_sensible():
     assert auto_split_mode(SimpleNamespace(frames=[np.zeros(9)], recorded=[True]), [0], None, 0.2) == "blocks"
 
 
+def test_oversample_turns_repeats_the_sharpest_segments_and_still_covers_every_step():
+    from agent.training.windows import make_segments
+
+    lengths = {0: 100, 1: 37}
+    turns = {0: np.abs(np.sin(np.arange(100) / 7.0)), 1: np.linspace(0, 1, 37)}
+    plain = make_segments(lengths, 8, np.random.default_rng(3))
+    more = make_segments(lengths, 8, np.random.default_rng(3), turns, repeat=4)
+    assert sorted(set(more)) == sorted(plain)  # the same segments, each step still covered
+    counts = {seg: more.count(seg) for seg in plain}
+    assert set(counts.values()) == {1, 4}
+    sharpness = {seg: turns[seg[0]][seg[1]:seg[2]].max() for seg in plain}
+    repeated = [sharpness[s] for s, c in counts.items() if c == 4]
+    once = [sharpness[s] for s, c in counts.items() if c == 1]
+    assert min(repeated) >= max(once) and len(repeated) == pytest.approx(0.1 * len(plain), abs=1.5)
+    assert make_segments(lengths, 8, np.random.default_rng(3), turns, repeat=4) == more  # deterministic
+
+
+def test_oversample_turns_trains_longer_epochs_and_needs_steering_labels(data_dir, tmp_path):
+    run(tiny_args(data_dir, tmp_path / "plain", policy="mlp", epochs=1, split_seed=1))
+    run(tiny_args(data_dir, tmp_path / "turns", policy="mlp", epochs=1, split_seed=1, oversample_turns=3))
+    samples = [json.loads((tmp_path / n / "metrics.json").read_text())["train_samples"] for n in ("plain", "turns")]
+    assert samples[0] < samples[1] <= 1.25 * samples[0]
+    discrete = write_synthetic(tmp_path / "discrete", episodes=3, action_space="discrete")
+    with pytest.raises(ValueError, match="--oversample-turns reads the steering labels"):
+        run(tiny_args(discrete, tmp_path / "d", policy="mlp", epochs=1, oversample_turns=2))
+
+
 def test_a_single_episode_cannot_be_split_by_episode_or_folded(tmp_path):
     data = write_synthetic(tmp_path / "one", episodes=1, length=60)
     with pytest.raises(ValueError, match="--split blocks"):

@@ -30,6 +30,7 @@ class TrainArgs:
     epochs: int = 15  # passes over the training episodes
     batch_size: int = 64  # windows per optimizer step (256 gave ~4x fewer steps and a worse policy)
     segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
+    oversample_turns: int = 1  # segments among the sharpest tenth of the training turns (by their largest |steering label|) are drawn this many times per epoch, as PilotNet trains on more curves than roads have (hairpins are ~1 % of the steps); 1 = every segment once
     time_input: str | None = None  # what the core gets as each frame's time: seconds (true timestamps; the default) | index (window positions, ignoring the clock: the ablation that isolates NAC's time input); with --init, the checkpoint's unless given
     window_gaps: int = 1  # training windows with irregular timing: each gap between a window's frames is --frame-stride x k, k drawn from 1..this (frames late or dropped; the core gets their true timestamps; time-blind cores the same frames in the same order); 1 = regular. Validation stays regular
     lr: float = 1e-3  # peak AdamW learning rate
@@ -89,7 +90,7 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--core lists a name twice: {a.policy!r}")
     for s in specs:
         parse_policy_spec(s)
-    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "window_gaps", "feature_dim", "d_model",
+    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "oversample_turns", "window_gaps", "feature_dim", "d_model",
                  "heads", "topk", "hidden", "threads", "log_every"):
         if getattr(a, name) < (0 if name in ("threads", "frame_stride") else 1):
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")

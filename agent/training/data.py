@@ -196,10 +196,14 @@ def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice
     if head == "discrete":
         if data.action_space != "discrete":
             raise ValueError(f"--head discrete needs a discrete dataset; {a.data!r} is {data.action_space}")
+        if a.oversample_turns > 1:
+            raise ValueError("--oversample-turns reads the steering labels: a discrete head has none")
         return "discrete", None, None
     if data.action_space == "discrete":
         raise ValueError(f"--head {head} needs continuous actions; {a.data!r} holds discrete actions")
     names = data.action_names
+    if a.oversample_turns > 1 and "steer" not in names[:1]:
+        raise ValueError(f"--oversample-turns reads the steering labels; {a.data!r} has no 'steer' action")
     if head == "steer":
         return "continuous", names[:1], slice(0, 1)
     return "continuous", names, slice(0, len(names))

@@ -272,7 +272,11 @@ class Trainer:
         self.class_weight = (inverse_frequency_weights(train_targets, device)
                              if head_kind == "discrete" and a.class_weights else None)
         self.lengths = {e: len(data.frames[e]) for e in self.train_eps}
-        steps_per_epoch = len(batch_plan(self.lengths, a, 0))
+        self.turns = None  # |steering label| per training step, for --oversample-turns
+        if a.oversample_turns > 1:
+            j = list(names or []).index("steer")  # the head has a steering column: checked in resolve_head
+            self.turns = {e: np.abs(episode_targets(data, e, self.cols)[:, j]) for e in self.train_eps}
+        steps_per_epoch = len(batch_plan(self.lengths, a, 0, self.turns))
         self.optimizer = make_optimizer(self.policy, a)
         self.scheduler = make_schedule(self.optimizer, a.epochs * steps_per_epoch, a.warmup)
         self.state = {"epoch": 0, "batch": 0, "global_step": 0, "best_val_loss": math.inf, "best_epoch": -1,
@@ -332,7 +336,7 @@ class Trainer:
         """The optimizer steps of the current epoch (from its next batch on, after a resume)."""
         a, state = self.a, self.state
         epoch = state["epoch"]
-        plan = batch_plan(self.lengths, a, epoch)
+        plan = batch_plan(self.lengths, a, epoch, self.turns)
         self.policy.train()
         bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{a.epochs}", initial=state["batch"],
                    leave=False, dynamic_ncols=True, disable=not show_progress(a.progress) or not self.world.main)
@@ -446,6 +450,7 @@ class Trainer:
             "initial": state["initial_val"],
             "param_count": self.policy.num_parameters(), "train_time_s": state["train_time"],
             "samples_per_sec": state["train_samples"] / max(state["train_time"], 1e-9),
+            "train_samples": state["train_samples"],  # windows trained on, all epochs (--oversample-turns adds some)
             "train_windows": sum(self.lengths.values()), "val_windows": best["val_windows"], "device": str(self.device),
             "threads": torch.get_num_threads(), "processes": self.world.size,
             "data_loading": "lazy" if self.data.lazy else "memory",

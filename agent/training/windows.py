@@ -192,8 +192,11 @@ class WindowDataset(Dataset):
         return np.concatenate(self.targets)
 
 
-def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:
-    """Cover every step of every episode once with ``(episode, start, stop)`` segments, random offsets, shuffled."""
+def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generator,
+                  turns: dict[int, np.ndarray] | None = None, repeat: int = 1) -> list[tuple[int, int, int]]:
+    """Cover every step of every episode once with ``(episode, start, stop)`` segments, random offsets, shuffled.
+    With ``turns`` (per episode, |steering label| per step) and ``repeat`` > 1, the tenth of the segments with
+    the sharpest turn (the largest label in them; ties in segment order) is there ``repeat`` times."""
     segments = []
     for e, n in lengths.items():
         offset = int(rng.integers(segment))
@@ -201,14 +204,20 @@ def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generato
             a, b = max(s, 0), min(s + segment, n)
             if b > a:
                 segments.append((e, a, b))
+    if repeat > 1 and turns is not None and segments:
+        sharpness = np.array([turns[e][a:b].max() for e, a, b in segments])
+        sharpest = np.argsort(-sharpness, kind="stable")[: max(1, round(0.1 * len(segments)))]
+        segments += [segments[i] for i in sorted(sharpest)] * (repeat - 1)
     order = rng.permutation(len(segments))
     return [segments[i] for i in order]
 
 
-def batch_plan(lengths: dict[int, int], a: TrainArgs, epoch: int) -> list[list[tuple[int, int, int]]]:
-    """The epoch's batches: deterministic in (seed, epoch), so a resumed run replays the same order."""
+def batch_plan(lengths: dict[int, int], a: TrainArgs, epoch: int,
+               turns: dict[int, np.ndarray] | None = None) -> list[list[tuple[int, int, int]]]:
+    """The epoch's batches: deterministic in (seed, epoch), so a resumed run replays the same order.
+    ``turns``: see make_segments (used when ``a.oversample_turns`` > 1)."""
     rng = np.random.default_rng([a.seed, epoch])
-    segments = make_segments(lengths, a.segment, rng)
+    segments = make_segments(lengths, a.segment, rng, turns, a.oversample_turns)
     per_batch = max(1, a.batch_size // a.segment) if a.segment <= a.batch_size else 1
     return [segments[i: i + per_batch] for i in range(0, len(segments), per_batch)]
 
