@@ -90,8 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "0 expert, 1 recovery) and the card the counts. For DAgger rounds whose students spin "
                         "(default: the expert labels every state)")
     p.add_argument("--recovery-starts", type=float, default=0.0, metavar="P",
-                   help="probability that an episode starts with the car standing somewhere on the lap, turned by a "
-                        "random heading and shifted up to the road's edge, drawn from the track seed (default: 0)")
+                   help="probability that an episode starts with the car placed off its usual start, drawn from "
+                        "the track seed: carracing: standing anywhere on the lap, turned by any heading, shifted up to "
+                        "the road's edge; udacity: off-centre in its lane, turned up to 0.3 rad, at 0 to the target "
+                        "speed (default: 0)")
     p.add_argument("--renderer", default=None,
                    help="who draws the camera frames: " + "; ".join(f"{e}: {' | '.join(get_spec(e).renderers)}"
                                                                   for e in ENV_NAMES)

@@ -451,10 +451,21 @@ def test_without_the_options_nothing_changes(continuous_ds):
 @pytest.mark.parametrize("argv, message", [
     (["--env", "udacity", "--recovery-labels"], "--recovery-labels needs an env with a recovery teacher"),
     (["--recovery-starts", "1.5"], "--recovery-starts is a probability"),
-    (["--env", "udacity", "--recovery-starts", "0.5"], "--recovery-starts needs an env that can place its car"),
+    (["--env", "udacity", "--recovery-starts", "-0.5"], "--recovery-starts is a probability"),
 ])
 def test_recovery_options_bad_arguments(argv, message, capsys, tmp_path):
     assert collect_cli.main([*argv, "--out", str(tmp_path / "d"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert not (tmp_path / "d").exists()
+
+
+def test_recovery_starts_need_an_env_that_can_place_its_car():
+    from dataclasses import replace
+
+    from agent.data.config import CollectConfig, CollectError
+
+    cfg = CollectConfig(env="udacity", recovery_starts=0.5)
+    cfg._check_recovery(cfg.spec)  # the udacity envs can (envs.udacity.env.recovery_start)
+    with pytest.raises(CollectError, match="--recovery-starts needs an env that can place its car"):
+        cfg._check_recovery(replace(cfg.spec, recovery_start=None))

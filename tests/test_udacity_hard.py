@@ -144,6 +144,30 @@ def test_hard_world_features_speed_control_and_gravity():
     assert up.state.speed < flat.state.speed - 0.9 * 9.81 * 0.12 * 1.0 * 0.9
 
 
+def test_recovery_starts_place_the_car_off_centre_turned_and_slow_and_the_teacher_recovers():
+    from envs.udacity.env import START_OPTIONS, recovery_start
+
+    env = get_spec("udacity-hard").make_expert_env(max_episode_steps=120, themes="jungle", conditions="clear")
+    teacher = SPEC.teacher()
+    _, usual = env.reset(seed=7)
+    start = {"start_offset": 0.5, "start_turn": -0.25, "start_speed_ratio": 0.0}
+    obs, info = env.reset(seed=7, options=start)
+    assert info["speed"] == 0.0 and info["cte"] == pytest.approx(0.5 * info["road_half_width"], abs=0.05)
+    assert info["heading_error"] == pytest.approx(usual["heading_error"] - start["start_turn"], abs=0.02)  # road minus car
+    for _ in range(120):
+        obs, _, term, _, info = env.step(teacher.ppo_action(obs, "continuous"))
+        assert not term
+    assert abs(info["cte"]) < 0.5 and info["speed"] > 8.0  # back near the centre line and up to speed
+    for bad in ({"start_offset": 1.5}, {"start_speed_ratio": -0.1}, {"start_turn": "left"}, {"start_lap": 0.3}):
+        with pytest.raises(ValueError, match="reset option"):
+            env.reset(seed=7, options=bad)
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # every drawn start is a valid reset option inside its range
+        for name, v in recovery_start(rng).items():
+            assert START_OPTIONS[name][0] <= v <= START_OPTIONS[name][1]
+    assert SPEC.recovery_start is recovery_start and get_spec("udacity").recovery_start is recovery_start
+
+
 @pytest.mark.parametrize("theme", THEMES)
 def test_the_privileged_teacher_drives_every_theme_and_slows_for_bends(theme):
     env = get_spec("udacity-hard").make_expert_env(max_episode_steps=400, themes=theme, conditions="clear")

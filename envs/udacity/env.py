@@ -97,6 +97,32 @@ HARD_FEATURE_NAMES: tuple[str, ...] = FEATURE_NAMES + (
 )
 
 
+# reset options that start the car elsewhere than on the centre line at the target speed (collect.py
+# --recovery-starts): the lateral offset as a fraction of the road's half-width (+ = right), the heading turned
+# by this many radians (+ = counter-clockwise), the speed as a fraction of the target speed
+START_OPTIONS = {"start_offset": (-1.0, 1.0, 0.0), "start_turn": (-math.pi / 2, math.pi / 2, 0.0),
+                 "start_speed_ratio": (0.0, 1.5, 1.0)}  # (lowest, highest, default)
+
+
+def check_start(options: dict[str, Any]) -> dict[str, float]:
+    """The start options of a reset (defaults filled in), each a finite number within its range, else ValueError."""
+    start = {}
+    for name, (lo, hi, default) in START_OPTIONS.items():
+        v = options.get(name, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+            raise ValueError(f"reset option {name} must be a number in [{lo:.3g}, {hi:.3g}], got {v!r}")
+        start[name] = float(v)
+    return start
+
+
+def recovery_start(rng: np.random.Generator) -> dict[str, float]:
+    """Reset options of a recovery start (collect.py --recovery-starts): the car anywhere in its lane's inner
+    part, turned by up to 0.3 rad, at up to the target speed (0: standing), so that getting back to the centre
+    and up to speed are in the expert's data (it otherwise only sees the centre line at cruising speed)."""
+    return {"start_offset": float(rng.uniform(-0.6, 0.6)), "start_turn": float(rng.uniform(-0.3, 0.3)),
+            "start_speed_ratio": float(rng.uniform(0.0, 1.0))}
+
+
 @lru_cache(maxsize=64)
 def _track(seed: int, theme: str, world: str = "classic") -> Track:
     """Tracks are pure functions of (seed, theme, world): cache them across resets."""
@@ -217,9 +243,11 @@ class UdacityStyleEnv(gym.Env):
             seed = check_seed(seed)
         super().reset(seed=seed)
         options = dict(options or {})
-        unknown = set(options) - {"theme", "condition"}
+        unknown = set(options) - {"theme", "condition", *START_OPTIONS}
         if unknown:
-            raise ValueError(f"reset options may only contain 'theme' and 'condition', got {sorted(unknown)}")
+            raise ValueError(f"reset options may only contain 'theme', 'condition' and {', '.join(START_OPTIONS)}, "
+                             f"got {sorted(unknown)}")
+        start = check_start(options)
         theme = check_theme(options.get("theme", self.theme))
         condition = options.get("condition", "clear")
         if condition not in (CONDITIONS if self.hard else ("clear",)):
@@ -232,8 +260,11 @@ class UdacityStyleEnv(gym.Env):
         self.target_speed = self.target_speed_arg or (HARD_SPEED_LIMIT if self.hard else TARGET_SPEED[theme])
         self.vehicle = Vehicle(self.target_speed)
         x, y, yaw = self.track.pose_at(0.0)
-        self.vehicle.reset(0.0, 0.0, yaw, speed=self.target_speed)
-        self.vehicle.place_center(x, y, yaw)
+        lateral = start["start_offset"] * self.track.half_width  # + = right of the centreline
+        yaw += start["start_turn"]
+        self.vehicle.reset(0.0, 0.0, yaw, speed=start["start_speed_ratio"] * self.target_speed)
+        self.vehicle.place_center(x + lateral * math.sin(yaw - start["start_turn"]),
+                                  y - lateral * math.cos(yaw - start["start_turn"]), yaw)
         if self.render_frames:
             key = (theme, track_seed, self.domain_randomization, self.world, condition)
             if key != self._renderer_key:  # the texture is the expensive part of a reset: reuse it

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.registry import EnvSpec
+from envs.udacity.env import recovery_start
 from envs.udacity.track import CLASSIC_THEMES
 from envs.udacity import (
     DT,
@@ -110,6 +111,7 @@ SPEC = EnvSpec(
                    "cte": "cte", "heading_error": "heading_error", "steering_angle": "steering_angle"},
     jpeg_quality=95,
     recover=lambda env, speed=None: env.unwrapped.recenter(speed),
+    recovery_start=recovery_start,
     lateral_error=lambda info: abs(float(info["cte"])),
     wrong_way=lambda info: abs(float(info["heading_error"])) > np.pi / 2,
     renderers=("native",),  # envs/udacity/camera.py draws its cameras; there is no other
