@@ -266,7 +266,8 @@ class Trainer:
         self.resumed = resumed
         self.last_path, self.best_path = run_dir / "last.pt", run_dir / "best.pt"
         seed_everything(a.seed)
-        train_targets = np.concatenate([episode_targets(data, e, self.cols) for e in self.train_eps])
+        targets = {e: episode_targets(data, e, self.cols) for e in self.train_eps}
+        train_targets = np.concatenate(list(targets.values()))
         self.policy = build_policy(a, spec, data, head_kind, names, train_targets, resumed, self.last_path)
         self.policy.to(device)
         self.class_weight = (inverse_frequency_weights(train_targets, device)
@@ -275,7 +276,7 @@ class Trainer:
         self.turns = None  # |steering label| per training step, for --oversample-turns
         if a.oversample_turns > 1:
             j = list(names or []).index("steer")  # the head has a steering column: checked in resolve_head
-            self.turns = {e: np.abs(episode_targets(data, e, self.cols)[:, j]) for e in self.train_eps}
+            self.turns = {e: np.abs(t[:, j]) for e, t in targets.items()}
         steps_per_epoch = len(batch_plan(self.lengths, a, 0, self.turns))
         self.optimizer = make_optimizer(self.policy, a)
         self.scheduler = make_schedule(self.optimizer, a.epochs * steps_per_epoch, a.warmup)

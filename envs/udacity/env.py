@@ -259,12 +259,11 @@ class UdacityStyleEnv(gym.Env):
         self._arrays = _TrackArrays(self.track)
         self.target_speed = self.target_speed_arg or (HARD_SPEED_LIMIT if self.hard else TARGET_SPEED[theme])
         self.vehicle = Vehicle(self.target_speed)
-        x, y, yaw = self.track.pose_at(0.0)
+        x, y, heading = self.track.pose_at(0.0)
         lateral = start["start_offset"] * self.track.half_width  # + = right of the centreline
-        yaw += start["start_turn"]
+        yaw = heading + start["start_turn"]
         self.vehicle.reset(0.0, 0.0, yaw, speed=start["start_speed_ratio"] * self.target_speed)
-        self.vehicle.place_center(x + lateral * math.sin(yaw - start["start_turn"]),
-                                  y - lateral * math.cos(yaw - start["start_turn"]), yaw)
+        self.vehicle.place_center(x + lateral * math.sin(heading), y - lateral * math.cos(heading), yaw)
         if self.render_frames:
             key = (theme, track_seed, self.domain_randomization, self.world, condition)
             if key != self._renderer_key:  # the texture is the expensive part of a reset: reuse it
