@@ -94,3 +94,46 @@ def test_race_table_pools_returns_and_laps_over_trainings(tmp_path):
     text = table_markdown([read_run(f) for f in folders], [str(f) for f in folders])
     assert "| a | 850.0 / 650.0 | 750.0 | 0.750 | 2/4 | 20.0 | 0.0 |" in text
     assert "| b | 4 | +10.0 (11.5) |" in text  # return b - a per pair: -10, +30, -10, +30
+
+
+def _with_timing(folder: Path, **timing) -> Path:
+    """Mark an evaluation folder as driven under a timing condition (metrics.json's ``timing`` block)."""
+    for path in folder.glob("*/metrics.json"):
+        m = json.loads(path.read_text())
+        m["timing"] = {"regular": not timing, "drop_prob": 0.0, "jitter": None, "latency_steps": 0, **timing}
+        path.write_text(json.dumps(m))
+    return folder
+
+
+def test_timing_table_pairs_each_policy_with_itself_across_conditions(tmp_path):
+    regular = [_with_timing(f) for f in _two_trainings(tmp_path / "regular")]
+    dropped = []  # under drops: a intervenes once more on every mountain track, b as before
+    for k, folder in enumerate(_two_trainings(tmp_path / "drop"), 1):
+        m = json.loads((folder / "a" / "metrics.json").read_text())
+        for e in m["episodes"]:
+            if e["theme"] == "mountain":
+                e["interventions"] += 1
+                e["autonomy"] -= 60.0
+        (folder / "a" / "metrics.json").write_text(json.dumps(m))
+        dropped.append(_with_timing(folder, drop_prob=0.2))
+    folders = [*regular, *dropped]
+    text = table_markdown([read_run(f) for f in folders], [str(f) for f in folders])
+    assert text.startswith("# 2 policies x 2 trainings x 2 timing conditions")
+    matrix = text.split("###")[0]
+    # a: regular 1 intervention in 40 s -> 85 %; dropped 3 -> 55 % (64.7 % of regular); b unchanged
+    assert "| a | 85.0 | 55.0 (64.7 %) |" in matrix and "| b | 55.0 | 55.0 (100.0 %) |" in matrix
+    across = text.split("### Each condition minus regular timing, per policy")[1].split("##")[0]
+    assert "| a | -30.0 (17.3, n=4) |" in across  # 0, -60, 0, -60 per (training, track) pair
+    assert "| b | +0.0 (0.0, n=4) |" in across
+    per_policy = text.split("### Each policy minus a, per condition")[1].split("###")[0]
+    assert "| b | -30.0 (38.7, n=4) | +0.0 (24.5, n=4) |" in per_policy  # b - a: 0, -60, 60, -120; 0, 0, 60, -60
+    # each condition's own full table follows, under its label
+    assert "\n## regular timing\n" in text and "\n## 20 % dropped frames\n" in text
+
+
+def test_timing_table_refuses_conditions_with_different_trainings(tmp_path):
+    regular = [_with_timing(f) for f in _two_trainings(tmp_path / "regular")]
+    dropped = _with_timing(_two_trainings(tmp_path / "drop")[0], drop_prob=0.2)
+    folders = [*regular, dropped]
+    with pytest.raises(ValueError, match="same trainings"):
+        table_markdown([read_run(f) for f in folders], [str(f) for f in folders])

@@ -9,6 +9,13 @@ marked), and its paired difference to the first policy -- per (training seed, tr
 mean (standard error over the pairs), so a track's own difficulty cancels out.
 
     python -m agent.evaluation.table eval/hard_cmp/s1 eval/hard_cmp/s2 eval/hard_cmp/s3 --out table.md
+
+Folders evaluated under different timing conditions (evaluate.py --drop-prob / --jitter / --latency-steps, read
+from each metrics.json's ``timing`` block) make a timing table: one column per condition, in the order first
+given, each condition's folders in the same training-seed order, so that a policy pairs with itself across
+conditions per (training seed, track):
+
+    python -m agent.evaluation.table eval/t/{regular,drop,jitter,latency}/s{1,2,3}
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agent.evaluation.metrics import PAIRED_KEYS, aggregate, paired_differences
+from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.runtime import atomic_write_text, cli_exit_code
 
 Run = dict[str, dict[str, Any]]  # policy name -> its metrics.json (episodes included)
@@ -159,9 +167,84 @@ def _paired_table(runs: Sequence[Run], names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def timing_label(run: Run) -> str:
+    """The run's timing condition in words ('regular timing', '20 % dropped frames', ...), from its metrics.json."""
+    block = next(iter(run.values())).get("timing") or {}
+    return TimingConditions(drop_prob=float(block.get("drop_prob", 0.0)), jitter=parse_jitter(block.get("jitter")),
+                            latency_steps=int(block.get("latency_steps", 0))).label()
+
+
+def _by_timing(runs: Sequence[Run], folders: Sequence[str]) -> dict[str, tuple[list[Run], list[str]]]:
+    """Runs (and folders) grouped by timing condition, in the order first given; every condition needs as many
+    trainings as the first, or pairs across conditions would not match."""
+    groups: dict[str, tuple[list[Run], list[str]]] = {}
+    for run, folder in zip(runs, folders):
+        rs, fs = groups.setdefault(timing_label(run), ([], []))
+        rs.append(run)
+        fs.append(folder)
+    counts = {label: len(rs) for label, (rs, _) in groups.items()}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"every timing condition needs the same trainings, in the same order; got folders per "
+                         f"condition {counts}")
+    return groups
+
+
+def _headline(run: Run) -> tuple[str, str]:
+    first = next(iter(run.values()))
+    return PAIRED_KEYS["lane" if "autonomy" in first else "race"][0]
+
+
+def _pooled_headline(runs: Sequence[Run], name: str) -> float:
+    key = _headline(runs[0])[0]
+    pooled = _summary(_tagged(runs, name), runs[0][name])
+    return float(pooled["autonomy"] if key == "autonomy" else pooled["mean_return"])
+
+
+def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[str]) -> str:
+    """Policy x condition: the pooled headline and its share of the first condition's; then each policy minus the
+    first policy per condition, and each condition minus the first condition per policy (paired, mean (SE))."""
+    labels = list(groups)
+    base_label = labels[0]
+    key, fmt = _headline(groups[base_label][0][0])
+    pooled = {(label, name): _pooled_headline(groups[label][0], name) for label in labels for name in names}
+    lines = ["| policy | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+    for name in names:
+        base = pooled[base_label, name]
+        cells = [f"{pooled[base_label, name]:{fmt}}"] + [
+            f"{pooled[label, name]:{fmt}} ({100 * pooled[label, name] / base:.1f} %)" if base else
+            f"{pooled[label, name]:{fmt}}" for label in labels[1:]]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+
+    def cell(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> str:
+        m, se, n = paired_differences(base, other, key)
+        return "n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}}, n={n})"
+
+    text = (f"{key} pooled over every training and track; in brackets, its share of the same policy's {key} under "
+            f"{base_label}.\n\n" + "\n".join(lines) + "\n")
+    text += (f"\n### Each policy minus {names[0]}, per condition\n\nPer (training seed, track) pair: mean (standard "
+             f"error, pairs) of {key}.\n\n| policy | " + " | ".join(labels) + " |\n|" + "---|" * (len(labels) + 1) + "\n")
+    for name in names[1:]:
+        text += f"| {name} | " + " | ".join(cell(_tagged(groups[label][0], names[0]), _tagged(groups[label][0], name))
+                                           for label in labels) + " |\n"
+    text += (f"\n### Each condition minus {base_label}, per policy\n\nThe same policy on the same (training seed, "
+             f"track) pair: mean (standard error, pairs) of {key}.\n\n| policy | " + " | ".join(labels[1:]) +
+             " |\n|" + "---|" * len(labels) + "\n")
+    for name in names:
+        base = _tagged(groups[base_label][0], name)
+        text += f"| {name} | " + " | ".join(cell(base, _tagged(groups[label][0], name)) for label in labels[1:]) + " |\n"
+    return text
+
+
 def table_markdown(runs: Sequence[Run], folders: Sequence[str]) -> str:
     """The whole report: what was pooled, the summary table, the paired differences."""
     names = check_runs(runs)
+    groups = _by_timing(runs, folders)
+    if len(groups) > 1:
+        return (f"# {len(names)} policies x {len(next(iter(groups.values()))[0])} trainings x {len(groups)} timing "
+                f"conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" +
+                _timing_tables(groups, names) + "".join(
+                    f"\n## {label}\n\n" + table_markdown(rs, fs).split("\n", 2)[2].replace("\n## ", "\n### ")
+                    for label, (rs, fs) in groups.items()))
     first = runs[0][names[0]]
     summary = (_lane_table if "autonomy" in first else _race_table)(runs, names)
     seeds = first.get("seeds", [])
@@ -178,7 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m agent.evaluation.table",
         description="Pool evaluate.py runs of the same policies (one folder per training seed) into one "
-                    "comparison table with paired differences against the first policy.")
+                    "comparison table with paired differences against the first policy. Folders driven under "
+                    "different timing conditions (--drop-prob, --jitter, --latency-steps) become a timing table, "
+                    "one column per condition; give each condition's folders in the same training-seed order.")
     parser.add_argument("folders", nargs="+", help="evaluate.py --out folders, one per training seed")
     parser.add_argument("--out", help="write the markdown here as well as printing it")
     a = parser.parse_args(argv)
