@@ -97,7 +97,8 @@ class TimingConditions:
             return "regular timing"
         parts = [f"{100 * self.drop_prob:g} % dropped frames"] if self.drop_prob else []
         parts += [f"jitter {self.jitter[0]}:{self.jitter[1]} steps"] if self.jitter else []
-        parts += [f"latency {self.latency_steps} steps"] if self.latency_steps else []
+        steps = self.latency_steps
+        parts += [f"latency {steps} step{'' if steps == 1 else 's'}"] if steps else []
         return ", ".join(parts)
 
     def episode(self, seed: int, neutral: Any) -> "EpisodeTiming":

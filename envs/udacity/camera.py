@@ -231,56 +231,73 @@ def _distance_to_track(track: Track, xy: np.ndarray) -> np.ndarray:
 def draw_texture(
     track: Track, pal: Palette, rng: np.random.Generator, random_shadows: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-down RGB texture of the track and its surroundings, and the 3x3 world->texture-pixel map."""
+    """Top-down RGB texture of the track and its surroundings, and the 3x3 world->texture-pixel map.
+
+    Layers are painted in a fixed order, each drawing from ``rng`` in turn, so a track seed gives one texture."""
     lo = track.points.min(0) - _MARGIN_M
     hi = track.points.max(0) + _MARGIN_M
     w, h = 2 * (np.ceil((hi - lo) * PX_PER_M / 2)).astype(int)  # even: the half-resolution copy is exact
     to_tex = np.array([[PX_PER_M, 0.0, -lo[0] * PX_PER_M], [0.0, -PX_PER_M, hi[1] * PX_PER_M], [0.0, 0.0, 1.0]])
-    # Ground: a second ground colour mixed in where low-frequency noise is high (patches ~8 m across),
-    # drawn at a quarter resolution and upscaled (it has no fine detail).
+    tex = _ground(pal, rng, h, w)
+    if pal.water is not None:
+        _water(tex, track, pal, rng, to_tex)
+    shade = np.full((h, w), 255, np.uint8)  # multiplicative shading (255 = none)
+    _scenery(tex, shade, track, pal, rng, to_tex)
+    _road(tex, track, pal, to_tex)
+    _cast_shadows(shade, track, rng, to_tex, random_shadows)
+    return _grain_and_shade(tex, shade, pal, rng), to_tex
+
+
+def _ground(pal: Palette, rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """A second ground colour mixed in where low-frequency noise is high (patches ~8 m across), drawn at a
+    quarter resolution and upscaled (it has no fine detail)."""
     patch = np.clip(_noise((h // 4 + 1, w // 4 + 1), 20, rng) * 0.8, 0, 1)
     small = cv2.merge(
         [cv2.convertScaleAbs(patch, alpha=float(g2 - g1), beta=float(g1)) for g1, g2 in zip(pal.ground, pal.ground2)]
     )
     big = cv2.resize(small, ((w // 4 + 1) * 4, (h // 4 + 1) * 4), interpolation=cv2.INTER_LINEAR)
-    tex = np.ascontiguousarray(big[:h, :w])
+    return np.ascontiguousarray(big[:h, :w])
+
+
+def _water(tex: np.ndarray, track: Track, pal: Palette, rng: np.random.Generator, to_tex: np.ndarray) -> None:
+    """A lake inside the loop and a few ponds outside, every shore >= 25 m from the road edge."""
     aa, sh = cv2.LINE_AA, 3
-    hw = track.half_width
-    ppm = PX_PER_M
+    contour = track.points.astype(np.float32).reshape(-1, 1, 2)
 
-    # Water: a lake inside the loop and a few ponds outside, every shore >= 25 m from the road edge.
-    if pal.water is not None:
-        contour = track.points.astype(np.float32).reshape(-1, 1, 2)
+    def inside_distance(xy: np.ndarray) -> np.ndarray:  # signed distance to the centreline, + = inside the loop
+        return np.array([cv2.pointPolygonTest(contour, (float(a), float(b)), True) for a, b in xy])
 
-        def inside_distance(xy: np.ndarray) -> np.ndarray:  # signed distance to the centreline, + = inside the loop
-            return np.array([cv2.pointPolygonTest(contour, (float(a), float(b)), True) for a, b in xy])
+    ponds = [(track.points.mean(0), 250.0)]
+    for _ in range(int(rng.integers(2, 5))):
+        x, y, hd = track.pose_at(rng.uniform(0, track.length))
+        side, d = rng.choice([-1.0, 1.0]), rng.uniform(50, 70)
+        ponds.append((np.array([x + side * d * math.sin(hd), y - side * d * math.cos(hd)]), rng.uniform(15, 35)))
+    ang = np.linspace(0, 2 * np.pi, 72, endpoint=False)
+    unit = np.stack([np.cos(ang), np.sin(ang)], 1)
+    clear = track.half_width + 25.0
+    for c, size in ponds:
+        sign = 1.0 if inside_distance(c[None])[0] > 0 else -1.0  # which side of the loop the pond is on
+        r = size * (1 + 0.15 * np.sin(3 * ang + rng.uniform(0, 6)) + 0.08 * np.sin(5 * ang + rng.uniform(0, 6)))
+        for _ in range(30):  # shrink the vertices that come too close to the road (or cross it)
+            bad = sign * inside_distance(c + r[:, None] * unit) < clear
+            if not bad.any():
+                break
+            r = np.where(bad, r * 0.8, r)
+        # smooth the shore
+        r = sum(wk * np.roll(r, k) for k, wk in zip(range(-3, 4), (1, 4, 10, 14, 10, 4, 1))) / 44.0
+        poly = c + r[:, None] * unit
+        if r.mean() < 8.0 or (sign * inside_distance(poly)).min() < clear - 5.0:
+            continue
+        cv2.fillPoly(tex, [_pts(poly, to_tex)], pal.shore, aa, sh)
+        inner = c + (r[:, None] - 4.0) * unit
+        cv2.fillPoly(tex, [_pts(inner, to_tex)], pal.water, aa, sh)
 
-        ponds = [(track.points.mean(0), 250.0)]
-        for _ in range(int(rng.integers(2, 5))):
-            x, y, hd = track.pose_at(rng.uniform(0, track.length))
-            side, d = rng.choice([-1.0, 1.0]), rng.uniform(50, 70)
-            ponds.append((np.array([x + side * d * math.sin(hd), y - side * d * math.cos(hd)]), rng.uniform(15, 35)))
-        ang = np.linspace(0, 2 * np.pi, 72, endpoint=False)
-        unit = np.stack([np.cos(ang), np.sin(ang)], 1)
-        clear = hw + 25.0
-        for c, size in ponds:
-            sign = 1.0 if inside_distance(c[None])[0] > 0 else -1.0  # which side of the loop the pond is on
-            r = size * (1 + 0.15 * np.sin(3 * ang + rng.uniform(0, 6)) + 0.08 * np.sin(5 * ang + rng.uniform(0, 6)))
-            for _ in range(30):  # shrink the vertices that come too close to the road (or cross it)
-                bad = sign * inside_distance(c + r[:, None] * unit) < clear
-                if not bad.any():
-                    break
-                r = np.where(bad, r * 0.8, r)
-            # smooth the shore
-            r = sum(wk * np.roll(r, k) for k, wk in zip(range(-3, 4), (1, 4, 10, 14, 10, 4, 1))) / 44.0
-            poly = c + r[:, None] * unit
-            if r.mean() < 8.0 or (sign * inside_distance(poly)).min() < clear - 5.0:
-                continue
-            cv2.fillPoly(tex, [_pts(poly, to_tex)], pal.shore, aa, sh)
-            inner = c + (r[:, None] - 4.0) * unit
-            cv2.fillPoly(tex, [_pts(inner, to_tex)], pal.water, aa, sh)
 
-    # Scenery: trees / bushes (two greens, darker core) and rocks on both sides of the road.
+def _scenery(tex: np.ndarray, shade: np.ndarray, track: Track, pal: Palette, rng: np.random.Generator,
+             to_tex: np.ndarray) -> None:
+    """Trees / bushes (two greens, darker core; their shadows go into ``shade``) and rocks beside the road."""
+    aa, sh = cv2.LINE_AA, 3
+    hw, ppm = track.half_width, PX_PER_M
     n_obj = int(2 * track.length / pal.tree_spacing)
     s_obj = rng.uniform(0, track.length, n_obj)
     side = rng.choice([-1.0, 1.0], n_obj)
@@ -292,7 +309,6 @@ def draw_texture(
     base, hd = track.points[i0], track.headings[i0]
     obj = base + lat[:, None] * np.stack([np.sin(hd), -np.cos(hd)], 1)
     keep = _distance_to_track(track, obj) > hw + pal.verge_width + 0.3 + radius * 0.5
-    shade = np.full((h, w), 255, np.uint8)  # multiplicative shading (255 = none)
     sun = rng.uniform(0, 2 * np.pi)
     sun_dir = np.array([math.cos(sun), math.sin(sun)])
     for (ox, oy), r, rock, k in zip(obj, radius, is_rock, keep):
@@ -311,7 +327,11 @@ def draw_texture(
         cv2.circle(tex, tuple(c), rr, col, -1, aa, sh)
         cv2.circle(tex, tuple(c), int(rr * 0.55), tuple(int(v * 0.8) for v in col), -1, aa, sh)
 
-    # The road: verges, asphalt, kerbs, edge lines, centre line.
+
+def _road(tex: np.ndarray, track: Track, pal: Palette, to_tex: np.ndarray) -> None:
+    """Verges, asphalt, kerbs, edge lines, centre line."""
+    aa, sh = cv2.LINE_AA, 3
+    hw, ppm = track.half_width, PX_PER_M
     centre_px = _pts(track.points, to_tex)
     # (the wide bands without anti-aliasing: 4x faster, and their edges lie under the edge lines' blur)
     verge_px = int(round((track.road_width + 2 * pal.verge_width) * ppm))
@@ -337,18 +357,23 @@ def draw_texture(
         dashes = [centre_px[i : i + on + 1] for i in range(0, track.n - on, period)]
         cv2.polylines(tex, dashes, False, pal.centre_line, 2, aa, sh)
 
-    # Domain randomisation: random dark polygons (cast shadows) across and beside the road.
-    for _ in range(random_shadows):
+
+def _cast_shadows(shade: np.ndarray, track: Track, rng: np.random.Generator, to_tex: np.ndarray, count: int) -> None:
+    """Domain randomisation: ``count`` random dark polygons (cast shadows) across and beside the road."""
+    for _ in range(count):
         x, y, hd = track.pose_at(rng.uniform(0, track.length))
         c = np.array([x, y]) + rng.uniform(-track.road_width, track.road_width, 2)
         ang = np.sort(rng.uniform(0, 2 * np.pi, int(rng.integers(3, 7))))
         rad = rng.uniform(2.0, 9.0, len(ang))
         poly = c + rad[:, None] * np.stack([np.cos(ang), np.sin(ang)], 1)
-        cv2.fillPoly(shade, [_pts(poly, to_tex)], int(rng.integers(90, 190)), aa, sh)
+        cv2.fillPoly(shade, [_pts(poly, to_tex)], int(rng.integers(90, 190)), cv2.LINE_AA, 3)
 
-    # Texture noise and shading in one multiply: tex * (1 + medium) * (1 + fine) * shade / 255, in uint8
-    # (128 = 1.0): medium = ~1.5 m blotches (quarter resolution, upscaled), fine = ~0.2 m grain (a tiled
-    # 512 px patch: its 51 m period is invisible under perspective and fog).
+
+def _grain_and_shade(tex: np.ndarray, shade: np.ndarray, pal: Palette, rng: np.random.Generator) -> np.ndarray:
+    """Texture noise and shading in one multiply: tex * (1 + medium) * (1 + fine) * shade / 255, in uint8
+    (128 = 1.0): medium = ~1.5 m blotches (quarter resolution, upscaled), fine = ~0.2 m grain (a tiled 512 px
+    patch: its 51 m period is invisible under perspective and fog)."""
+    h, w = shade.shape
     medium = _noise((h // 4 + 1, w // 4 + 1), 4, rng)
     medium = np.clip(128.0 * (1.0 + pal.noise * 0.35 * medium), 0, 255).astype(np.uint8)
     medium = cv2.resize(medium, ((w // 4 + 1) * 4, (h // 4 + 1) * 4), interpolation=cv2.INTER_LINEAR)[:h, :w]
@@ -356,8 +381,7 @@ def draw_texture(
     fine = np.tile(tile, (h // 512 + 1, w // 512 + 1))[:h, :w]
     mult = cv2.multiply(medium, fine, scale=1.0 / 128.0)
     mult = cv2.multiply(mult, shade, scale=1.0 / 255.0)
-    tex = cv2.multiply(tex, cv2.cvtColor(mult, cv2.COLOR_GRAY2RGB), scale=1.0 / 128.0)
-    return tex, to_tex
+    return cv2.multiply(tex, cv2.cvtColor(mult, cv2.COLOR_GRAY2RGB), scale=1.0 / 128.0)
 
 
 # --- sky ----------------------------------------------------------------------------------------
