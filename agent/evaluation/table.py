@@ -264,7 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "comparison table with paired differences against the first policy. Folders driven under "
                     "different timing conditions (--drop-prob, --jitter, --latency-steps) become a timing table, "
                     "one column per condition; give each condition's folders in the same training-seed order.")
-    parser.add_argument("folders", nargs="+", help="evaluate.py --out folders, one per training seed")
+    parser.add_argument("folders", nargs="+",
+                        help="evaluate.py --out folders, one per training seed (and per timing condition)")
     parser.add_argument("--out", help="write the markdown here as well as printing it")
     a = parser.parse_args(argv)
 
