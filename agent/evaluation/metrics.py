@@ -323,6 +323,12 @@ PAIRED_KEYS = {"lane": (("autonomy", ".1f"), ("interventions", ".1f"), ("mean_ab
                "race": (("return", ".1f"), ("completion", ".3f"), ("wrong_way_steps", ".1f"))}
 
 
+def paired_keys(summary: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(episode key, format) of the figures compared per pair, the headline first: autonomy for lane-keeping
+    summaries, return for racing ones."""
+    return PAIRED_KEYS["lane" if "autonomy" in summary else "race"]
+
+
 def paired_differences(base: list[dict[str, Any]], other: list[dict[str, Any]], key: str) -> tuple[float, float, int]:
     """(mean, standard error, n) of other - base per episode, over the seeds both drove: the same track for both
     policies, so a track's own difficulty cancels out of the difference."""
@@ -341,7 +347,7 @@ def paired_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     mean (standard error). Empty for fewer than two policies or summaries without their episodes."""
     if len(rows) < 2 or any(not isinstance(s.get("episodes"), list) for _, s in rows):
         return ""
-    keys = PAIRED_KEYS["lane" if "autonomy" in rows[0][1] else "race"]
+    keys = paired_keys(rows[0][1])
     base_name, base = rows[0][0], rows[0][1]["episodes"]
     groups = ["all"] + list(dict.fromkeys(str(e["theme"]) for e in base if "theme" in e))
     lines = [f"\n## Paired differences: each policy minus {base_name}\n",

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.evaluation.metrics import PAIRED_KEYS, aggregate, paired_differences
+from agent.evaluation.metrics import aggregate, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.runtime import atomic_write_text, cli_exit_code
 
@@ -151,7 +151,7 @@ def _paired_table(runs: Sequence[Run], names: list[str]) -> str:
     """Each policy minus the first, per (training seed, track) pair: mean (standard error). One row per policy: the
     headline figure (autonomy, or return) in every group, the other figures over all episodes."""
     first = runs[0][names[0]]
-    (headline, hfmt), *others = PAIRED_KEYS["lane" if "autonomy" in first else "race"]
+    (headline, hfmt), *others = paired_keys(first)
     groups = _groups(first)  # "all" first: its pair count heads the row
     base = _tagged(runs, names[0])
     head = ["policy", "pairs"] + [f"{headline}: {label}" for label, _, _ in groups] + [k for k, _ in others]
@@ -189,15 +189,9 @@ def _by_timing(runs: Sequence[Run], folders: Sequence[str]) -> dict[str, tuple[l
     return groups
 
 
-def _headline(run: Run) -> tuple[str, str]:
-    first = next(iter(run.values()))
-    return PAIRED_KEYS["lane" if "autonomy" in first else "race"][0]
-
-
 def _pooled_headline(runs: Sequence[Run], name: str) -> float:
-    key = _headline(runs[0])[0]
     pooled = _summary(_tagged(runs, name), runs[0][name])
-    return float(pooled["autonomy"] if key == "autonomy" else pooled["mean_return"])
+    return float(pooled["autonomy"] if "autonomy" in pooled else pooled["mean_return"])
 
 
 def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[str]) -> str:
@@ -205,12 +199,12 @@ def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[s
     first policy per condition, and each condition minus the first condition per policy (paired, mean (SE))."""
     labels = list(groups)
     base_label = labels[0]
-    key, fmt = _headline(groups[base_label][0][0])
+    key, fmt = paired_keys(groups[base_label][0][0][names[0]])[0]
     pooled = {(label, name): _pooled_headline(groups[label][0], name) for label in labels for name in names}
     lines = ["| policy | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
     for name in names:
         base = pooled[base_label, name]
-        cells = [f"{pooled[base_label, name]:{fmt}}"] + [
+        cells = [f"{base:{fmt}}"] + [
             f"{pooled[label, name]:{fmt}} ({100 * pooled[label, name] / base:.1f} %)" if base else
             f"{pooled[label, name]:{fmt}}" for label in labels[1:]]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -223,8 +217,9 @@ def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[s
             f"{base_label}.\n\n" + "\n".join(lines) + "\n")
     text += (f"\n### Each policy minus {names[0]}, per condition\n\nPer (training seed, track) pair: mean (standard "
              f"error, pairs) of {key}.\n\n| policy | " + " | ".join(labels) + " |\n|" + "---|" * (len(labels) + 1) + "\n")
+    firsts = {label: _tagged(groups[label][0], names[0]) for label in labels}
     for name in names[1:]:
-        text += f"| {name} | " + " | ".join(cell(_tagged(groups[label][0], names[0]), _tagged(groups[label][0], name))
+        text += f"| {name} | " + " | ".join(cell(firsts[label], _tagged(groups[label][0], name))
                                            for label in labels) + " |\n"
     text += (f"\n### Each condition minus {base_label}, per policy\n\nThe same policy on the same (training seed, "
              f"track) pair: mean (standard error, pairs) of {key}.\n\n| policy | " + " | ".join(labels[1:]) +
@@ -236,23 +231,26 @@ def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[s
 
 
 def table_markdown(runs: Sequence[Run], folders: Sequence[str]) -> str:
-    """The whole report: what was pooled, the summary table, the paired differences."""
+    """The whole report: what was pooled, the summary table, the paired differences (per timing condition, after
+    the timing tables, when the folders were driven under several)."""
     names = check_runs(runs)
     groups = _by_timing(runs, folders)
-    if len(groups) > 1:
-        return (f"# {len(names)} policies x {len(next(iter(groups.values()))[0])} trainings x {len(groups)} timing "
-                f"conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" +
-                _timing_tables(groups, names) + "".join(
-                    f"\n## {label}\n\n" + table_markdown(rs, fs).split("\n", 2)[2].replace("\n## ", "\n### ")
-                    for label, (rs, fs) in groups.items()))
+    if len(groups) == 1:
+        seeds = runs[0][names[0]].get("seeds", [])
+        return (f"# {len(names)} policies x {len(runs)} trainings, closed loop on {runs[0][names[0]].get('env')}, "
+                f"tracks {_span(seeds)} ({len(seeds)} per training)\n\n" + _report(runs, folders, names, "##"))
+    return (f"# {len(names)} policies x {len(next(iter(groups.values()))[0])} trainings x {len(groups)} timing "
+            f"conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" + _timing_tables(groups, names) +
+            "".join(f"\n## {label}\n\n" + _report(rs, fs, names, "###") for label, (rs, fs) in groups.items()))
+
+
+def _report(runs: Sequence[Run], folders: Sequence[str], names: list[str], level: str) -> str:
+    """One condition's summary table and paired differences, its sub-heading at markdown ``level``."""
     first = runs[0][names[0]]
     summary = (_lane_table if "autonomy" in first else _race_table)(runs, names)
-    seeds = first.get("seeds", [])
-    return (f"# {len(names)} policies x {len(runs)} trainings, closed loop on {first.get('env')}, "
-            f"tracks {_span(seeds)} ({len(seeds)} per training)\n\n"
-            f"Evaluations: {', '.join(folders)}. Figures pool every training's episodes; autonomy pools each group's "
+    return (f"Evaluations: {', '.join(folders)}. Figures pool every training's episodes; autonomy pools each group's "
             "interventions against its driving time.\n\n" + summary +
-            f"\n## Paired differences: each policy minus {names[0]}\n\n"
+            f"\n{level} Paired differences: each policy minus {names[0]}\n\n"
             "Per (training seed, track) pair, mean (standard error over the pairs); autonomy per episode here.\n\n"
             + _paired_table(runs, names))
 
