@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=0.0,
                    help="DAgger mixture: probability per step that the expert's action is executed instead of the "
                         "--driver's (default: 0)")
+    p.add_argument("--driver-actions", choices=("argmax", "sample"), default="argmax",
+                   help="how a discrete --driver picks its action: argmax (the likeliest) | sample (from its softmax, "
+                        "seeded by the track seed), as evaluate.py --discrete-actions (default: argmax)")
     p.add_argument("--recovery-labels", action="store_true",
                    help="in the states the expert never learnt (carracing: pointing against the course, or the car's "
                         "centre more than 2 half-widths off the centerline) the env's recovery teacher labels instead, "

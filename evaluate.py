@@ -35,7 +35,7 @@ from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate
 from agent.runtime import cli_exit_code
 from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES  # noqa: E402
-from policies.policy import WINDOW_CLOCKS  # noqa: E402
+from policies.policy import DISCRETE_ACTION_RULES, WINDOW_CLOCKS  # noqa: E402
 
 PROG = "python evaluate.py"
 FLAGS = {"policy": "--expert-drives"}  # EvalArgs field -> its flag, where the two differ
@@ -79,6 +79,9 @@ HELP = {
                     "frame_stride-th) | time (the newest frames at or before the trained offsets in seconds, so under "
                     "dropped or irregular frames the window spans the time it was trained on; identical under regular "
                     "timing)",
+    "discrete_actions": "discrete students: argmax (the likeliest action) | sample (drawn from the policy's softmax, "
+                        "seeded by the track seed; the discrete expert pulses gas and steering, which argmax turns into "
+                        "gas wherever the next pulse is not visible)",
     "theme": "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each reported "
              "apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never trained on)",
     "condition": "envs with scenes: comma-separated lighting/weather conditions, reported apart (by_condition) "
@@ -90,7 +93,8 @@ HELP = {
                "1 = everything in this process)",
 }
 METAVARS = {"drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
-CHOICES = {"window_clock": list(WINDOW_CLOCKS), "env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
+CHOICES = {"window_clock": list(WINDOW_CLOCKS), "discrete_actions": list(DISCRETE_ACTION_RULES),
+           "env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
            "saliency_method": ["gradcam", "visualbackprop"]}
 
 

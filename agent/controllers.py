@@ -1,4 +1,4 @@
-"""Who drives an env, behind one interface (``reset()``, ``act(frame, t, info, expert_action)``): the
+"""Who drives an env, behind one interface (``reset(seed)``, ``act(frame, t, info, expert_action)``): the
 privileged expert, or a trained policy through its streaming interface. Recording (DAgger students) and
 evaluation both use these, so they sit below both."""
 from __future__ import annotations
@@ -12,14 +12,15 @@ import numpy as np
 import torch
 
 from agent.runtime import resolve_path
+from policies.policy import DISCRETE_ACTION_RULES
 from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
 
 
-def load_driver(path: str | Path, env: str, action_space: str) -> Any:
+def load_driver(path: str | Path, env: str, action_space: str, actions: str = "argmax") -> Any:
     """A DAgger student as a driver (agent.controllers.PolicyController on the CPU)."""
 
     policy = load_policy(path, env, action_space, "cpu")
-    return PolicyController(policy.eval(), name=Path(path).stem)
+    return PolicyController(policy.eval(), name=Path(path).stem, actions=actions)
 
 
 def shipped_checkpoint(env: str) -> Path:
@@ -36,7 +37,7 @@ class ExpertController:
     def __init__(self, expert: Any, name: str = "expert") -> None:
         self.expert, self.name = expert, name
 
-    def reset(self) -> None:
+    def reset(self, seed: int | None = None) -> None:
         pass
 
     def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
@@ -51,8 +52,13 @@ class PolicyController:
     is_expert = False
 
     def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps",
-                 env_names: Sequence[str] | None = None) -> None:
-        self.policy, self.name, self.device = policy, name, device
+                 env_names: Sequence[str] | None = None, actions: str = "argmax") -> None:
+        if actions not in DISCRETE_ACTION_RULES:
+            raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
+        if actions != "argmax" and policy.config.head != "discrete":
+            raise ValueError(f"actions={actions!r} is for discrete policies; {name} has a {policy.config.head} head")
+        self.policy, self.name, self.device, self.actions = policy, name, device, actions
+        self.rng: np.random.Generator | None = None
         self.config = policy.config
         self.stream = policy.stream(clock)
         self.span = self.stream.cache_len
@@ -69,9 +75,13 @@ class PolicyController:
             type(policy.core).__name__.lower().startswith("nac")
         self._sync = device.startswith("cuda")
 
-    def reset(self) -> None:
+    def reset(self, seed: int | None = None) -> None:
+        """A new episode; ``actions="sample"`` draws from a generator seeded by the track ``seed`` (an episode
+        repeats exactly, in any worker)."""
         self.stream.reset()
         self.frames.clear()
+        if self.actions == "sample":
+            self.rng = np.random.default_rng(None if seed is None else [int(seed), 0xD15C])
 
     def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
         if not self.frames:
@@ -83,7 +93,7 @@ class PolicyController:
         if self._sync:
             torch.cuda.synchronize()
         latency = time.perf_counter() - t0
-        action = self.policy.to_env_action(out)
+        action = self.policy.to_env_action(out, self.rng)
         if self.config.head == "discrete":
             return int(action), latency
         full = np.array(expert_action, dtype=np.float32).reshape(-1)[: len(self._env_names)].copy()  # the head lacks

@@ -249,13 +249,17 @@ class DrivingPolicy(nn.Module):
         """``frames`` uint8|float ``[B, W, H, W, 3]``, ``time`` seconds ``[B, W]`` (last 0) -> logits or actions ``[B, out]``."""
         return self.postprocess(self.forward_raw(frames, time))
 
-    def to_env_action(self, output: torch.Tensor | np.ndarray) -> np.ndarray | int:
-        """One step's output ``[out]`` -> env action: argmax id (discrete) or clipped float32 array (continuous)."""
+    def to_env_action(self, output: torch.Tensor | np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray | int:
+        """One step's output ``[out]`` -> env action: clipped float32 array (continuous); discrete: the argmax id,
+        or with ``rng`` an id drawn from the softmax of the logits (``DISCRETE_ACTION_RULES``)."""
         out = torch.as_tensor(output).detach().float().cpu().reshape(-1)
         if out.numel() != self.config.action_dim:
             raise ValueError(f"output must have {self.config.action_dim} entries, got shape {tuple(out.shape)}")
         if self.config.head == "discrete":
-            return int(out.argmax())
+            if rng is None:
+                return int(out.argmax())
+            p = torch.softmax(out.double(), 0).numpy()
+            return int(rng.choice(len(p), p=p / p.sum()))
         low, high = np.asarray(self.config.action_low, np.float32), np.asarray(self.config.action_high, np.float32)
         return np.clip(out.numpy().astype(np.float32), low, high)
 
@@ -284,6 +288,11 @@ class DrivingPolicy(nn.Module):
         how the window is picked from the frames received (``PolicyStream``)."""
         return PolicyStream(self, clock)
 
+
+# How a discrete student picks its action from the logits. argmax: the likeliest. sample: drawn from the softmax --
+# the discrete CarRacing expert pulses gas and steering within a fraction of a second, and in a state that does not
+# show which pulse comes next argmax takes the commoner one every time (gas: too fast into hairpins).
+DISCRETE_ACTION_RULES = ("argmax", "sample")
 
 WINDOW_CLOCKS = ("steps", "time")  # how a stream picks its window from the frames it received (PolicyStream)
 

@@ -361,11 +361,14 @@ def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_pa
 
 def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
     disc = constant_policy_checkpoint(tmp_path / "disc.pt", action_space="discrete")
+    constant_policy_checkpoint(tmp_path / "cont.pt")
     cases = [
         (["--beta", "0.5"], "give --driver CKPT too"),
         (["--driver", str(tmp_path / "nope.pt")], "--driver file not found"),
         (["--driver", str(disc), "--beta", "1.5"], "--beta is a probability"),
         (["--driver", str(disc)], "'discrete' action space"),
+        (["--driver-actions", "sample"], "give --driver CKPT too"),
+        (["--driver", str(tmp_path / "cont.pt"), "--driver-actions", "sample"], "is for discrete policies"),
     ]
     for argv, message in cases:
         assert collect_cli.main([*argv, "--out", str(tmp_path / "d"), "--no-progress"]) == 2

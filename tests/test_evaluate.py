@@ -121,6 +121,17 @@ def test_discrete_policy_drives_with_discrete_steering(tmp_path, ckpts):
     assert 0.0 <= m["episodes"][0]["steer_mae"] <= 2.0
 
 
+def test_sampled_discrete_actions_repeat_per_track_seed_in_any_worker(tmp_path, ckpts):
+    """--discrete-actions sample: actions drawn from a generator seeded by the track seed, so a rerun (serial or
+    with workers) gives the same episodes, and they are not argmax's."""
+    kw = dict(checkpoint=[str(ckpts["discrete"])], video=False, episodes=2, max_steps=40)
+    runs = [evaluate(_args(tmp_path / name, discrete_actions=actions, workers=workers, **kw))["disc"]
+            for name, actions, workers in (("a", "sample", 1), ("b", "sample", 2), ("c", "argmax", 1))]
+    returns = [[(e["return"], e["steer_mae"]) for e in m["episodes"]] for m in runs]
+    assert returns[0] == returns[1] and returns[0] != returns[2]
+    assert runs[0]["discrete_actions"] == "sample" and runs[2]["discrete_actions"] == "argmax"
+
+
 def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts):
     out = tmp_path / "cmp"
     res = evaluate(_args(out, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], with_expert=True,
@@ -262,6 +273,7 @@ def test_cli_missing_checkpoint_is_one_line_error(tmp_path):
     ("other_env", "Udacity-v0"),
     ("wrong_space", "'continuous' action space"),
     ("bad_seed", "--seed"),
+    ("sample_continuous", "--discrete-actions sample is for discrete students"),
 ])
 def test_cli_main_turns_bad_input_into_exit_2(tmp_path, ckpts, capsys, case, needle):
     import evaluate as cli
@@ -270,6 +282,7 @@ def test_cli_main_turns_bad_input_into_exit_2(tmp_path, ckpts, capsys, case, nee
         "other_env": ["--checkpoint", str(ckpts["other_env"])],
         "wrong_space": ["--checkpoint", str(ckpts["nac"]), "--action-space", "discrete"],
         "bad_seed": ["--expert-drives", "--seed", "-3"],
+        "sample_continuous": ["--checkpoint", str(ckpts["nac"]), "--discrete-actions", "sample"],
     }[case]
     assert cli.main([*argv, "--out", str(tmp_path / "o"), "--no-progress"]) == 2
     err = capsys.readouterr().err

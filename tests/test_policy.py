@@ -45,6 +45,16 @@ def test_config_round_trips_through_json():
         PolicyConfig(window=0).validate()
 
 
+def test_discrete_actions_sampled_from_the_softmax():
+    """sample draws each action as often as its softmax probability says; argmax (no rng) always the likeliest."""
+    discrete = make_policy("mlp", head="discrete")
+    logits = torch.log(torch.tensor([0.1, 0.6, 0.3, 1e-9, 1e-9]))
+    rng = np.random.default_rng(0)
+    counts = np.bincount([discrete.to_env_action(logits, rng) for _ in range(4000)], minlength=5) / 4000
+    assert counts == pytest.approx([0.1, 0.6, 0.3, 0.0, 0.0], abs=0.03)
+    assert {discrete.to_env_action(logits) for _ in range(20)} == {1}
+
+
 def test_heads_and_env_actions():
     frames = random_frames(2 * 4).view(2, 4, SIZE, SIZE, 3)
     discrete = make_policy("mlp", head="discrete")

@@ -55,7 +55,7 @@ class Recorder:
         self.times: list[float] = []
         self.decisions: list[np.ndarray] = []
 
-    def reset(self) -> None:
+    def reset(self, seed: int | None = None) -> None:
         self.times.clear()
         self.decisions.clear()
 

@@ -84,6 +84,7 @@ class EpisodeSettings:
     action_space: str
     expert: str | None  # as given (None: the env's shipped one)
     driver: str | None  # DAgger: the student's checkpoint
+    driver_actions: str  # how a discrete student picks its action (argmax | sample)
     max_steps: int
     renderer: str
     noise: float
@@ -144,7 +145,7 @@ def _worker_setup(s: EpisodeSettings) -> tuple:
     from agent.experts.expert import Expert
 
     expert = Expert.load(s.expert, s.action_space, s.env)
-    driver = load_driver(s.driver, s.env, s.action_space) if s.driver is not None else None
+    driver = load_driver(s.driver, s.env, s.action_space, s.driver_actions) if s.driver is not None else None
     return s, s.make_env(), expert, driver
 
 
@@ -232,10 +233,11 @@ def _load_student(cfg: CollectConfig) -> tuple[Any, dict[str, Any]]:
     if cfg.driver is None:
         return None, {"driver": None}
     try:
-        driver = load_driver(cfg.driver, cfg.env, cfg.action_space)
+        driver = load_driver(cfg.driver, cfg.env, cfg.action_space, cfg.driver_actions)
     except (FileNotFoundError, ValueError) as e:
         raise CollectError(f"--driver: {e}") from None
-    return driver, {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver))}
+    return driver, {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver)),
+                    **({"driver_actions": cfg.driver_actions} if cfg.driver_actions != "argmax" else {})}
 
 
 @dataclass
@@ -300,6 +302,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         "workers": workers,
         "driver": str(cfg.driver) if cfg.driver is not None else None,
         "beta": cfg.beta if cfg.driver is not None else None,
+        **({"driver_actions": cfg.driver_actions} if cfg.driver_actions != "argmax" else {}),
         **({"recovery_labels": True} if cfg.recovery_labels else {}),
         **({"recovery_starts": cfg.recovery_starts} if cfg.recovery_starts else {}),
         **{k: list(v) for k, v in scene.items()},
@@ -309,7 +312,8 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
     }
     settings = EpisodeSettings(
         env=cfg.env, action_space=cfg.action_space, expert=None if cfg.expert is None else str(cfg.expert),
-        driver=None if cfg.driver is None else str(cfg.driver), max_steps=cfg.max_steps, renderer=renderer,
+        driver=None if cfg.driver is None else str(cfg.driver), driver_actions=cfg.driver_actions,
+        max_steps=cfg.max_steps, renderer=renderer,
         noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
         meta={"expert_sha256": exp["sha256"], **driver_info}, recovery_labels=cfg.recovery_labels,
         recovery_starts=cfg.recovery_starts, scene=scene)

@@ -57,6 +57,7 @@ class CollectConfig:
     progress: bool = True
     driver: Path | None = None  # DAgger: a policy checkpoint that drives while the expert labels
     beta: float = 0.0  # DAgger: probability per step that the expert's action is executed instead
+    driver_actions: str = "argmax"  # DAgger, discrete students: argmax | sample (policies.policy.DISCRETE_ACTION_RULES)
     renderer: str | None = None  # who draws the frames (the spec's renderers; default: its first, the reference)
     workers: int | None = None  # processes recording episodes (default: agent.workers.default_workers)
     shard: tuple[int, int] | str | None = None  # (I, N) or "I/N": only the I-th of N seed ranges of this run
@@ -116,6 +117,10 @@ class CollectConfig:
             raise CollectError(f"--beta is a probability, must be in [0, 1], got {self.beta}")
         if self.beta > 0 and self.driver is None:
             raise CollectError("--beta mixes the expert into a --driver's driving; give --driver CKPT too")
+        if self.driver_actions not in ("argmax", "sample"):
+            raise CollectError(f"--driver-actions must be argmax or sample, got {self.driver_actions!r}")
+        if self.driver_actions != "argmax" and self.driver is None:
+            raise CollectError("--driver-actions says how a --driver picks its actions; give --driver CKPT too")
         if self.driver is not None and not Path(self.driver).is_file():
             raise CollectError(f"--driver file not found: {str(self.driver)!r} (expected a policy checkpoint from train.py)")
         out = self.out_dir

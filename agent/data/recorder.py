@@ -246,7 +246,7 @@ def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_s
     s.obs, s.info = env.reset(seed=int(track_seed), **({"options": start} if start is not None else {}))
     coin = np.random.default_rng([track_seed, MIX_STREAM])
     if driver is not None:
-        driver.reset()
+        driver.reset(track_seed)
     run = 0
     while not (s.terminated or s.truncated or s.stopped):
         label, probs, source = labeller(s.info["privileged"])

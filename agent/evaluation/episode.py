@@ -29,7 +29,7 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
     timing = timing or TimingConditions()
     started = time.perf_counter()
     frame, info = env.reset(seed=int(seed))
-    controller.reset()
+    controller.reset(seed)
     clock = timing.episode(seed, neutral_action(env.action_space))
     rec = EpisodeRecorder(seed, action_space, spec)
     writer = vid.VideoWriter(video_path) if video_path is not None else None

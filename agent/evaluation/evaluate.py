@@ -67,7 +67,7 @@ from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summa
 from agent.runtime import atomic_write_text, show_progress, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import SeedRanges, get_spec
-from policies.policy import WINDOW_CLOCKS
+from policies.policy import DISCRETE_ACTION_RULES, WINDOW_CLOCKS
 
 DEFAULT_SEED = SeedRanges().evaluate  # 1000
 
@@ -107,6 +107,7 @@ class EvalArgs:
     jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
     latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
     window_clock: str = "time"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
+    discrete_actions: str = "argmax"  # discrete students: argmax | sample (policies.policy.DISCRETE_ACTION_RULES)
     theme: str | None = None  # "a,b": envs with scenes, the themes episodes draw from by seed (default: all)
     condition: str | None = None  # "a,b": the lighting / weather conditions likewise (default: all)
     pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
@@ -152,6 +153,8 @@ class EvalArgs:
         check_workers(self.workers)
         if self.window_clock not in WINDOW_CLOCKS:
             raise ValueError(f"--window-clock must be one of {WINDOW_CLOCKS}, got {self.window_clock!r}")
+        if self.discrete_actions not in DISCRETE_ACTION_RULES:
+            raise ValueError(f"--discrete-actions must be one of {DISCRETE_ACTION_RULES}, got {self.discrete_actions!r}")
         spec.scene(self.theme, self.condition)  # ValueError on unknown names or an env without scenes
         if self.pi_speed and not spec.pi_speed:
             raise ValueError(f"--pi-speed is for envs whose drivers control the speed; {self.env}'s speed is always "
@@ -250,14 +253,14 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
 
 def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
                   policies: list[tuple[str, str | None]], clock: str = "steps",
-                  make_kwargs: dict[str, Any] | None = None) -> tuple:
+                  make_kwargs: dict[str, Any] | None = None, actions: str = "argmax") -> tuple:
     """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
     from agent.experts.expert import Expert
 
     expert = Expert.load(expert_path, action_space, env)
     controllers = [ExpertController(expert) if path is None else
                    PolicyController(load_policy(path, env, action_space, device), name, device, clock,
-                                    ["steer"] if (make_kwargs or {}).get("pi_speed") else None)
+                                    ["steer"] if (make_kwargs or {}).get("pi_speed") else None, actions)
                    for name, path in policies]
     sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer,
                            **(make_kwargs or {}))
@@ -293,7 +296,7 @@ def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: Eva
     try:
         with EpisodePool(min(args.workers, len(tasks)), _worker_setup,
                          (args.env, action_space, args.expert, args.device, args.max_steps, args.renderer, policies,
-                          args.window_clock, args.make_kwargs),
+                          args.window_clock, args.make_kwargs, args.discrete_actions),
                          _worker_episode, threads=args.threads, preload=_preload(args.env)) as pool:
             for (t, i), (row, lat) in pool.run(tasks, on_steps=bar.update):
                 rows[t][i] = (row, lat)
@@ -388,17 +391,22 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
     targets = []
     for path, name, policy in zip(paths, names, policies):
         controller = PolicyController(policy, name, args.device, args.window_clock,
-                                      ["steer"] if args.pi_speed else None)
+                                      ["steer"] if args.pi_speed else None, args.discrete_actions)
         targets.append((name, controller, {
             "source": str(path), "policy_config": policy.config.to_dict(),
             "num_parameters": int(sum(p.numel() for p in policy.parameters())),
             "filled_from_expert": controller.filled, "window_clock": args.window_clock,
+            **({"discrete_actions": args.discrete_actions} if policy.config.head == "discrete" else {}),
         }))
     return targets, spaces.pop()
 
 
 def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:
-    """A continuous checkpoint must predict the actions the env takes: [steer] with --pi-speed, else the spec's."""
+    """A continuous checkpoint must predict the actions the env takes: [steer] with --pi-speed, else the spec's;
+    --discrete-actions sample needs a discrete one."""
+    if args.discrete_actions != "argmax" and cfg.head != "discrete":
+        raise ValueError(f"--discrete-actions {args.discrete_actions} is for discrete students; checkpoint {path!r} "
+                         f"has a {cfg.head} head")
     spec = get_spec(args.env)
     if cfg.head != "continuous" or not spec.pi_speed:
         return
