@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-actions", choices=("argmax", "sample"), default="argmax",
                    help="how a discrete --driver picks its action: argmax (the likeliest) | sample (from its softmax, "
                         "seeded by the track seed), as evaluate.py --discrete-actions (default: argmax)")
+    p.add_argument("--cut-wrong-way", action="store_true",
+                   help="end an episode once the car has pointed against the course for 1 s and drop that stretch: "
+                        "after a DAgger student's spin the expert, "
+                        "which never learnt those states, labels them 'drive on', along the road backwards "
+                        "(default: off)")
     p.add_argument("--recovery-labels", action="store_true",
                    help="in the states the expert never learnt (carracing: pointing against the course, or the car's "
                         "centre more than 2 half-widths off the centerline) the env's recovery teacher labels instead, "

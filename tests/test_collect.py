@@ -18,7 +18,7 @@ from agent.data.dataset import CARD_NAME, open_dataset, temp_files
 from agent.data.recorder import DartNoise, record_episode
 from agent.experts.expert import Expert
 from agent.runtime import REPO_ROOT
-from envs.carracing import N_FEATURES, make_carracing
+from envs.carracing import FEATURE_NAMES, N_FEATURES, make_carracing
 from envs.carracing import SPEC as CARRACING
 from tests.helpers import constant_policy_checkpoint
 
@@ -60,14 +60,17 @@ def test_dart_noise_continuous_and_discrete():
 
 
 class _FakeEnv:
-    """State i has frame value i; the car drives for `moving` steps, then stands still (speed 0)."""
+    """State i has frame value i; the car drives for `moving` steps, then stands still (speed 0); from state
+    `backwards_from` on it points against the course."""
 
-    def __init__(self, moving):
-        self.moving, self.i = moving, 0
+    def __init__(self, moving, backwards_from=None):
+        self.moving, self.backwards_from, self.i = moving, backwards_from, 0
 
     def _info(self):
         priv = np.zeros(N_FEATURES, np.float32)
         priv[9] = 1.0  # wheels_on_road
+        backwards = self.backwards_from is not None and self.i >= self.backwards_from
+        priv[FEATURE_NAMES.index("cos_heading_error")] = -1.0 if backwards else 1.0
         return {"privileged": priv, "speed": 10.0 if 0 < self.i <= self.moving else 0.0,
                 "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300, "unvisited_tiles": "", "on_track": True}
 
@@ -96,6 +99,29 @@ def test_stuck_car_ends_the_episode_and_the_stuck_stretch_is_cut():
     assert arrays["final_frames"][0, 0, 0] == 21 and arrays["final_speed"] == 0.0
     np.testing.assert_allclose(meta["return"], -0.1 * 21, rtol=1e-5)
     arrays, meta = record_episode(_FakeEnv(moving=20), _FakeExpert(), 0, DartNoise("continuous", 0.0, 1, 0), early_stop=False)
+    assert meta["stopped_early"] is None and len(arrays["frames"]) == 1000
+
+
+def test_cut_wrong_way_ends_the_episode_after_one_second_backwards_and_drops_that_stretch():
+    """--cut-wrong-way: 50 steps (1 s) pointing against the course end the episode; the backwards stretch is cut, so
+    the last recorded state is the last one facing the right way. Off (the default), nothing ends the episode."""
+    noise = DartNoise("continuous", 0.0, 1, 0)
+    arrays, meta = record_episode(_FakeEnv(moving=2000, backwards_from=30), _FakeExpert(), 0, noise, cut_wrong_way=True)
+    assert meta["stopped_early"] == "wrong_way" and meta["truncated"] and len(arrays["frames"]) == 30
+    assert arrays["final_frames"][0, 0, 0] == 30
+    arrays, meta = record_episode(_FakeEnv(moving=2000, backwards_from=30), _FakeExpert(), 0, noise)
+    assert meta["stopped_early"] is None and len(arrays["frames"]) == 1000
+    short = _FakeEnv(moving=2000, backwards_from=30)
+    short._info_base, short.backwards_from = short._info, None  # 49 backwards steps, then forward again: kept
+
+    def blip():
+        info = short._info_base()
+        if 30 <= short.i < 79:
+            info["privileged"][FEATURE_NAMES.index("cos_heading_error")] = -1.0
+        return info
+
+    short._info = blip
+    arrays, meta = record_episode(short, _FakeExpert(), 0, noise, cut_wrong_way=True)
     assert meta["stopped_early"] is None and len(arrays["frames"]) == 1000
 
 
@@ -368,6 +394,7 @@ def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
         (["--driver", str(disc), "--beta", "1.5"], "--beta is a probability"),
         (["--driver", str(disc)], "'discrete' action space"),
         (["--driver-actions", "sample"], "give --driver CKPT too"),
+        (["--cut-wrong-way", "--recovery-labels"], "choose one"),
         (["--driver", str(tmp_path / "cont.pt"), "--driver-actions", "sample"], "is for discrete policies"),
     ]
     for argv, message in cases:

@@ -90,6 +90,7 @@ class EpisodeSettings:
     noise: float
     noise_hold: int
     early_stop: bool
+    cut_wrong_way: bool  # end the episode after 1 s pointing against the course (agent.data.recorder.EarlyStop)
     beta: float
     out: str
     meta: dict = field(default_factory=dict)  # added to every episode's meta (expert and driver identity)
@@ -112,7 +113,7 @@ def record_and_write(s: EpisodeSettings, env: Any, expert: Any, driver: Any, epi
     recovery = spec.recovery_teacher() if s.recovery_labels else None
     start = recovery_start(spec, track_seed, s.recovery_starts)
     arrays, meta = record_episode(env, expert, track_seed, noise, on_step=on_step, early_stop=s.early_stop,
-                                  driver=driver, beta=s.beta, recovery=recovery, start=start)
+                                  cut_wrong_way=s.cut_wrong_way, driver=driver, beta=s.beta, recovery=recovery, start=start)
     meta.update(max_steps=s.max_steps, expert_sha256=s.meta.get("expert_sha256"),
                 collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"), renderer=s.renderer)
     meta.update({k: v for k, v in s.meta.items() if k != "expert_sha256"})
@@ -298,6 +299,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         "noise_hold": hold,
         "max_steps": cfg.max_steps,
         "early_stop": cfg.early_stop,
+        **({"cut_wrong_way": True} if cfg.cut_wrong_way else {}),
         "renderer": renderer,
         "workers": workers,
         "driver": str(cfg.driver) if cfg.driver is not None else None,
@@ -315,6 +317,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         driver=None if cfg.driver is None else str(cfg.driver), driver_actions=cfg.driver_actions,
         max_steps=cfg.max_steps, renderer=renderer,
         noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
+        cut_wrong_way=cfg.cut_wrong_way,
         meta={"expert_sha256": exp["sha256"], **driver_info}, recovery_labels=cfg.recovery_labels,
         recovery_starts=cfg.recovery_starts, scene=scene)
     return RunPlan(config, [*existing.card.get("runs", []), run], ids, seeds, workers, settings)

@@ -54,6 +54,7 @@ class CollectConfig:
     expert: Path | None = None
     out: Path | None = None
     early_stop: bool = True
+    cut_wrong_way: bool = False  # end an episode after 1 s pointing against the course, that stretch cut
     progress: bool = True
     driver: Path | None = None  # DAgger: a policy checkpoint that drives while the expert labels
     beta: float = 0.0  # DAgger: probability per step that the expert's action is executed instead
@@ -117,6 +118,11 @@ class CollectConfig:
             raise CollectError(f"--beta is a probability, must be in [0, 1], got {self.beta}")
         if self.beta > 0 and self.driver is None:
             raise CollectError("--beta mixes the expert into a --driver's driving; give --driver CKPT too")
+        if self.cut_wrong_way and spec.wrong_way is None:
+            raise CollectError(f"--cut-wrong-way needs an env that knows the course's direction; {self.env} does not")
+        if self.cut_wrong_way and self.recovery_labels:
+            raise CollectError("--cut-wrong-way drops the states --recovery-labels labels (pointing against the "
+                               "course); choose one")
         if self.driver_actions not in ("argmax", "sample"):
             raise CollectError(f"--driver-actions must be argmax or sample, got {self.driver_actions!r}")
         if self.driver_actions != "argmax" and self.driver is None:

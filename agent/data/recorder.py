@@ -62,6 +62,7 @@ from envs.registry import EnvSpec
 
 STUCK_SPEED, STUCK_SECONDS = 1.0, 1.0  # env speed units, seconds: a stopped car
 OFF_ROAD_SECONDS = 5.0  # with the car off the road (short excursions and their recoveries are kept)
+WRONG_WAY_SECONDS = 1.0  # pointing against the course (spec.wrong_way), with cut_wrong_way
 NOISE_STREAM = 0xDA27  # mixed into the track seed for the DART generator
 MIX_STREAM = 0xDA66  # mixed into the track seed for the DAgger expert/student coin
 START_STREAM = 0x5747  # mixed into the track seed for the recovery start draw
@@ -154,16 +155,23 @@ class EarlyStop:
     CarRacing expert can sit on the grass braking for the rest of the 1000 steps (seen on track 3000016) —
     hundreds of near-identical frames labelled "brake while stopped" that would teach the student to stop.
     The stuck stretch itself is cut off; the spin and the failed recovery before it stay, and the episode is
-    flagged in its meta."""
+    flagged in its meta. ``wrong_way`` (collect.py --cut-wrong-way) also ends a DAgger episode once the car has
+    pointed against the course for WRONG_WAY_SECONDS, cutting that stretch: there the expert, which never learnt
+    those states, labels "drive on" along the road backwards (issue 23)."""
 
-    def __init__(self, spec: EnvSpec, enabled: bool = True) -> None:
+    def __init__(self, spec: EnvSpec, enabled: bool = True, wrong_way: bool = False) -> None:
         self.spec, self.enabled = spec, enabled
         self.stuck_steps = round(STUCK_SECONDS / spec.dt)
         self.off_road_steps = round(OFF_ROAD_SECONDS / spec.dt)
-        self.slow = self.off = 0
+        self.wrong_way_steps = round(WRONG_WAY_SECONDS / spec.dt) if wrong_way and spec.wrong_way else 0
+        self.slow = self.off = self.backwards = 0
 
     def __call__(self, info: dict) -> tuple[str | None, int]:
         """(reason or None, how many of the latest states belong to the stuck stretch)."""
+        if self.wrong_way_steps:
+            self.backwards = self.backwards + 1 if self.spec.wrong_way(info) else 0
+            if self.backwards >= self.wrong_way_steps:
+                return "wrong_way", self.backwards
         if not self.enabled:
             return None, 0
         self.slow = self.slow + 1 if info["speed"] < STUCK_SPEED else 0
@@ -183,6 +191,7 @@ def record_episode(
     *,
     on_step: Callable[[], None] | None = None,
     early_stop: bool = True,
+    cut_wrong_way: bool = False,
     driver: Any = None,
     beta: float = 0.0,
     recovery: Any = None,
@@ -197,8 +206,8 @@ def record_episode(
     recovery teacher labels the states it needs (see the module docstring); `start`: the env's reset options."""
     t0 = time.perf_counter()
     labeller = Labeller(expert, recovery)
-    steps = _drive(env, labeller, track_seed, noise, on_step, EarlyStop(expert.spec, early_stop), driver, beta,
-                   start)
+    stop = EarlyStop(expert.spec, early_stop, cut_wrong_way)
+    steps = _drive(env, labeller, track_seed, noise, on_step, stop, driver, beta, start)
     arrays = _episode_arrays(steps, labeller)
     meta = {"track_seed": int(track_seed), **_episode_meta(arrays, steps, expert, noise, driver, beta),
             "wall_s": time.perf_counter() - t0}
@@ -342,5 +351,5 @@ def _episode_meta(arrays: dict[str, np.ndarray], s: _Steps, expert: Any, noise: 
         "mean_speed": float(arrays["speed"].mean()),
         "stats": action_stats(expert.action_space, a, lab, spec.action_names[expert.action_space],
                               spec.steer_limit[expert.action_space]),
-        "stopped_early": s.stopped,  # None | "stuck" | "off_road" (see EarlyStop); such episodes end truncated
+        "stopped_early": s.stopped,  # None | "stuck" | "off_road" | "wrong_way" (see EarlyStop); such episodes end truncated
     }
