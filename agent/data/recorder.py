@@ -156,8 +156,9 @@ class EarlyStop:
     hundreds of near-identical frames labelled "brake while stopped" that would teach the student to stop.
     The stuck stretch itself is cut off; the spin and the failed recovery before it stay, and the episode is
     flagged in its meta. ``wrong_way`` (collect.py --cut-wrong-way) also ends a DAgger episode once the car has
-    pointed against the course for WRONG_WAY_SECONDS, cutting that stretch: there the expert, which never learnt
-    those states, labels "drive on" along the road backwards (issue 23)."""
+    pointed against the course for WRONG_WAY_SECONDS, cutting that stretch: the expert never learnt those states
+    (it steers at full lock or brakes there, never gasses), and from the camera they look like driving forwards,
+    so their labels contradict the forward ones (issue 23)."""
 
     def __init__(self, spec: EnvSpec, enabled: bool = True, wrong_way: bool = False) -> None:
         self.spec, self.enabled = spec, enabled
