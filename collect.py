@@ -88,9 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "seeded by the track seed), as evaluate.py --discrete-actions (default: argmax)")
     p.add_argument("--cut-wrong-way", action="store_true",
                    help="end an episode once the car has pointed against the course for 1 s and drop that stretch: "
-                        "after a DAgger student's spin the expert, "
-                        "which never learnt those states, labels them 'drive on', along the road backwards "
-                        "(default: off)")
+                        "after a DAgger student's spin the expert, which never learnt those states, steers or "
+                        "brakes where the camera shows what looks like a road driven forwards (default: off)")
     p.add_argument("--recovery-labels", action="store_true",
                    help="in the states the expert never learnt (carracing: pointing against the course, or the car's "
                         "centre more than 2 half-widths off the centerline) the env's recovery teacher labels instead, "
