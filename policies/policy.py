@@ -291,7 +291,7 @@ class DrivingPolicy(nn.Module):
 
 # How a discrete student picks its action from the logits. argmax: the likeliest. sample: drawn from the softmax --
 # the discrete CarRacing expert pulses gas and steering within a fraction of a second, and in a state that does not
-# show which pulse comes next argmax takes the commoner one every time (gas: too fast into hairpins).
+# show which pulse comes next argmax takes the commoner one, gas, every time (measured: docs/results.md, issue 23).
 DISCRETE_ACTION_RULES = ("argmax", "sample")
 
 WINDOW_CLOCKS = ("steps", "time")  # how a stream picks its window from the frames it received (PolicyStream)
