@@ -60,17 +60,16 @@ def test_dart_noise_continuous_and_discrete():
 
 
 class _FakeEnv:
-    """State i has frame value i; the car drives for `moving` steps, then stands still (speed 0); from state
-    `backwards_from` on it points against the course."""
+    """State i has frame value i; the car drives for `moving` steps, then stands still (speed 0); in the states
+    `backwards` holds it points against the course."""
 
-    def __init__(self, moving, backwards_from=None):
-        self.moving, self.backwards_from, self.i = moving, backwards_from, 0
+    def __init__(self, moving, backwards=()):
+        self.moving, self.backwards, self.i = moving, backwards, 0
 
     def _info(self):
         priv = np.zeros(N_FEATURES, np.float32)
         priv[9] = 1.0  # wheels_on_road
-        backwards = self.backwards_from is not None and self.i >= self.backwards_from
-        priv[FEATURE_NAMES.index("cos_heading_error")] = -1.0 if backwards else 1.0
+        priv[FEATURE_NAMES.index("cos_heading_error")] = -1.0 if self.i in self.backwards else 1.0
         return {"privileged": priv, "speed": 10.0 if 0 < self.i <= self.moving else 0.0,
                 "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300, "unvisited_tiles": "", "on_track": True}
 
@@ -106,22 +105,13 @@ def test_cut_wrong_way_ends_the_episode_after_one_second_backwards_and_drops_tha
     """--cut-wrong-way: 50 steps (1 s) pointing against the course end the episode; the backwards stretch is cut, so
     the last recorded state is the last one facing the right way. Off (the default), nothing ends the episode."""
     noise = DartNoise("continuous", 0.0, 1, 0)
-    arrays, meta = record_episode(_FakeEnv(moving=2000, backwards_from=30), _FakeExpert(), 0, noise, cut_wrong_way=True)
+    arrays, meta = record_episode(_FakeEnv(2000, range(30, 2000)), _FakeExpert(), 0, noise, cut_wrong_way=True)
     assert meta["stopped_early"] == "wrong_way" and meta["truncated"] and len(arrays["frames"]) == 30
     assert arrays["final_frames"][0, 0, 0] == 30
-    arrays, meta = record_episode(_FakeEnv(moving=2000, backwards_from=30), _FakeExpert(), 0, noise)
+    arrays, meta = record_episode(_FakeEnv(2000, range(30, 2000)), _FakeExpert(), 0, noise)
     assert meta["stopped_early"] is None and len(arrays["frames"]) == 1000
-    short = _FakeEnv(moving=2000, backwards_from=30)
-    short._info_base, short.backwards_from = short._info, None  # 49 backwards steps, then forward again: kept
-
-    def blip():
-        info = short._info_base()
-        if 30 <= short.i < 79:
-            info["privileged"][FEATURE_NAMES.index("cos_heading_error")] = -1.0
-        return info
-
-    short._info = blip
-    arrays, meta = record_episode(short, _FakeExpert(), 0, noise, cut_wrong_way=True)
+    # 49 steps backwards (under 1 s), then the right way again: nothing is cut
+    arrays, meta = record_episode(_FakeEnv(2000, range(30, 79)), _FakeExpert(), 0, noise, cut_wrong_way=True)
     assert meta["stopped_early"] is None and len(arrays["frames"]) == 1000
 
 
