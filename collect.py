@@ -28,6 +28,7 @@ from typing import NoReturn, Sequence
 from agent.data.config import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError, parse_shard
 from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES, get_spec
+from policies.actions import DISCRETE_ACTION_RULES
 
 
 @dataclass
@@ -83,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=0.0,
                    help="DAgger mixture: probability per step that the expert's action is executed instead of the "
                         "--driver's (default: 0)")
-    p.add_argument("--driver-actions", choices=("argmax", "sample"), default="argmax",
+    p.add_argument("--driver-actions", choices=DISCRETE_ACTION_RULES, default="argmax",
                    help="how a discrete --driver picks its action: argmax (the likeliest) | sample (from its softmax, "
                         "seeded by the track seed), as evaluate.py --discrete-actions (default: argmax)")
     p.add_argument("--cut-wrong-way", action="store_true",

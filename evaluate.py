@@ -35,7 +35,8 @@ from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate
 from agent.runtime import cli_exit_code
 from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES  # noqa: E402
-from policies.policy import DISCRETE_ACTION_RULES, WINDOW_CLOCKS  # noqa: E402
+from policies.actions import DISCRETE_ACTION_RULES  # noqa: E402
+from policies.policy import WINDOW_CLOCKS  # noqa: E402
 
 PROG = "python evaluate.py"
 FLAGS = {"policy": "--expert-drives"}  # EvalArgs field -> its flag, where the two differ

@@ -13,7 +13,7 @@ import torch
 
 from agent.runtime import resolve_path
 from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
-from policies.policy import DISCRETE_ACTION_RULES
+from policies.actions import DISCRETE_ACTION_RULES
 
 
 def load_driver(path: str | Path, env: str, action_space: str, actions: str = "argmax") -> Any:

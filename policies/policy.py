@@ -29,6 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from agent.runtime import atomic_write
+from policies.actions import DISCRETE_ACTIONS
 from policies.cores import CORES, build_core
 from policies.encoders import ENCODERS, build_encoder
 
@@ -39,7 +40,6 @@ COLORS = ("rgb", "yuv")
 # RGB -> YUV (BT.601, as OpenCV's COLOR_RGB2YUV) on [0, 1] pixels, U and V centred on 0.5
 _YUV = torch.tensor([[0.299, 0.587, 0.114], [-0.14713, -0.28886, 0.436], [0.615, -0.51499, -0.10001]])
 TIME_INPUTS = ("seconds", "index")
-DISCRETE_ACTIONS = ("noop", "right", "left", "gas", "brake")  # CarRacing's discrete action ids 0..4
 ACTION_RANGES = {"steer": (-1.0, 1.0), "gas": (0.0, 1.0), "brake": (0.0, 1.0), "throttle": (-1.0, 1.0)}  # throttle < 0 brakes
 
 
@@ -251,7 +251,7 @@ class DrivingPolicy(nn.Module):
 
     def to_env_action(self, output: torch.Tensor | np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray | int:
         """One step's output ``[out]`` -> env action: clipped float32 array (continuous); discrete: the argmax id,
-        or with ``rng`` an id drawn from the softmax of the logits (``DISCRETE_ACTION_RULES``)."""
+        or with ``rng`` an id drawn from the softmax of the logits (``policies.actions.DISCRETE_ACTION_RULES``)."""
         out = torch.as_tensor(output).detach().float().cpu().reshape(-1)
         if out.numel() != self.config.action_dim:
             raise ValueError(f"output must have {self.config.action_dim} entries, got shape {tuple(out.shape)}")
@@ -288,11 +288,6 @@ class DrivingPolicy(nn.Module):
         how the window is picked from the frames received (``PolicyStream``)."""
         return PolicyStream(self, clock)
 
-
-# How a discrete student picks its action from the logits. argmax: the likeliest. sample: drawn from the softmax --
-# the discrete CarRacing expert pulses gas and steering within a fraction of a second, and in a state that does not
-# show which pulse comes next argmax takes the commoner one, gas, every time (measured: docs/results.md, issue 23).
-DISCRETE_ACTION_RULES = ("argmax", "sample")
 
 WINDOW_CLOCKS = ("steps", "time")  # how a stream picks its window from the frames it received (PolicyStream)
 
