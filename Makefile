@@ -51,8 +51,9 @@ demo-udacity: $(STAMP)
 	@echo "  videos      $(DEMO)-udacity/eval/*/videos/*.mp4"
 	@echo "  TensorBoard $(VENV)/bin/tensorboard --logdir $(DEMO)-udacity"
 
+# one pytest-xdist worker per core; a test file stays on one worker, so its module fixtures are built once
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.nac_runtime

@@ -163,40 +163,49 @@ def cli(*args, cwd=ROOT):
                           cwd=cwd, timeout=120)
 
 
+def main_in_process(capsys, *args) -> tuple[int, str]:
+    """train.py's main() with its arguments, in this process (no interpreter start-up): exit code and stderr."""
+    import train as cli
+
+    code = cli.main(list(args))
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("case", ["missing_data", "unknown_policy", "bad_window", "corrupted_checkpoint"])
-def test_cli_bad_input_is_one_clear_error(case, data_dir, tmp_path):
+def test_cli_bad_input_is_one_clear_error(case, data_dir, tmp_path, capsys):
     if case == "missing_data":
-        r = cli("--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
+        code, err = main_in_process(capsys, "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
         expect = "does not exist"
     elif case == "unknown_policy":
-        r = cli("--data", str(data_dir), "--core", "nac,transformer", "--out", str(tmp_path / "o"))
+        code, err = main_in_process(capsys, "--data", str(data_dir), "--core", "nac,transformer",
+                                    "--out", str(tmp_path / "o"))
         expect = "valid policies: nac, lstm"
     elif case == "bad_window":
-        r = cli("--data", str(data_dir), "--window", "0", "--out", str(tmp_path / "o"))
+        code, err = main_in_process(capsys, "--data", str(data_dir), "--window", "0", "--out", str(tmp_path / "o"))
         expect = "--window must be >= 1"
     else:
         out = tmp_path / "o"
         out.mkdir()
         (out / "args.json").write_text(json.dumps({"data": str(data_dir), "policy": "mlp"}))
         (out / "last.pt").write_bytes(b"\x00garbage" * 100)
-        r = cli("--resume", "--out", str(out))
+        code, err = main_in_process(capsys, "--resume", "--out", str(out))
         expect = "corrupted"
-    assert r.returncode == 2, r.stderr
-    assert "error:" in r.stderr and expect in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr + r.stdout
+    assert code == 2, err
+    assert err.startswith("error:") and expect in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_cli_trains_and_prints_a_summary(data_dir, tmp_path):
+def test_cli_trains_and_prints_a_summary(data_dir, tmp_path, capsys):
+    """The real process (interpreter, __main__, exit code); its refusals then in-process, as the cases above."""
     out = tmp_path / "cli"
     r = cli("--data", str(data_dir), "--core", "mlp", "--epochs", "1", "--window", "2", "--batch-size", "32",
             "--segment", "8", "--threads", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "mlp: val_loss" in r.stdout and "samples/s" in r.stdout
     assert {"best.pt", "last.pt", "metrics.json", "args.json"} <= {p.name for p in out.iterdir()}
-    again = cli("--data", str(data_dir), "--core", "mlp", "--out", str(out))  # never clobber a run silently
-    assert again.returncode == 2 and "--resume" in again.stderr
-    typo = cli("--data", str(tmp_path / "nope"), "--core", "mlp", "--out", str(out))  # the data error wins
-    assert typo.returncode == 2 and "does not exist" in typo.stderr and "--resume" not in typo.stderr
+    code, err = main_in_process(capsys, "--data", str(data_dir), "--core", "mlp", "--out", str(out))
+    assert code == 2 and "--resume" in err  # never clobber a run silently
+    code, err = main_in_process(capsys, "--data", str(tmp_path / "nope"), "--core", "mlp", "--out", str(out))
+    assert code == 2 and "does not exist" in err and "--resume" not in err  # the data error wins
 
 
 def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
