@@ -137,3 +137,21 @@ def test_timing_table_refuses_conditions_with_different_trainings(tmp_path):
     folders = [*regular, dropped]
     with pytest.raises(ValueError, match="same trainings"):
         table_markdown([read_run(f) for f in folders], [str(f) for f in folders])
+
+
+def test_joined_folders_are_one_training_and_pairs_are_chosen_by_name(tmp_path, capsys):
+    """b evaluated in a run of its own on the same tracks: 'A,B' joins it to a's run; --pair a:b pairs them as
+    the first-policy rows would, and a pair of names the runs do not hold is one clear error."""
+    joined = []
+    for k, folder in enumerate(_two_trainings(tmp_path / "together"), 1):
+        m = json.loads((folder / "b" / "metrics.json").read_text())
+        alone = _write_eval(tmp_path / "alone" / f"s{k}", {"b2": m["episodes"]})
+        joined.append(f"{tmp_path / 'together' / f's{k}' / 'a'},{alone}")  # a's own metrics.json, b2's run
+    text = table_markdown([read_run(f) for f in joined], joined, ["a:b2"])
+    row = next(line for line in text.split("## Chosen pairs")[1].splitlines() if line.startswith("| b2 minus a"))
+    d = np.array([0.0, -60.0, 60.0, -120.0])  # the b - a pairs of the first test
+    assert row == f"| b2 minus a | {d.mean():+.1f} ({d.std(ddof=1) / 2:.1f}, n=4) |"
+    assert main([*joined, "--pair", "a:c"]) == 2 and "no policy 'c'" in capsys.readouterr().err
+    assert main([*joined, "--pair", "a-b2"]) == 2 and "BASE:OTHER" in capsys.readouterr().err
+    twice = f"{joined[0]},{tmp_path / 'alone' / 's1'}"
+    assert main([twice]) == 2 and "more than one of the joined folders" in capsys.readouterr().err

@@ -16,6 +16,10 @@ given, each condition's folders in the same training-seed order, so that a polic
 conditions per (training seed, track):
 
     python -m agent.evaluation.table eval/t/{regular,drop,jitter,latency}/s{1,2,3}
+
+Policies of one training seed evaluated in separate runs on the same tracks count as one evaluation when their
+folders are joined by commas (``eval/a/s1,eval/b/s1``); ``--pair A:B`` adds B minus A, paired the same way, for
+pairs other than "each policy minus the first" (a core trained two ways, say).
 """
 from __future__ import annotations
 
@@ -32,7 +36,16 @@ Run = dict[str, dict[str, Any]]  # policy name -> its metrics.json (episodes inc
 
 
 def read_run(folder: str | Path) -> Run:
-    """Every policy evaluated in one evaluate.py output folder, in comparison order: name -> metrics.json."""
+    """Every policy evaluated in one evaluate.py output folder, in comparison order: name -> metrics.json. Folders
+    joined by commas are read as one run (each policy's name must then be unique among them)."""
+    if "," in str(folder):
+        joined: Run = {}
+        for part in str(folder).split(","):
+            for name, summary in read_run(part).items():
+                if name in joined:
+                    raise ValueError(f"{str(folder)!r}: policy {name!r} is in more than one of the joined folders")
+                joined[name] = summary
+        return joined
     folder = Path(folder)
     comparison = folder / "comparison.json"
     if comparison.is_file():
@@ -230,17 +243,49 @@ def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[s
     return text
 
 
-def table_markdown(runs: Sequence[Run], folders: Sequence[str]) -> str:
+def parse_pair(text: str, names: Sequence[str]) -> tuple[str, str]:
+    """``A:B`` -> (A, B), both policies of the runs: the row B minus A."""
+    base, sep, other = text.partition(":")
+    if not sep or not base or not other:
+        raise ValueError(f"--pair takes BASE:OTHER, two policy names, got {text!r}")
+    for name in (base, other):
+        if name not in names:
+            raise ValueError(f"--pair {text}: no policy {name!r} in the runs (they hold {', '.join(names)})")
+    return base, other
+
+
+def _pairs_table(groups: dict[str, tuple[list[Run], list[str]]], pairs: Sequence[tuple[str, str]]) -> str:
+    """The chosen pairs, other minus base per (training seed, track), one column per timing condition."""
+    labels = list(groups)
+    runs0 = groups[labels[0]][0]
+    key, fmt = paired_keys(runs0[0][pairs[0][0]])[0]
+    lines = [f"| pair | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+    for base, other in pairs:
+        cells = []
+        for label in labels:
+            rs = groups[label][0]
+            m, se, n = paired_differences(_tagged(rs, base), _tagged(rs, other), key)
+            cells.append("n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}}, n={n})")
+        lines.append(f"| {other} minus {base} | " + " | ".join(cells) + " |")
+    return (f"Per (training seed, track) pair: mean (standard error, pairs) of {key}.\n\n" + "\n".join(lines)
+            + "\n")
+
+
+def table_markdown(runs: Sequence[Run], folders: Sequence[str], pairs: Sequence[str] = ()) -> str:
     """The whole report: what was pooled, the summary table, the paired differences (per timing condition, after
-    the timing tables, when the folders were driven under several)."""
+    the timing tables, when the folders were driven under several), then the ``--pair`` rows asked for."""
     names = check_runs(runs)
+    chosen = [parse_pair(p, names) for p in pairs]
     groups = _by_timing(runs, folders)
+    extra = f"\n## Chosen pairs\n\n{_pairs_table(groups, chosen)}" if chosen else ""
     if len(groups) == 1:
         seeds = runs[0][names[0]].get("seeds", [])
         return (f"# {len(names)} policies x {len(runs)} trainings, closed loop on {runs[0][names[0]].get('env')}, "
-                f"tracks {_span(seeds)} ({len(seeds)} per training)\n\n" + _report(runs, folders, names, "##"))
+                f"tracks {_span(seeds)} ({len(seeds)} per training)\n\n" + _report(runs, folders, names, "##")
+                + extra)
     return (f"# {len(names)} policies x {len(next(iter(groups.values()))[0])} trainings x {len(groups)} timing "
             f"conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" + _timing_tables(groups, names) +
+            extra +
             "".join(f"\n## {label}\n\n" + _report(rs, fs, names, "###") for label, (rs, fs) in groups.items()))
 
 
@@ -263,12 +308,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "different timing conditions (--drop-prob, --jitter, --latency-steps) become a timing table, "
                     "one column per condition; give each condition's folders in the same training-seed order.")
     parser.add_argument("folders", nargs="+",
-                        help="evaluate.py --out folders, one per training seed (and per timing condition)")
+                        help="evaluate.py --out folders, one per training seed (and per timing condition); folders "
+                             "joined by commas (A,B) are one training seed's policies evaluated in separate runs")
+    parser.add_argument("--pair", action="append", default=[], metavar="BASE:OTHER",
+                        help="add the paired difference OTHER minus BASE (repeatable), beside each policy minus "
+                             "the first")
     parser.add_argument("--out", help="write the markdown here as well as printing it")
     a = parser.parse_args(argv)
 
     def work() -> None:
-        text = table_markdown([read_run(f) for f in a.folders], a.folders)
+        text = table_markdown([read_run(f) for f in a.folders], a.folders, a.pair)
         print(text)
         if a.out:
             atomic_write_text(Path(a.out), text)
