@@ -155,3 +155,7 @@ def test_joined_folders_are_one_training_and_pairs_are_chosen_by_name(tmp_path, 
     assert main([*joined, "--pair", "a-b2"]) == 2 and "BASE:OTHER" in capsys.readouterr().err
     twice = f"{joined[0]},{tmp_path / 'alone' / 's1'}"
     assert main([twice]) == 2 and "more than one of the joined folders" in capsys.readouterr().err
+    same_tracks = [_episode(1, "lake", 0, 0.1), _episode(2, "mountain", 0, 0.2)]
+    dropped = _with_timing(_write_eval(tmp_path / "drop", {"b3": same_tracks}), drop_prob=0.2)
+    mixed = f"{_with_timing(tmp_path / 'together' / 's1')},{dropped}"
+    assert main([mixed]) == 2 and "mixes timing conditions" in capsys.readouterr().err

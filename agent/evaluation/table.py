@@ -181,10 +181,18 @@ def _paired_table(runs: Sequence[Run], names: list[str]) -> str:
 
 
 def timing_label(run: Run) -> str:
-    """The run's timing condition in words ('regular timing', '20 % dropped frames', ...), from its metrics.json."""
-    block = next(iter(run.values())).get("timing") or {}
-    return TimingConditions(drop_prob=float(block.get("drop_prob", 0.0)), jitter=parse_jitter(block.get("jitter")),
-                            latency_steps=int(block.get("latency_steps", 0))).label()
+    """The run's timing condition in words ('regular timing', '20 % dropped frames', ...), from its metrics.json
+    files; a run (joined folders, say) whose policies were driven under different conditions is refused."""
+    labels = {}
+    for name, summary in run.items():
+        block = summary.get("timing") or {}
+        labels[name] = TimingConditions(drop_prob=float(block.get("drop_prob", 0.0)),
+                                        jitter=parse_jitter(block.get("jitter")),
+                                        latency_steps=int(block.get("latency_steps", 0))).label()
+    if len(set(labels.values())) > 1:
+        raise ValueError("one evaluation mixes timing conditions (" + ", ".join(f"{n}: {lab}" for n, lab in
+                         labels.items()) + "): join only folders driven under the same one")
+    return next(iter(labels.values()))
 
 
 def _by_timing(runs: Sequence[Run], folders: Sequence[str]) -> dict[str, tuple[list[Run], list[str]]]:
