@@ -267,7 +267,7 @@ def _pairs_table(groups: dict[str, tuple[list[Run], list[str]]], pairs: Sequence
     labels = list(groups)
     runs0 = groups[labels[0]][0]
     key, fmt = paired_keys(runs0[0][pairs[0][0]])[0]
-    lines = [f"| pair | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+    lines = ["| pair | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
     for base, other in pairs:
         cells = []
         for label in labels:
