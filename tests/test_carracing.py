@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from envs.carracing import FEATURE_NAMES, N_FEATURES, PrivilegedObservation, make_carracing
+from envs.carracing import DISCRETE_ACTION_NAMES, FEATURE_NAMES, N_FEATURES, PrivilegedObservation, make_carracing
+from policies.actions import DISCRETE_ACTIONS
 
 INFO_KEYS = {"privileged", "speed", "tiles_visited", "num_tiles", "on_track", "lap_complete"}
 OFF = FEATURE_NAMES.index("lateral_offset")
@@ -178,3 +179,8 @@ def test_unvisited_tiles_list_exactly_the_tiles_not_yet_visited():
     road = env.unwrapped.road
     assert tiles == {i for i, t in enumerate(road) if not t.road_visited}
     assert len(tiles) == info["num_tiles"] - info["tiles_visited"] > 0 and 0 not in tiles
+
+
+def test_the_policy_names_the_discrete_actions_as_the_env_does():
+    """policies does not import envs, so each keeps the id -> name list; a discrete head's labels must match."""
+    assert DISCRETE_ACTIONS == DISCRETE_ACTION_NAMES
