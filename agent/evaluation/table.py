@@ -210,6 +210,12 @@ def _by_timing(runs: Sequence[Run], folders: Sequence[str]) -> dict[str, tuple[l
     return groups
 
 
+def _paired_cell(base: list[dict[str, Any]], other: list[dict[str, Any]], key: str, fmt: str) -> str:
+    """other minus base on ``key``, per matching (training seed, track): 'mean (standard error, n=pairs)'."""
+    m, se, n = paired_differences(base, other, key)
+    return "n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}}, n={n})"
+
+
 def _pooled_headline(runs: Sequence[Run], name: str) -> float:
     pooled = _summary(_tagged(runs, name), runs[0][name])
     return float(pooled["autonomy"] if "autonomy" in pooled else pooled["mean_return"])
@@ -231,8 +237,7 @@ def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[s
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
 
     def cell(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> str:
-        m, se, n = paired_differences(base, other, key)
-        return "n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}}, n={n})"
+        return _paired_cell(base, other, key, fmt)
 
     text = (f"{key} pooled over every training and track; in brackets, its share of the same policy's {key} under "
             f"{base_label}.\n\n" + "\n".join(lines) + "\n")
@@ -265,15 +270,11 @@ def parse_pair(text: str, names: Sequence[str]) -> tuple[str, str]:
 def _pairs_table(groups: dict[str, tuple[list[Run], list[str]]], pairs: Sequence[tuple[str, str]]) -> str:
     """The chosen pairs, other minus base per (training seed, track), one column per timing condition."""
     labels = list(groups)
-    runs0 = groups[labels[0]][0]
-    key, fmt = paired_keys(runs0[0][pairs[0][0]])[0]
+    key, fmt = paired_keys(groups[labels[0]][0][0][pairs[0][0]])[0]
     lines = ["| pair | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
     for base, other in pairs:
-        cells = []
-        for label in labels:
-            rs = groups[label][0]
-            m, se, n = paired_differences(_tagged(rs, base), _tagged(rs, other), key)
-            cells.append("n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}}, n={n})")
+        cells = [_paired_cell(_tagged(groups[label][0], base), _tagged(groups[label][0], other), key, fmt)
+                 for label in labels]
         lines.append(f"| {other} minus {base} | " + " | ".join(cells) + " |")
     return (f"Per (training seed, track) pair: mean (standard error, pairs) of {key}.\n\n" + "\n".join(lines)
             + "\n")
