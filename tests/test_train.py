@@ -165,9 +165,9 @@ def cli(*args, cwd=ROOT):
 
 def main_in_process(capsys, *args) -> tuple[int, str]:
     """train.py's main() with its arguments, in this process (no interpreter start-up): exit code and stderr."""
-    import train as cli
+    import train
 
-    code = cli.main(list(args))
+    code = train.main(list(args))
     return code, capsys.readouterr().err
 
 
