@@ -115,9 +115,10 @@ def test_interrupted_parallel_run_keeps_finished_episodes_and_a_rerun_completes_
     _same_episodes(d / "serial", out)
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
+def _wait_for_episodes(out: Path, count: int, proc: subprocess.Popen, timeout: float = 180) -> None:
+    """Until `count` episode files exist; any ids, since two workers finish their episodes in either order."""
     deadline = time.time() + timeout
-    while not path.exists():
+    while len(list((out / "episodes").glob("episode_*.npz"))) < count:
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.1)
 
@@ -130,7 +131,7 @@ def test_ctrl_c_stops_a_parallel_cli_cleanly(tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        _wait_for(out / "episodes" / "episode_00001.npz", proc)
+        _wait_for_episodes(out, 2, proc)
         os.killpg(proc.pid, signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
@@ -152,7 +153,7 @@ def test_kill_9_of_a_parallel_collector_keeps_finished_episodes(tmp_path):
            "--no-progress", "--workers", "2", "--renderer", "fast"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(out / "episodes" / "episode_00000.npz", proc)
+        _wait_for_episodes(out, 1, proc)
         proc.kill()
         proc.communicate(timeout=60)
     finally:
