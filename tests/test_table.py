@@ -151,6 +151,7 @@ def test_joined_folders_are_one_training_and_pairs_are_chosen_by_name(tmp_path, 
     row = next(line for line in text.split("## Chosen pairs")[1].splitlines() if line.startswith("| b2 minus a"))
     d = np.array([0.0, -60.0, 60.0, -120.0])  # the b - a pairs of the first test
     assert row == f"| b2 minus a | {d.mean():+.1f} ({d.std(ddof=1) / 2:.1f}, n=4) |"
+    assert table_markdown([read_run(joined[0])], joined[:1]).startswith("# 2 policies x 1 training, closed loop")
     assert main([*joined, "--pair", "a:c"]) == 2 and "no policy 'c'" in capsys.readouterr().err
     assert main([*joined, "--pair", "a-b2"]) == 2 and "BASE:OTHER" in capsys.readouterr().err
     twice = f"{joined[0]},{tmp_path / 'alone' / 's1'}"

@@ -82,6 +82,10 @@ def check_runs(runs: Sequence[Run]) -> list[str]:
     return names
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _span(seeds: Sequence[int]) -> str:
     return f"{min(seeds)}..{max(seeds)}" if seeds else "none"
 
@@ -289,11 +293,11 @@ def table_markdown(runs: Sequence[Run], folders: Sequence[str], pairs: Sequence[
     extra = f"\n## Chosen pairs\n\n{_pairs_table(groups, chosen)}" if chosen else ""
     if len(groups) == 1:
         seeds = runs[0][names[0]].get("seeds", [])
-        return (f"# {len(names)} policies x {len(runs)} trainings, closed loop on {runs[0][names[0]].get('env')}, "
-                f"tracks {_span(seeds)} ({len(seeds)} per training)\n\n" + _report(runs, folders, names, "##")
+        return (f"# {len(names)} policies x {_count(len(runs), 'training')}, closed loop on "
+                f"{runs[0][names[0]].get('env')}, tracks {_span(seeds)} ({len(seeds)} per training)\n\n" + _report(runs, folders, names, "##")
                 + extra)
-    return (f"# {len(names)} policies x {len(next(iter(groups.values()))[0])} trainings x {len(groups)} timing "
-            f"conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" + _timing_tables(groups, names) +
+    return (f"# {len(names)} policies x {_count(len(next(iter(groups.values()))[0]), 'training')} x {len(groups)} "
+            f"timing conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" + _timing_tables(groups, names) +
             extra +
             "".join(f"\n## {label}\n\n" + _report(rs, fs, names, "###") for label, (rs, fs) in groups.items()))
 
