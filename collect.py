@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "--driver's (default: 0)")
     p.add_argument("--driver-actions", choices=DISCRETE_ACTION_RULES, default="argmax",
                    help="how a discrete --driver picks its action: argmax (the likeliest) | sample (from its softmax, "
-                        "seeded by the track seed), as evaluate.py --discrete-actions (default: argmax)")
+                        "seeded by the track seed) | dither (each action as often as its probability over consecutive "
+                        "steps, deterministic), as evaluate.py --discrete-actions (default: argmax)")
     p.add_argument("--cut-wrong-way", action="store_true",
                    help="end an episode once the car has pointed against the course for 1 s and drop that stretch: "
                         "after a DAgger student's spin the expert, which never learnt those states, steers or "

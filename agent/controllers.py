@@ -13,7 +13,7 @@ import torch
 
 from agent.runtime import resolve_path
 from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
-from policies.actions import DISCRETE_ACTION_RULES
+from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser
 
 
 def load_driver(path: str | Path, env: str, action_space: str, actions: str = "argmax") -> Any:
@@ -58,7 +58,7 @@ class PolicyController:
         if actions != "argmax" and policy.config.head != "discrete":
             raise ValueError(f"actions={actions!r} is for discrete policies; {name} has a {policy.config.head} head")
         self.policy, self.name, self.device, self.actions = policy, name, device, actions
-        self.rng: np.random.Generator | None = None
+        self.choose: DiscreteChooser | None = None
         self.config = policy.config
         self.stream = policy.stream(clock)
         self.span = self.stream.cache_len
@@ -77,11 +77,11 @@ class PolicyController:
 
     def reset(self, seed: int | None = None) -> None:
         """A new episode; ``actions="sample"`` draws from a generator seeded by the track ``seed`` (an episode
-        repeats exactly, in any worker)."""
+        repeats exactly, in any worker), ``"dither"`` starts its error diffusion afresh."""
         self.stream.reset()
         self.frames.clear()
-        if self.actions == "sample":
-            self.rng = np.random.default_rng(None if seed is None else [int(seed), 0xD15C])
+        if self.actions != "argmax":
+            self.choose = DiscreteChooser(self.actions, seed)
 
     def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
         if not self.frames:
@@ -93,7 +93,7 @@ class PolicyController:
         if self._sync:
             torch.cuda.synchronize()
         latency = time.perf_counter() - t0
-        action = self.policy.to_env_action(out, self.rng)
+        action = self.policy.to_env_action(out, self.choose)
         if self.config.head == "discrete":
             return int(action), latency
         full = np.array(expert_action, dtype=np.float32).reshape(-1)[: len(self._env_names)].copy()  # the head lacks

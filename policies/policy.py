@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -249,17 +250,17 @@ class DrivingPolicy(nn.Module):
         """``frames`` uint8|float ``[B, W, H, W, 3]``, ``time`` seconds ``[B, W]`` (last 0) -> logits or actions ``[B, out]``."""
         return self.postprocess(self.forward_raw(frames, time))
 
-    def to_env_action(self, output: torch.Tensor | np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray | int:
+    def to_env_action(self, output: torch.Tensor | np.ndarray,
+                      choose: Callable[[np.ndarray], int] | None = None) -> np.ndarray | int:
         """One step's output ``[out]`` -> env action: clipped float32 array (continuous); discrete: the argmax id,
-        or with ``rng`` an id drawn from the softmax of the logits (``policies.actions.DISCRETE_ACTION_RULES``)."""
+        or the id ``choose`` picks from the softmax of the logits (``policies.actions.DiscreteChooser``)."""
         out = torch.as_tensor(output).detach().float().cpu().reshape(-1)
         if out.numel() != self.config.action_dim:
             raise ValueError(f"output must have {self.config.action_dim} entries, got shape {tuple(out.shape)}")
         if self.config.head == "discrete":
-            if rng is None:
+            if choose is None:
                 return int(out.argmax())
-            p = torch.softmax(out.double(), 0).numpy()
-            return int(rng.choice(len(p), p=p / p.sum()))
+            return int(choose(torch.softmax(out.double(), 0).numpy()))
         low, high = np.asarray(self.config.action_low, np.float32), np.asarray(self.config.action_high, np.float32)
         return np.clip(out.numpy().astype(np.float32), low, high)
 

@@ -123,13 +123,15 @@ def test_discrete_policy_drives_with_discrete_steering(tmp_path, ckpts):
 
 def test_sampled_discrete_actions_repeat_per_track_seed_in_any_worker(tmp_path, ckpts):
     """--discrete-actions sample: actions drawn from a generator seeded by the track seed, so a rerun (serial or
-    with workers) gives the same episodes, and they are not argmax's."""
+    with workers) gives the same episodes, and they are not argmax's; dither's are recorded as such."""
     kw = dict(checkpoint=[str(ckpts["discrete"])], video=False, episodes=2, max_steps=30, renderer="fast")
     runs = [evaluate(_args(tmp_path / name, discrete_actions=actions, workers=workers, **kw))["disc"]
-            for name, actions, workers in (("a", "sample", 1), ("b", "sample", 2), ("c", "argmax", 1))]
+            for name, actions, workers in (("a", "sample", 1), ("b", "sample", 2), ("c", "argmax", 1),
+                                           ("d", "dither", 2))]
     returns = [[(e["return"], e["steer_mae"]) for e in m["episodes"]] for m in runs]
     assert returns[0] == returns[1] and returns[0] != returns[2]
     assert runs[0]["discrete_actions"] == "sample" and runs[2]["discrete_actions"] == "argmax"
+    assert runs[3]["discrete_actions"] == "dither" and returns[3] != returns[2]
 
 
 def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts):

@@ -8,6 +8,7 @@ import torch
 
 from agent.data.dataset import open_dataset, write_episode
 from agent.training.windows import WindowDataset, window_indices
+from policies.actions import DiscreteChooser
 from policies.cores import CORES, policy_core_options
 from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint, save_checkpoint
 
@@ -45,14 +46,27 @@ def test_config_round_trips_through_json():
         PolicyConfig(window=0).validate()
 
 
-def test_discrete_actions_sampled_from_the_softmax():
-    """sample draws each action as often as its softmax probability says; argmax (no rng) always the likeliest."""
+def test_discrete_action_rules_take_each_action_as_often_as_the_softmax_says():
+    """sample draws each action as often as its softmax probability says (the same draws for the same seed); dither
+    does so deterministically, never more than one step off its share at any step; argmax always the likeliest."""
     discrete = make_policy("mlp", head="discrete")
     logits = torch.log(torch.tensor([0.1, 0.6, 0.3, 1e-9, 1e-9]))
-    rng = np.random.default_rng(0)
-    counts = np.bincount([discrete.to_env_action(logits, rng) for _ in range(4000)], minlength=5) / 4000
-    assert counts == pytest.approx([0.1, 0.6, 0.3, 0.0, 0.0], abs=0.03)
+    share = np.array([0.1, 0.6, 0.3, 0.0, 0.0])
+    sample = DiscreteChooser("sample", seed=7)
+    drawn = [discrete.to_env_action(logits, sample) for _ in range(4000)]
+    assert np.bincount(drawn, minlength=5) / 4000 == pytest.approx(share, abs=0.03)
+    again = DiscreteChooser("sample", seed=7)
+    assert [discrete.to_env_action(logits, again) for _ in range(100)] == drawn[:100]
+    dither = DiscreteChooser("dither")
+    taken = np.zeros(5)
+    for step in range(1, 201):
+        taken[discrete.to_env_action(logits, dither)] += 1
+        assert np.all(np.abs(taken - step * share) < 1.0 + 1e-9), (step, taken)
+    assert taken.tolist() == [20, 120, 60, 0, 0]
     assert {discrete.to_env_action(logits) for _ in range(20)} == {1}
+    assert {discrete.to_env_action(logits, DiscreteChooser("argmax")) for _ in range(20)} == {1}
+    with pytest.raises(ValueError, match="one of"):
+        DiscreteChooser("softmax")
 
 
 def test_heads_and_env_actions():

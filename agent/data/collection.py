@@ -84,7 +84,7 @@ class EpisodeSettings:
     action_space: str
     expert: str | None  # as given (None: the env's shipped one)
     driver: str | None  # DAgger: the student's checkpoint
-    driver_actions: str  # how a discrete student picks its action (argmax | sample)
+    driver_actions: str  # how a discrete student picks its action (policies.actions.DISCRETE_ACTION_RULES)
     max_steps: int
     renderer: str
     noise: float

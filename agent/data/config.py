@@ -59,7 +59,7 @@ class CollectConfig:
     progress: bool = True
     driver: Path | None = None  # DAgger: a policy checkpoint that drives while the expert labels
     beta: float = 0.0  # DAgger: probability per step that the expert's action is executed instead
-    driver_actions: str = "argmax"  # DAgger, discrete students: argmax | sample (policies.actions.DISCRETE_ACTION_RULES)
+    driver_actions: str = "argmax"  # DAgger, discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES)
     renderer: str | None = None  # who draws the frames (the spec's renderers; default: its first, the reference)
     workers: int | None = None  # processes recording episodes (default: agent.workers.default_workers)
     shard: tuple[int, int] | str | None = None  # (I, N) or "I/N": only the I-th of N seed ranges of this run

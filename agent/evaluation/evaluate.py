@@ -108,7 +108,7 @@ class EvalArgs:
     jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
     latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
     window_clock: str = "time"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
-    discrete_actions: str = "argmax"  # discrete students: argmax | sample (policies.actions.DISCRETE_ACTION_RULES)
+    discrete_actions: str = "argmax"  # discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES)
     theme: str | None = None  # "a,b": envs with scenes, the themes episodes draw from by seed (default: all)
     condition: str | None = None  # "a,b": the lighting / weather conditions likewise (default: all)
     pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
