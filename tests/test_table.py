@@ -151,6 +151,11 @@ def test_joined_folders_are_one_training_and_pairs_are_chosen_by_name(tmp_path, 
     row = next(line for line in text.split("## Chosen pairs")[1].splitlines() if line.startswith("| b2 minus a"))
     d = np.array([0.0, -60.0, 60.0, -120.0])  # the b - a pairs of the first test
     assert row == f"| b2 minus a | {d.mean():+.1f} ({d.std(ddof=1) / 2:.1f}, n=4) |"
+    seeds = d.reshape(2, 2).mean(axis=1)  # per training seed: its mean over its two tracks
+    per_seed = text.split("Per training seed")[1]
+    row = next(line for line in per_seed.splitlines() if line.startswith("| b2 minus a"))
+    assert row == (f"| b2 minus a | {seeds.mean():+.1f} ({seeds.std(ddof=1) / np.sqrt(2):.1f}): "
+                   f"{seeds[0]:+.1f}, {seeds[1]:+.1f} |")
     assert table_markdown([read_run(joined[0])], joined[:1]).startswith("# 2 policies x 1 training, closed loop")
     assert main([*joined, "--pair", "a:c"]) == 2 and "no policy 'c'" in capsys.readouterr().err
     assert main([*joined, "--pair", "a-b2"]) == 2 and "BASE:OTHER" in capsys.readouterr().err

@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any, Sequence
+
+import numpy as np
 
 from agent.evaluation.metrics import aggregate, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
@@ -214,10 +217,16 @@ def _by_timing(runs: Sequence[Run], folders: Sequence[str]) -> dict[str, tuple[l
     return groups
 
 
+def _signed(x: float, fmt: str) -> str:
+    """x with its sign, '+0.0' rather than '-0.0' when it rounds to zero."""
+    text = f"{x:+{fmt}}"
+    return text.replace("-", "+") if float(text) == 0 else text
+
+
 def _paired_cell(base: list[dict[str, Any]], other: list[dict[str, Any]], key: str, fmt: str) -> str:
     """other minus base on ``key``, per matching (training seed, track): 'mean (standard error, n=pairs)'."""
     m, se, n = paired_differences(base, other, key)
-    return "n/a" if n == 0 else f"{m:+{fmt}} ({se:{fmt}}, n={n})"
+    return "n/a" if n == 0 else f"{_signed(m, fmt)} ({se:{fmt}}, n={n})"
 
 
 def _pooled_headline(runs: Sequence[Run], name: str) -> float:
@@ -271,17 +280,37 @@ def parse_pair(text: str, names: Sequence[str]) -> tuple[str, str]:
     return base, other
 
 
+def _seed_cell(runs: Sequence[Run], base: str, other: str, key: str, fmt: str) -> str:
+    """other minus base per training seed (its mean over the tracks): 'mean (standard error over seeds): each seed'.
+    The per-track standard error leaves out how much one training differs from the next; this one does not."""
+    per_seed = [paired_differences(run[base]["episodes"], run[other]["episodes"], key)[0] for run in runs]
+    d = np.asarray([x for x in per_seed if not math.isnan(x)], dtype=np.float64)
+    if len(d) < 2:
+        return "n/a"
+    each = ", ".join(_signed(x, fmt) for x in d)
+    return f"{_signed(d.mean(), fmt)} ({d.std(ddof=1) / math.sqrt(len(d)):{fmt}}): {each}"
+
+
 def _pairs_table(groups: dict[str, tuple[list[Run], list[str]]], pairs: Sequence[tuple[str, str]]) -> str:
-    """The chosen pairs, other minus base per (training seed, track), one column per timing condition."""
+    """The chosen pairs, other minus base per (training seed, track), one column per timing condition; then, with
+    two trainings or more, the same pairs per training seed."""
     labels = list(groups)
     key, fmt = paired_keys(groups[labels[0]][0][0][pairs[0][0]])[0]
-    lines = ["| pair | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+    head = ["| pair | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+    lines = list(head)
     for base, other in pairs:
         cells = [_paired_cell(_tagged(groups[label][0], base), _tagged(groups[label][0], other), key, fmt)
                  for label in labels]
         lines.append(f"| {other} minus {base} | " + " | ".join(cells) + " |")
-    return (f"Per (training seed, track) pair: mean (standard error, pairs) of {key}.\n\n" + "\n".join(lines)
-            + "\n")
+    text = f"Per (training seed, track) pair: mean (standard error, pairs) of {key}.\n\n" + "\n".join(lines) + "\n"
+    if len(groups[labels[0]][0]) < 2:
+        return text
+    lines = list(head)
+    for base, other in pairs:
+        cells = [_seed_cell(groups[label][0], base, other, key, fmt) for label in labels]
+        lines.append(f"| {other} minus {base} | " + " | ".join(cells) + " |")
+    return (text + f"\nPer training seed (its mean over the tracks): mean (standard error over seeds): each seed's "
+            f"difference, in the order given.\n\n" + "\n".join(lines) + "\n")
 
 
 def table_markdown(runs: Sequence[Run], folders: Sequence[str], pairs: Sequence[str] = ()) -> str:
@@ -294,8 +323,8 @@ def table_markdown(runs: Sequence[Run], folders: Sequence[str], pairs: Sequence[
     if len(groups) == 1:
         seeds = runs[0][names[0]].get("seeds", [])
         return (f"# {len(names)} policies x {_count(len(runs), 'training')}, closed loop on "
-                f"{runs[0][names[0]].get('env')}, tracks {_span(seeds)} ({len(seeds)} per training)\n\n" + _report(runs, folders, names, "##")
-                + extra)
+                f"{runs[0][names[0]].get('env')}, tracks {_span(seeds)} ({len(seeds)} per training)\n\n"
+                + _report(runs, folders, names, "##") + extra)
     return (f"# {len(names)} policies x {_count(len(next(iter(groups.values()))[0]), 'training')} x {len(groups)} "
             f"timing conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" + _timing_tables(groups, names) +
             extra +
