@@ -187,7 +187,21 @@ class RNNCore(Core):
         return self.rnn(x)[0][:, -1]
 
 
-class CfCCore(Core):
+class ContinuousTimeCellCore(Core):
+    """An ncps cell stepped over the window, each step told the time elapsed since the previous frame."""
+
+    cell: nn.Module
+    units: int
+
+    def forward(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+        elapsed = _elapsed(time)
+        h = x.new_zeros(x.shape[0], self.units)
+        for t in range(x.shape[1]):
+            out, h = self.cell(x[:, t], h, elapsed[:, t])
+        return out
+
+
+class CfCCore(ContinuousTimeCellCore):
     def __init__(self, input_dim: int, window: int, units: int | None = None, cfc_mode: str = "default",
                  d_model: int = 64):
         super().__init__()
@@ -197,15 +211,8 @@ class CfCCore(Core):
         self.cell = CfC(input_dim, units, mode=cfc_mode).rnn_cell
         self.units = self.output_dim = units
 
-    def forward(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
-        elapsed = _elapsed(time)
-        h = x.new_zeros(x.shape[0], self.units)
-        for t in range(x.shape[1]):
-            out, h = self.cell(x[:, t], h, elapsed[:, t])
-        return out
 
-
-class LTCCore(Core):
+class LTCCore(ContinuousTimeCellCore):
     def __init__(self, input_dim: int, window: int, units: int | None = None, ode_unfolds: int = 6,
                  d_model: int = 64):
         super().__init__()
@@ -214,13 +221,6 @@ class LTCCore(Core):
         units = units or max(2, d_model // 2)
         self.cell = LTC(input_dim, units, ode_unfolds=ode_unfolds).rnn_cell
         self.units = self.output_dim = units
-
-    def forward(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
-        elapsed = _elapsed(time)
-        h = x.new_zeros(x.shape[0], self.units)
-        for t in range(x.shape[1]):
-            out, h = self.cell(x[:, t], h, elapsed[:, t])
-        return out
 
 
 def sinusoidal(positions: torch.Tensor, dim: int) -> torch.Tensor:
