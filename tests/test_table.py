@@ -165,3 +165,21 @@ def test_joined_folders_are_one_training_and_pairs_are_chosen_by_name(tmp_path, 
     dropped = _with_timing(_write_eval(tmp_path / "drop", {"b3": same_tracks}), drop_prob=0.2)
     mixed = f"{_with_timing(tmp_path / 'together' / 's1')},{dropped}"
     assert main([mixed]) == 2 and "mixes timing conditions" in capsys.readouterr().err
+
+
+def test_one_policy_per_folder_is_one_policy_whatever_the_folders_are_called(tmp_path):
+    """One checkpoint driven under two conditions into folders named after them (metrics.json only, no
+    comparison.json) pools as one policy under the name evaluate.py gave it, not as two named by the folders."""
+    folders = []
+    for condition, drop in (("regular", 0.0), ("drop", 0.2)):
+        folder = tmp_path / condition
+        folder.mkdir()
+        episodes = [_episode(1, "lake", 0, 0.1), _episode(2, "mountain", 1, 0.2)]
+        (folder / "metrics.json").write_text(json.dumps({
+            "name": "student", "env": "udacity-hard", "dt": 0.1, "intervention_cost_s": 6.0, "autonomy": 0.0,
+            "seeds": [1, 2], "episodes": episodes,
+            "timing": {"regular": not drop, "drop_prob": drop, "jitter": None, "latency_steps": 0}}))
+        folders.append(folder)
+    text = table_markdown([read_run(f) for f in folders], [str(f) for f in folders])
+    assert "| student |" in text and "| regular |" not in text and "| drop |" not in text
+    assert text.startswith("# 1 policies x 1 training x 2 timing conditions")

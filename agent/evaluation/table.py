@@ -19,7 +19,8 @@ conditions per (training seed, track):
 
 Policies of one training seed evaluated in separate runs on the same tracks count as one evaluation when their
 folders are joined by commas (``eval/a/s1,eval/b/s1``); ``--pair A:B`` adds B minus A, paired the same way, for
-pairs other than "each policy minus the first" (a core trained two ways, say).
+pairs other than "each policy minus the first" (a core trained two ways, say). Folders that each hold a single
+policy (``evaluate.py --checkpoint X --out eval/x/drop``) are one policy, whatever the folders are called.
 """
 from __future__ import annotations
 
@@ -64,6 +65,17 @@ def read_run(folder: str | Path) -> Run:
             raise FileNotFoundError(f"{str(folder)!r}: comparison.json names {name!r} but {path} is missing")
         run[name] = json.loads(path.read_text())
     return run
+
+
+def same_single_policy(runs: Sequence[Run]) -> list[Run]:
+    """Folders that each hold one policy hold the same one (a table pools one policy's trainings or conditions), so
+    they are named alike: by the name evaluate.py gave it, when every run agrees on it, else by the first folder.
+    Without this, ``eval/x/{regular,drop}`` of one checkpoint would read as two policies named by their folders."""
+    if len(runs) < 2 or any(len(run) != 1 for run in runs):
+        return list(runs)
+    given = {next(iter(run.values())).get("name") for run in runs}
+    name = given.pop() if len(given) == 1 and None not in given else next(iter(runs[0]))
+    return [{name: next(iter(run.values()))} for run in runs]
 
 
 def check_runs(runs: Sequence[Run]) -> list[str]:
@@ -316,6 +328,7 @@ def _pairs_table(groups: dict[str, tuple[list[Run], list[str]]], pairs: Sequence
 def table_markdown(runs: Sequence[Run], folders: Sequence[str], pairs: Sequence[str] = ()) -> str:
     """The whole report: what was pooled, the summary table, the paired differences (per timing condition, after
     the timing tables, when the folders were driven under several), then the ``--pair`` rows asked for."""
+    runs = same_single_policy(runs)
     names = check_runs(runs)
     chosen = [parse_pair(p, names) for p in pairs]
     groups = _by_timing(runs, folders)
