@@ -84,10 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=0.0,
                    help="DAgger mixture: probability per step that the expert's action is executed instead of the "
                         "--driver's (default: 0)")
-    p.add_argument("--driver-actions", choices=DISCRETE_ACTION_RULES, default="argmax",
+    p.add_argument("--driver-actions", choices=DISCRETE_ACTION_RULES, default=None,
                    help="how a discrete --driver picks its action: argmax (the likeliest) | sample (from its softmax, "
                         "seeded by the track seed) | dither (each action as often as its probability over consecutive "
-                        "steps, deterministic), as evaluate.py --discrete-actions (default: argmax)")
+                        "steps, deterministic), as evaluate.py --discrete-actions (default: the rule the checkpoint was trained to "
+                        "drive with, train.py --discrete-actions; argmax if it names none)")
     p.add_argument("--cut-wrong-way", action="store_true",
                    help="end an episode once the car has pointed against the course for 1 s and drop that stretch: "
                         "after a DAgger student's spin the expert, which never learnt those states, steers or "

@@ -83,7 +83,8 @@ HELP = {
     "discrete_actions": "discrete students: argmax (the likeliest action) | sample (drawn from the policy's softmax, "
                         "seeded by the track seed; the discrete expert pulses gas and steering, which argmax turns into "
                         "gas wherever the next pulse is not visible) | dither (error diffusion: over consecutive steps "
-                        "each action is taken as often as its probability says, deterministically)",
+                        "each action is taken as often as its probability says, deterministically) (default: the rule "
+                        "the checkpoint was trained to drive with, train.py --discrete-actions; argmax if it names none)",
     "theme": "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each reported "
              "apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never trained on)",
     "condition": "envs with scenes: comma-separated lighting/weather conditions, reported apart (by_condition) "

@@ -16,8 +16,9 @@ from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
 from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser
 
 
-def load_driver(path: str | Path, env: str, action_space: str, actions: str = "argmax") -> Any:
-    """A DAgger student as a driver (agent.controllers.PolicyController on the CPU)."""
+def load_driver(path: str | Path, env: str, action_space: str, actions: str | None = None) -> Any:
+    """A DAgger student as a driver (agent.controllers.PolicyController on the CPU); ``actions`` None: the
+    checkpoint's own rule."""
 
     policy = load_policy(path, env, action_space, "cpu")
     return PolicyController(policy.eval(), name=Path(path).stem, actions=actions)
@@ -52,7 +53,8 @@ class PolicyController:
     is_expert = False
 
     def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps",
-                 env_names: Sequence[str] | None = None, actions: str = "argmax") -> None:
+                 env_names: Sequence[str] | None = None, actions: str | None = None) -> None:
+        actions = policy.config.discrete_actions if actions is None else actions  # None: the checkpoint's rule
         if actions not in DISCRETE_ACTION_RULES:
             raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
         if actions != "argmax" and policy.config.head != "discrete":

@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from agent.runtime import atomic_write
-from policies.actions import DISCRETE_ACTIONS
+from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS
 from policies.cores import CORES, build_core
 from policies.encoders import ENCODERS, build_encoder
 
@@ -69,6 +69,7 @@ class PolicyConfig:
     target_std: list[float] | None = None
     env: str = "CarRacing-v3"
     action_space: str = "continuous"
+    discrete_actions: str = "argmax"  # discrete head: the rule it drives with unless told (policies.actions.DISCRETE_ACTION_RULES); a student trained on sampling drivers' data drives best sampling
 
     @property
     def action_dim(self) -> int:
@@ -113,6 +114,10 @@ class PolicyConfig:
             raise ValueError("action_names, action_low and action_high must have the same non-zero length")
         if self.head == "discrete" and self.action_dim != len(DISCRETE_ACTIONS):
             raise ValueError(f"a discrete head has {len(DISCRETE_ACTIONS)} actions, got {self.action_names}")
+        if self.discrete_actions not in DISCRETE_ACTION_RULES:
+            raise ValueError(f"discrete_actions must be one of {DISCRETE_ACTION_RULES}, got {self.discrete_actions!r}")
+        if self.discrete_actions != "argmax" and self.head != "discrete":
+            raise ValueError(f"discrete_actions {self.discrete_actions!r} is for a discrete head, not a {self.head} one")
         for stat in ("target_mean", "target_std"):
             value = getattr(self, stat)
             if value is not None and len(value) != self.action_dim:

@@ -6,14 +6,16 @@ import torch
 from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
 
 
-def constant_policy_checkpoint(path: Path, action=(0.3, 0.2, 0.0), action_space: str = "continuous") -> Path:
+def constant_policy_checkpoint(path: Path, action=(0.3, 0.2, 0.0), action_space: str = "continuous",
+                               discrete_actions: str = "argmax") -> Path:
     """A checkpoint whose policy outputs the same action on every frame (zero head weights, bias = the action).
 
     Discrete: zero weights and bias, i.e. uniform logits. Lets a test know exactly what the policy executes."""
     torch.manual_seed(0)
     head = "discrete" if action_space == "discrete" else "continuous"
     policy = DrivingPolicy(PolicyConfig.for_actions(head, core="lstm", core_options={"hidden": 8}, window=3,
-                                                    frame_stride=1, feature_dim=8, action_space=action_space))
+                                                    frame_stride=1, feature_dim=8, action_space=action_space,
+                                                    discrete_actions=discrete_actions))
     with torch.no_grad():
         policy.head.weight.zero_()
         if head == "continuous":

@@ -375,6 +375,21 @@ def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_pa
     assert card["counts"]["driven_by"] == {"expert": 0, "student": 1} and card["episodes"][0]["driver"] == str(driver)
 
 
+def test_a_discrete_driver_picks_its_actions_by_its_checkpoints_rule_unless_told(tmp_path):
+    """A student trained to sample (train.py --discrete-actions sample) samples as a DAgger driver; the run and
+    its episodes say so; --driver-actions argmax overrides it (uniform logits: argmax is always the same action)."""
+    driver = constant_policy_checkpoint(tmp_path / "u.pt", action_space="discrete", discrete_actions="sample")
+    _collect(tmp_path / "own", episodes=1, noise=0.0, driver=driver, max_steps=40, early_stop=False,
+             action_space="discrete")
+    _collect(tmp_path / "told", episodes=1, noise=0.0, driver=driver, max_steps=40, early_stop=False,
+             action_space="discrete", driver_actions="argmax")
+    own, told = (open_dataset(tmp_path / n) for n in ("own", "told"))
+    assert len(set(own.load(0)["action"].tolist())) >= 3 and len(set(told.load(0)["action"].tolist())) == 1
+    assert own.episodes[0]["driver_actions"] == "sample" and "driver_actions" not in told.episodes[0]
+    card = json.loads((tmp_path / "own" / CARD_NAME).read_text())
+    assert card["runs"][-1]["driver_actions"] == "sample"
+
+
 def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
     disc = constant_policy_checkpoint(tmp_path / "disc.pt", action_space="discrete")
     constant_policy_checkpoint(tmp_path / "cont.pt")

@@ -134,6 +134,23 @@ def test_sampled_discrete_actions_repeat_per_track_seed_in_any_worker(tmp_path, 
     assert runs[3]["discrete_actions"] == "dither" and returns[3] != returns[2]
 
 
+def test_a_checkpoint_that_names_its_action_rule_drives_with_it_unless_told(tmp_path, ckpts):
+    """A discrete student trained to sample (its config's discrete_actions) samples by default, as the same
+    weights told --discrete-actions sample do; an explicit rule overrides the checkpoint's."""
+    payload = torch.load(ckpts["discrete"], weights_only=True)
+    payload["config"]["discrete_actions"] = "sample"
+    sampler = tmp_path / "sampler.pt"
+    torch.save(payload, sampler)
+    kw = dict(video=False, episodes=2, max_steps=30, renderer="fast")
+    told = evaluate(_args(tmp_path / "told", checkpoint=[str(ckpts["discrete"])], discrete_actions="sample", **kw))
+    own = evaluate(_args(tmp_path / "own", checkpoint=[str(sampler)], workers=2, **kw))
+    argmax = evaluate(_args(tmp_path / "argmax", checkpoint=[str(sampler)], discrete_actions="argmax", **kw))
+    (told,), (own,), (argmax,) = (list(r.values()) for r in (told, own, argmax))
+    episodes = [[(e["return"], e["steer_mae"]) for e in m["episodes"]] for m in (told, own, argmax)]
+    assert episodes[0] == episodes[1] != episodes[2]
+    assert (own["discrete_actions"], argmax["discrete_actions"]) == ("sample", "argmax")
+
+
 def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts):
     out = tmp_path / "cmp"
     res = evaluate(_args(out, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], with_expert=True,

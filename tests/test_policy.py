@@ -44,6 +44,10 @@ def test_config_round_trips_through_json():
         PolicyConfig(core="rnn").validate()
     with pytest.raises(ValueError, match="window"):
         PolicyConfig(window=0).validate()
+    with pytest.raises(ValueError, match="is for a discrete head"):
+        PolicyConfig(discrete_actions="sample").validate()
+    with pytest.raises(ValueError, match="discrete_actions must be one of"):
+        PolicyConfig.for_actions("discrete", discrete_actions="greedy").validate()
 
 
 def test_discrete_action_rules_take_each_action_as_often_as_the_softmax_says():

@@ -83,6 +83,25 @@ def test_discrete_head_with_class_weights(tmp_path):
     assert isinstance(policy.to_env_action(policy(torch.zeros(1, 3, SIZE, SIZE, 3, dtype=torch.uint8))[0]), int)
 
 
+def test_discrete_students_carry_the_action_rule_they_drive_with(data_dir, tmp_path):
+    """--discrete-actions is written into the checkpoint (evaluate.py's and collect.py --driver's default);
+    --init keeps the checkpoint's unless told; a continuous student is refused the flag with a clear error."""
+    discrete = write_synthetic(tmp_path / "d", episodes=3, action_space="discrete")
+    run(tiny_args(discrete, tmp_path / "plain", policy="mlp", epochs=1))
+    assert load_checkpoint(tmp_path / "plain" / "best.pt").config.discrete_actions == "argmax"
+    run(tiny_args(discrete, tmp_path / "sampled", policy="mlp", epochs=1, discrete_actions="sample"))
+    sampled = tmp_path / "sampled" / "best.pt"
+    assert load_checkpoint(sampled).config.discrete_actions == "sample"
+    run(tiny_args(discrete, tmp_path / "kept", epochs=1, init=str(sampled)))
+    assert load_checkpoint(tmp_path / "kept" / "best.pt").config.discrete_actions == "sample"
+    run(tiny_args(discrete, tmp_path / "told", epochs=1, init=str(sampled), discrete_actions="dither"))
+    assert load_checkpoint(tmp_path / "told" / "best.pt").config.discrete_actions == "dither"
+    with pytest.raises(ValueError, match="--discrete-actions sample is for discrete students"):
+        run(tiny_args(data_dir, tmp_path / "cont", policy="mlp", epochs=1, discrete_actions="sample"))
+    with pytest.raises(ValueError, match="--discrete-actions must be one of argmax, sample, dither"):
+        run(tiny_args(discrete, tmp_path / "bad", policy="mlp", epochs=1, discrete_actions="greedy"))
+
+
 def test_tensorboard_scalars_and_nac_internals_are_written(data_dir, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -84,7 +84,7 @@ class EpisodeSettings:
     action_space: str
     expert: str | None  # as given (None: the env's shipped one)
     driver: str | None  # DAgger: the student's checkpoint
-    driver_actions: str  # how a discrete student picks its action (policies.actions.DISCRETE_ACTION_RULES)
+    driver_actions: str | None  # how a discrete student picks its action (DISCRETE_ACTION_RULES; None: its checkpoint's)
     max_steps: int
     renderer: str
     noise: float
@@ -238,7 +238,7 @@ def _load_student(cfg: CollectConfig) -> tuple[Any, dict[str, Any]]:
     except (FileNotFoundError, ValueError) as e:
         raise CollectError(f"--driver: {e}") from None
     return driver, {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver)),
-                    **({"driver_actions": cfg.driver_actions} if cfg.driver_actions != "argmax" else {})}
+                    **({"driver_actions": driver.actions} if driver.actions != "argmax" else {})}
 
 
 @dataclass
@@ -304,7 +304,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         "workers": workers,
         "driver": str(cfg.driver) if cfg.driver is not None else None,
         "beta": cfg.beta if cfg.driver is not None else None,
-        **({"driver_actions": cfg.driver_actions} if cfg.driver_actions != "argmax" else {}),
+        **({"driver_actions": driver_info["driver_actions"]} if "driver_actions" in driver_info else {}),
         **({"recovery_labels": True} if cfg.recovery_labels else {}),
         **({"recovery_starts": cfg.recovery_starts} if cfg.recovery_starts else {}),
         **{k: list(v) for k, v in scene.items()},

@@ -59,7 +59,7 @@ class CollectConfig:
     progress: bool = True
     driver: Path | None = None  # DAgger: a policy checkpoint that drives while the expert labels
     beta: float = 0.0  # DAgger: probability per step that the expert's action is executed instead
-    driver_actions: str = "argmax"  # DAgger, discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES)
+    driver_actions: str | None = None  # DAgger, discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES); None: the checkpoint's own
     renderer: str | None = None  # who draws the frames (the spec's renderers; default: its first, the reference)
     workers: int | None = None  # processes recording episodes (default: agent.workers.default_workers)
     shard: tuple[int, int] | str | None = None  # (I, N) or "I/N": only the I-th of N seed ranges of this run
@@ -124,9 +124,9 @@ class CollectConfig:
         if self.cut_wrong_way and self.recovery_labels:
             raise CollectError("--cut-wrong-way drops the states --recovery-labels labels (pointing against the "
                                "course); choose one")
-        if self.driver_actions not in DISCRETE_ACTION_RULES:
+        if self.driver_actions is not None and self.driver_actions not in DISCRETE_ACTION_RULES:
             raise CollectError(f"--driver-actions must be one of {DISCRETE_ACTION_RULES}, got {self.driver_actions!r}")
-        if self.driver_actions != "argmax" and self.driver is None:
+        if self.driver_actions is not None and self.driver is None:
             raise CollectError("--driver-actions says how a --driver picks its actions; give --driver CKPT too")
         if self.driver is not None and not Path(self.driver).is_file():
             raise CollectError(f"--driver file not found: {str(self.driver)!r} (expected a policy checkpoint from train.py)")

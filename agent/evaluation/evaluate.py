@@ -108,7 +108,7 @@ class EvalArgs:
     jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
     latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
     window_clock: str = "time"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
-    discrete_actions: str = "argmax"  # discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES)
+    discrete_actions: str | None = None  # discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES); None: each checkpoint's own
     theme: str | None = None  # "a,b": envs with scenes, the themes episodes draw from by seed (default: all)
     condition: str | None = None  # "a,b": the lighting / weather conditions likewise (default: all)
     pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
@@ -154,7 +154,7 @@ class EvalArgs:
         check_workers(self.workers)
         if self.window_clock not in WINDOW_CLOCKS:
             raise ValueError(f"--window-clock must be one of {WINDOW_CLOCKS}, got {self.window_clock!r}")
-        if self.discrete_actions not in DISCRETE_ACTION_RULES:
+        if self.discrete_actions is not None and self.discrete_actions not in DISCRETE_ACTION_RULES:
             raise ValueError(f"--discrete-actions must be one of {DISCRETE_ACTION_RULES}, got {self.discrete_actions!r}")
         spec.scene(self.theme, self.condition)  # ValueError on unknown names or an env without scenes
         if self.pi_speed and not spec.pi_speed:
@@ -254,7 +254,7 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
 
 def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
                   policies: list[tuple[str, str | None]], clock: str = "steps",
-                  make_kwargs: dict[str, Any] | None = None, actions: str = "argmax") -> tuple:
+                  make_kwargs: dict[str, Any] | None = None, actions: str | None = None) -> tuple:
     """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
     from agent.experts.expert import Expert
 
@@ -397,7 +397,7 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
             "source": str(path), "policy_config": policy.config.to_dict(),
             "num_parameters": int(sum(p.numel() for p in policy.parameters())),
             "filled_from_expert": controller.filled, "window_clock": args.window_clock,
-            **({"discrete_actions": args.discrete_actions} if policy.config.head == "discrete" else {}),
+            **({"discrete_actions": controller.actions} if policy.config.head == "discrete" else {}),
         }))
     return targets, spaces.pop()
 
@@ -405,7 +405,7 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
 def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:
     """A continuous checkpoint must predict the actions the env takes: [steer] with --pi-speed, else the spec's;
     --discrete-actions sample needs a discrete one."""
-    if args.discrete_actions != "argmax" and cfg.head != "discrete":
+    if args.discrete_actions not in (None, "argmax") and cfg.head != "discrete":
         raise ValueError(f"--discrete-actions {args.discrete_actions} is for discrete students; checkpoint {path!r} "
                          f"has a {cfg.head} head")
     spec = get_spec(args.env)

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from agent.data.dataset import dataset_env, is_recording, open_datasets
+from policies.actions import DISCRETE_ACTION_RULES
 from policies.nac import MODES as NAC_MODES
 from policies.policy import TIME_INPUTS, PolicyConfig, read_checkpoint
 
@@ -50,6 +51,7 @@ class TrainArgs:
     smooth_labels: str = "auto"  # seconds: train on the labels averaged over this centred window within each episode; auto: 0.5 for real simulator recordings (keyboard steering is a train of taps), 0 for an expert's labels
     loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
     class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
+    discrete_actions: str | None = None  # discrete students: the rule the checkpoint drives with when evaluate.py or collect.py --driver are not told one: argmax | sample | dither (a student trained on the data of sampling DAgger drivers drives best sampling); with --init, the checkpoint's unless given; default: argmax
     augment: bool = True  # camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see agent/training/augment.py)
     side_correction: float | None = None  # first-person: train on left/right cameras too, steering + / - this (0 = center only); default: 0.2 for simulator data, 0 for real recordings (their keyboard labels are smaller than the correction: measured, docs/udacity.md)
     flip: bool = True  # first-person: mirror half of the segments and negate their steering
@@ -107,6 +109,8 @@ def check_args(a: TrainArgs) -> list[str]:
             raise ValueError(f"--smooth-labels must be auto or seconds in [0, 60), got {a.smooth_labels!r}") from None
     if a.time_input is not None and a.time_input not in TIME_INPUTS:
         raise ValueError(f"--time-input must be one of {', '.join(TIME_INPUTS)}, got {a.time_input!r}")
+    if a.discrete_actions is not None and a.discrete_actions not in DISCRETE_ACTION_RULES:
+        raise ValueError(f"--discrete-actions must be one of {', '.join(DISCRETE_ACTION_RULES)}, got {a.discrete_actions!r}")
     if a.split not in SPLITS:
         raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {a.split!r}")
     if a.head not in HEAD_CHOICES:

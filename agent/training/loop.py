@@ -44,13 +44,16 @@ from policies.policy import (
 )
 
 
-def initial_policy(path: str, data: Data, head: str, names: list[str] | None, time_input: str | None) -> DrivingPolicy:
+def initial_policy(path: str, data: Data, head: str, names: list[str] | None, time_input: str | None,
+                   discrete_actions: str | None = None) -> DrivingPolicy:
     """--init: the checkpoint's policy, checked to drive this dataset's env and predict its actions (its frame
-    size and crop already shaped the data: init_architecture), fed ``time_input`` from now on. Its target
-    normalisation is kept: the weights were trained against it."""
+    size and crop already shaped the data: init_architecture), fed ``time_input`` and driving with
+    ``discrete_actions`` from now on (None: the checkpoint's). Its target normalisation is kept: the weights
+    were trained against it."""
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
     c.time_input = time_input or c.time_input
+    c.discrete_actions = discrete_actions or c.discrete_actions
     expected = {"env": data.env.gym_id, "head": head}
     if head == "continuous":
         expected["action_names"] = list(names or [])
@@ -228,7 +231,7 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
     if resumed:
         return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
     if a.init is not None:
-        return initial_policy(a.init, data, head, names, a.time_input)
+        return initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions)
     core, options = core_options(a, spec)
     extra: dict[str, Any] = {}
     if head == "continuous":
@@ -239,7 +242,7 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
         window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period, time_input=a.time_input or "seconds",
         image_size=data.image_size, crop=data.crop,
         color=a.color if a.color != "auto" else data.env.default_color,
-        action_space=data.action_space, env=data.env.gym_id, **extra)
+        action_space=data.action_space, env=data.env.gym_id, discrete_actions=a.discrete_actions or "argmax", **extra)
     return DrivingPolicy(config)
 
 
