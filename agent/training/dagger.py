@@ -1,0 +1,211 @@
+"""A DAgger lineage in one command: expert episodes and a first student, then rounds in which the previous
+round's student drives (the expert labelling every frame it sees) and the next student fine-tunes it on all the
+data so far. Each step is the same call as ``collect.py`` / ``train.py`` would make; a re-run picks up where an
+interrupted one stopped (finished rounds are kept, a collection is topped up, a training resumes from last.pt).
+
+    python -m agent.training.dagger --core nac-focus --seed 2 --recipe long --renderer fast
+    python -m agent.training.dagger --core lstm --seed 1 --recipe short --data data/dl1_lstm --out runs/dl1/lstm
+
+The recipes are the ones measured in docs/results.md: ``short`` the like-for-like table's (3 collections, 8
+epochs, argmax drivers), ``long`` the shipped discrete student's (8 collections, 47 epochs, sampling drivers).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.runtime import cli_exit_code, write_json_atomic
+
+
+@dataclass(frozen=True)
+class Round:
+    """One DAgger round: the previous student drives (the expert's action executed instead with probability
+    ``beta``), then the student fine-tunes for ``epochs`` at peak learning rate ``lr``."""
+
+    beta: float
+    epochs: int
+    lr: float
+
+
+@dataclass(frozen=True)
+class Recipe:
+    expert_episodes: int  # round 0: the expert drives
+    epochs: int  # round 0's epochs (train.py's default learning rate)
+    episodes: int  # episodes each DAgger round adds
+    rounds: tuple[Round, ...]
+    driver_actions: str  # how the students drive, in the rounds and afterwards (train.py --discrete-actions)
+    action_space: str = "discrete"
+    val_fraction: float = 0.1
+
+
+RECIPES = {
+    "short": Recipe(20, 4, 20, (Round(0.5, 2, 5e-4), Round(0.0, 2, 5e-4)), "argmax"),
+    "long": Recipe(25, 15, 20, (Round(0.5, 6, 5e-4), Round(0.2, 6, 5e-4), Round(0.0, 4, 5e-4), Round(0.0, 4, 5e-4),
+                                Round(0.0, 3, 2e-4), Round(0.0, 3, 2e-4), Round(0.0, 3, 2e-4)), "sample"),
+}
+
+
+@dataclass
+class Lineage:
+    """One lineage: a core, a training seed (also the split seed) and a recipe, in its data and run folders."""
+
+    core: str = "nac-focus"
+    seed: int = 1
+    recipe: str = "long"
+    data: str | None = None  # default data/dagger/<recipe>_<core>_s<seed>
+    out: str | None = None  # default runs/dagger/<recipe>_<core>_s<seed>; round K in OUT/rK
+    env: str = "carracing"
+    renderer: str | None = None
+    workers: int | None = None
+    threads: int = 0
+    max_steps: int | None = None
+    progress: bool = True
+    train_options: dict[str, Any] = field(default_factory=dict)  # further TrainArgs fields (tests: tiny models)
+
+    @property
+    def name(self) -> str:
+        return f"{self.recipe}_{self.core}_s{self.seed}"
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.data or f"data/dagger/{self.name}")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out or f"runs/dagger/{self.name}")
+
+    def validate(self, recipes: dict[str, Recipe] = RECIPES) -> Recipe:
+        if self.recipe not in recipes:
+            raise ValueError(f"--recipe must be one of {', '.join(recipes)}, got {self.recipe!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        return recipes[self.recipe]
+
+
+def _episodes_in(data: Path) -> int:
+    from agent.data.dataset import open_dataset
+
+    return len(open_dataset(data).episodes) if (data / "dataset.json").exists() else 0
+
+
+def _finished(run_dir: Path) -> bool:
+    from policies.policy import read_checkpoint
+
+    last = run_dir / "last.pt"
+    return last.exists() and bool(read_checkpoint(last).get("train_state", {}).get("done"))
+
+
+def _command(tool: str, options: dict[str, Any]) -> str:
+    """The CLI line that does what one step does (for the dataset card and lineage.json)."""
+    words = [f"python {tool}"]
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        words.append(flag if value is True else f"{flag} {shlex.quote(str(value))}")
+    return " ".join(words)
+
+
+def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
+                log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
+    """Run (or finish) every round of ``lin``; returns lineage.json's content. Interrupted (Ctrl-C/SIGTERM) with
+    what was kept; a re-run goes on from there."""
+    from agent.data.collection import collect
+    from agent.data.config import CollectConfig
+    from agent.training.config import TrainArgs
+    from agent.training.experiment import run as train
+    from agent.training.loop import Interrupted
+
+    recipe = lin.validate(recipes)
+    data, out = lin.data_dir, lin.out_dir
+    rounds = [Round(1.0, recipe.epochs, TrainArgs.lr), *recipe.rounds]  # round 0: the expert drives
+    steps: list[dict[str, Any]] = []
+    wanted = 0
+    for k, rnd in enumerate(rounds):
+        run_dir, driver = out / f"r{k}", None if k == 0 else out / f"r{k - 1}" / "best.pt"
+        wanted += recipe.expert_episodes if k == 0 else recipe.episodes
+        collect_opts = dict(env=lin.env, action_space=recipe.action_space if k == 0 else None,
+                            episodes=recipe.expert_episodes if k == 0 else recipe.episodes,
+                            driver=driver, beta=rnd.beta if k else None, renderer=lin.renderer,
+                            max_steps=lin.max_steps, workers=lin.workers, out=data)
+        train_opts = dict(data=data, core=lin.core if k == 0 else None, init=driver, epochs=rnd.epochs,
+                          lr=rnd.lr if k else None, seed=lin.seed, split_seed=lin.seed,
+                          val_fraction=recipe.val_fraction, threads=lin.threads or None,
+                          discrete_actions=recipe.driver_actions if recipe.action_space == "discrete" else None,
+                          out=run_dir)
+        steps.append({"round": k, "episodes": wanted, "collect": _command("collect.py", collect_opts),
+                      "train": _command("train.py", train_opts)})
+        held = _episodes_in(data)
+        if _finished(run_dir):
+            continue  # a finished round of an earlier run
+        if held > wanted:
+            raise ValueError(f"{data} holds {held} episodes, more than the {wanted} round {k} of this recipe "
+                             f"needs before training {run_dir}: it belongs to another lineage (give another --data)")
+        if held < wanted:
+            log(f"{lin.name} round {k}/{len(rounds) - 1}: {'the expert' if k == 0 else driver} drives "
+                f"{wanted - held} episode(s) into {data}")
+            cfg = CollectConfig(env=lin.env, action_space=recipe.action_space if k == 0 else None,
+                                episodes=wanted - held, max_steps=lin.max_steps, out=data, progress=lin.progress,
+                                driver=driver, beta=rnd.beta if k else 0.0, renderer=lin.renderer,
+                                workers=lin.workers)
+            result = collect(cfg, command=_command("collect.py", {**collect_opts, "episodes": wanted - held}),
+                             log=log)
+            if result.interrupted:
+                raise Interrupted(f"interrupted in round {k}'s collection: {result.summary()}; run the same "
+                                  "command again to go on")
+        log(f"{lin.name} round {k}/{len(rounds) - 1}: training {run_dir} ({rnd.epochs} epochs)")
+        args = TrainArgs(data=str(data), out=str(run_dir), epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed,
+                         val_fraction=recipe.val_fraction, threads=lin.threads, progress=lin.progress,
+                         resume=(run_dir / "last.pt").exists(), **lin.train_options,
+                         **({"policy": lin.core} if k == 0 else {"init": str(driver), "lr": rnd.lr}),
+                         **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
+        train(args)
+    summary = {"lineage": lin.name, "core": lin.core, "seed": lin.seed, "recipe": lin.recipe,
+               "data": str(data), "final": str(out / f"r{len(rounds) - 1}" / "best.pt"), "rounds": steps}
+    write_json_atomic(out / "lineage.json", summary)
+    log(f"{lin.name}: {len(rounds)} rounds done; the student: {summary['final']} (lineage.json in {out})")
+    return summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str):  # one line, exit 2
+            self.exit(2, f"error: {message} (see python -m agent.training.dagger --help)\n")
+
+    doc = __doc__.split("\n\n", 1)
+    p = Parser(prog="python -m agent.training.dagger", description=doc[0], epilog=doc[1],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--core", default="nac-focus", help="the student's sequence core, as train.py --core "
+                   "(default: nac-focus)")
+    p.add_argument("--seed", type=int, default=1, help="training and split seed of every round (default: 1)")
+    p.add_argument("--recipe", choices=list(RECIPES), default="long",
+                   help="short: 20 expert episodes, 4 epochs, 2 rounds of 20 (argmax drivers); long: 25 expert "
+                        "episodes, 15 epochs, 7 rounds of 20 with sampling drivers (default: long)")
+    p.add_argument("--data", default=None, help="dataset folder (default: data/dagger/<recipe>_<core>_s<seed>)")
+    p.add_argument("--out", default=None, help="run folder, round K in OUT/rK "
+                   "(default: runs/dagger/<recipe>_<core>_s<seed>)")
+    p.add_argument("--renderer", default=None, help="who draws the frames, as collect.py --renderer (the recipes "
+                   "were measured with fast)")
+    p.add_argument("--workers", type=int, default=None, help="collection processes (default: collect.py's)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads of the training (default: train.py's)")
+    p.add_argument("--max-steps", type=int, default=None, help="steps per episode (default: the env's)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from agent.training.loop import Interrupted
+
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    lin = Lineage(**vars(build_parser().parse_args(argv)))
+    return cli_exit_code(lambda: run_lineage(lin), Interrupted, stop_signals=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The DAgger lineage runner on tiny settings: real env, real collection, real training, resumed after a loss."""
+import json
+
+import pytest
+
+from agent.data.dataset import open_dataset
+from agent.training.dagger import Lineage, Recipe, Round, main, run_lineage
+from policies.policy import load_checkpoint
+
+TINY_RECIPE = {"tiny": Recipe(expert_episodes=2, epochs=1, episodes=1, rounds=(Round(0.5, 1, 5e-4),),
+                              driver_actions="sample")}
+TINY_TRAIN = dict(window=3, frame_stride=2, batch_size=32, segment=8, feature_dim=16, hidden=16, log_every=2)
+
+
+def _lineage(tmp_path, **kw) -> Lineage:
+    base = dict(core="mlp", seed=3, recipe="tiny", data=str(tmp_path / "data"), out=str(tmp_path / "runs"),
+                renderer="fast", workers=1, threads=1, max_steps=40, progress=False, train_options=TINY_TRAIN)
+    return Lineage(**{**base, **kw})
+
+
+def test_a_lineage_runs_its_rounds_and_a_rerun_only_redoes_what_is_missing(tmp_path):
+    lin, said = _lineage(tmp_path), []
+    summary = run_lineage(lin, TINY_RECIPE, log=said.append)
+    data, runs = open_dataset(tmp_path / "data"), tmp_path / "runs"
+    assert len(data.episodes) == 3
+    dagger = data.episodes[2]
+    assert dagger["driver"] == str(runs / "r0" / "best.pt") and dagger["beta"] == 0.5
+    assert dagger["driver_actions"] == "sample"  # the round-0 student drives by the rule it was trained with
+    first, second = load_checkpoint(runs / "r0" / "best.pt").config, load_checkpoint(runs / "r1" / "best.pt").config
+    assert first.core == second.core == "mlp" and second.discrete_actions == "sample"
+    assert json.loads((runs / "r1" / "args.json").read_text())["init"] == str(runs / "r0" / "best.pt")
+    written = json.loads((runs / "lineage.json").read_text())
+    assert written == summary and [r["episodes"] for r in written["rounds"]] == [2, 3]
+    assert "--init" in written["rounds"][1]["train"] and "--beta 0.5" in written["rounds"][1]["collect"]
+
+    stamp = (runs / "r1" / "last.pt").stat().st_mtime_ns
+    run_lineage(lin, TINY_RECIPE, log=said.append)  # everything done: nothing collected or trained again
+    assert len(open_dataset(tmp_path / "data").episodes) == 3
+    assert (runs / "r1" / "last.pt").stat().st_mtime_ns == stamp
+
+    for f in (runs / "r1").iterdir():  # the last round lost: retrained on the data it had, nothing collected
+        f.unlink()
+    run_lineage(lin, TINY_RECIPE, log=said.append)
+    assert len(open_dataset(tmp_path / "data").episodes) == 3 and (runs / "r1" / "best.pt").exists()
+
+    with pytest.raises(ValueError, match="belongs to another lineage"):  # a fresh lineage on a used dataset
+        run_lineage(_lineage(tmp_path, out=str(tmp_path / "other")), TINY_RECIPE, log=said.append)
+
+
+def test_cli_bad_input_is_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--recipe", "medium"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "invalid choice: 'medium'" in err[0]
