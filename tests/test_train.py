@@ -244,6 +244,7 @@ def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
     assert metrics["initial"]["val_loss"] == pytest.approx(best, rel=1e-4)
     tuned = load_checkpoint(again / "best.pt")
     assert tuned.config.core == "gru" and tuned.config.window == 3
+    assert metrics["policy"] == "gru" and read_checkpoint(again / "best.pt")["metadata"]["policy"] == "gru"
     assert tuned.config.target_mean == load_checkpoint(first / "best.pt").config.target_mean
     assert tuned.config.time_input == "seconds"
     # the time input is what the core is fed, not an architecture: --time-input given with --init applies

@@ -120,6 +120,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
             a = use_recording(a, out)
         if a.init is not None and not a.resume:
             a = init_architecture(a)
+            specs = check_args(a)  # the run's label is the checkpoint's core, not --core's default
         a = resolve_env_defaults(a)
         data = load_data(a, world, out)
         resolve_head(a, data)  # fail early on a head the data cannot feed
