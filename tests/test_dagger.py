@@ -47,8 +47,16 @@ def test_a_lineage_runs_its_rounds_and_a_rerun_only_redoes_what_is_missing(tmp_p
         run_lineage(_lineage(tmp_path, out=str(tmp_path / "other")), TINY_RECIPE, log=said.append)
 
 
-def test_cli_bad_input_is_one_line(capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--core", "lsmt"], "unknown policy 'lsmt'"),
+    (["--renderer", "fsat"], "--renderer must be one of"),
+    (["--seed", "-1"], "--seed must be an integer >= 0"),
+])
+def test_cli_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys, argv, message):
+    code = main([*argv, "--data", str(tmp_path / "d"), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "d").exists() and not (tmp_path / "r").exists()
     with pytest.raises(SystemExit) as e:
         main(["--recipe", "medium"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and "invalid choice: 'medium'" in err[0]
+    assert e.value.code == 2 and "invalid choice: 'medium'" in capsys.readouterr().err

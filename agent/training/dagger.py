@@ -85,6 +85,11 @@ class Lineage:
             raise ValueError(f"--recipe must be one of {', '.join(recipes)}, got {self.recipe!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        from agent.training.config import parse_policy_spec
+        from envs.registry import get_spec
+
+        parse_policy_spec(self.core)  # a mistyped core fails now, not after round 0's collection
+        get_spec(self.env).check_renderer(self.renderer)
         return recipes[self.recipe]
 
 
