@@ -26,12 +26,11 @@ from dataclasses import MISSING, fields
 from typing import Any, NoReturn, get_type_hints
 
 from agent.runtime import cli_exit_code
-from agent.training.config import TrainArgs
+from agent.training.config import RENAMED, TrainArgs
 from agent.training.experiment import run
 from agent.training.loop import Interrupted
 
 PROG = "python train.py"
-RENAMED = {"policy": "core"}  # TrainArgs field -> its flag, where the two differ
 
 
 class _Parser(argparse.ArgumentParser):

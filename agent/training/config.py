@@ -17,6 +17,7 @@ HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LOSSES = ("huber", "mse")
 LOADING = ("auto", "memory", "lazy")
 SPLITS = ("auto", "episodes", "blocks")  # agent.training.windows.make_splits
+RENAMED = {"policy": "core"}  # TrainArgs field -> its train.py flag, where the two differ
 
 
 @dataclass

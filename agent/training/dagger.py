@@ -16,7 +16,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +106,18 @@ def _finished(run_dir: Path) -> bool:
     return last.exists() and bool(read_checkpoint(last).get("train_state", {}).get("done"))
 
 
-def _command(tool: str, options: dict[str, Any]) -> str:
-    """The CLI line that does what one step does (for the dataset card and lineage.json)."""
+def _command(tool: str, config: Any, renamed: dict[str, str] | None = None) -> str:
+    """The CLI line that does what ``config`` (a CollectConfig or TrainArgs) asks: a flag for every field away
+    from its default (the CLIs' flags are the fields' names), progress and resume left out."""
     words = [f"python {tool}"]
-    for key, value in options.items():
-        if value is None or value is False:
+    for f in fields(config):
+        value = getattr(config, f.name)
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if f.name in ("progress", "resume") or value == default:
             continue
-        flag = "--" + key.replace("_", "-")
-        words.append(flag if value is True else f"{flag} {shlex.quote(str(value))}")
+        flag = (renamed or {}).get(f.name, f.name).replace("_", "-")
+        words.append(f"--{flag}" if value is True else f"--no-{flag}" if value is False
+                     else f"--{flag} {shlex.quote(str(value))}")
     return " ".join(words)
 
 
@@ -123,7 +127,7 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     what was kept; a re-run goes on from there."""
     from agent.data.collection import collect
     from agent.data.config import CollectConfig
-    from agent.training.config import TrainArgs
+    from agent.training.config import RENAMED, TrainArgs
     from agent.training.experiment import run as train
     from agent.training.loop import Interrupted
 
@@ -135,41 +139,32 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     for k, rnd in enumerate(rounds):
         run_dir, driver = out / f"r{k}", None if k == 0 else out / f"r{k - 1}" / "best.pt"
         wanted += recipe.expert_episodes if k == 0 else recipe.episodes
-        collect_opts = dict(env=lin.env, action_space=recipe.action_space if k == 0 else None,
-                            episodes=recipe.expert_episodes if k == 0 else recipe.episodes,
-                            driver=driver, beta=rnd.beta if k else None, renderer=lin.renderer,
-                            max_steps=lin.max_steps, workers=lin.workers, out=data)
-        train_opts = dict(data=data, core=lin.core if k == 0 else None, init=driver, epochs=rnd.epochs,
-                          lr=rnd.lr if k else None, seed=lin.seed, split_seed=lin.seed,
-                          val_fraction=recipe.val_fraction, threads=lin.threads or None,
-                          discrete_actions=recipe.driver_actions if recipe.action_space == "discrete" else None,
-                          out=run_dir)
-        steps.append({"round": k, "episodes": wanted, "collect": _command("collect.py", collect_opts),
-                      "train": _command("train.py", train_opts)})
-        held = _episodes_in(data)
+        collect_cfg = CollectConfig(env=lin.env, action_space=recipe.action_space if k == 0 else None,
+                                    episodes=recipe.expert_episodes if k == 0 else recipe.episodes,
+                                    max_steps=lin.max_steps, out=data, progress=lin.progress, driver=driver,
+                                    beta=rnd.beta if k else 0.0, renderer=lin.renderer, workers=lin.workers)
+        args = TrainArgs(data=str(data), out=str(run_dir), epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed,
+                         val_fraction=recipe.val_fraction, threads=lin.threads, progress=lin.progress,
+                         resume=(run_dir / "last.pt").exists(), **lin.train_options,
+                         **({"policy": lin.core} if k == 0 else {"init": str(driver), "lr": rnd.lr}),
+                         **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
+        steps.append({"round": k, "episodes": wanted, "collect": _command("collect.py", collect_cfg),
+                      "train": _command("train.py", args, RENAMED)})
         if _finished(run_dir):
             continue  # a finished round of an earlier run
+        held = _episodes_in(data)
         if held > wanted:
             raise ValueError(f"{data} holds {held} episodes, more than the {wanted} round {k} of this recipe "
                              f"needs before training {run_dir}: it belongs to another lineage (give another --data)")
         if held < wanted:
             log(f"{lin.name} round {k}/{len(rounds) - 1}: {'the expert' if k == 0 else driver} drives "
                 f"{wanted - held} episode(s) into {data}")
-            cfg = CollectConfig(env=lin.env, action_space=recipe.action_space if k == 0 else None,
-                                episodes=wanted - held, max_steps=lin.max_steps, out=data, progress=lin.progress,
-                                driver=driver, beta=rnd.beta if k else 0.0, renderer=lin.renderer,
-                                workers=lin.workers)
-            result = collect(cfg, command=_command("collect.py", {**collect_opts, "episodes": wanted - held}),
-                             log=log)
+            top_up = replace(collect_cfg, episodes=wanted - held)
+            result = collect(top_up, command=_command("collect.py", top_up), log=log)
             if result.interrupted:
                 raise Interrupted(f"interrupted in round {k}'s collection: {result.summary()}; run the same "
                                   "command again to go on")
         log(f"{lin.name} round {k}/{len(rounds) - 1}: training {run_dir} ({rnd.epochs} epochs)")
-        args = TrainArgs(data=str(data), out=str(run_dir), epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed,
-                         val_fraction=recipe.val_fraction, threads=lin.threads, progress=lin.progress,
-                         resume=(run_dir / "last.pt").exists(), **lin.train_options,
-                         **({"policy": lin.core} if k == 0 else {"init": str(driver), "lr": rnd.lr}),
-                         **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
         train(args)
     summary = {"lineage": lin.name, "core": lin.core, "seed": lin.seed, "recipe": lin.recipe,
                "data": str(data), "final": str(out / f"r{len(rounds) - 1}" / "best.pt"), "rounds": steps}
