@@ -29,6 +29,13 @@ from tests.test_train import tiny_args, write_synthetic
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _cpu_only(monkeypatch):
+    """These tests claim bit-identical training across data paths and process counts, a CPU property (a GPU's
+    kernels may round differently), and start two gloo processes, more than one GPU takes: on the CPU always."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     return write_synthetic(tmp_path_factory.mktemp("scale") / "data", episodes=6)
@@ -39,7 +46,7 @@ def torchrun(nproc: int, *args: str, timeout: int = 120) -> subprocess.Completed
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            str(ROOT / "train.py"), *args, "--threads", "1", "--no-progress"]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
 
 
 def cli_args(data: Path, out: Path, **kw) -> list[str]:
@@ -106,6 +113,28 @@ def test_world_from_torchrun_variables():
         from_env({"RANK": "x", "WORLD_SIZE": "2"})
     seeds = {step_seed(1, e, b, r) for e in range(2) for b in range(3) for r in range(2)}
     assert len(seeds) == 12 and step_seed(1, 0, 0, 0) == step_seed(1, 0, 0, 0)
+
+
+def test_data_parallel_turns_buffer_sync_off_under_old_and_new_torch(monkeypatch):
+    """torch 2.13 renamed DDP's broadcast_buffers to forward_sync_buffers; torch 2.11 (a CUDA build) refused the
+    new name, so torchrun training failed there. Either signature gets its own switch, and a GPU its index."""
+    import agent.training.distributed as distributed
+
+    seen = []
+
+    class New:
+        def __init__(self, module, device_ids=None, broadcast_buffers=None, forward_sync_buffers=None):
+            seen.append((device_ids, broadcast_buffers, forward_sync_buffers))
+
+    class Old:
+        def __init__(self, module, device_ids=None, broadcast_buffers=True):
+            seen.append((device_ids, broadcast_buffers))
+
+    for ddp in (New, Old):
+        monkeypatch.setattr(distributed, "DistributedDataParallel", ddp)
+        distributed.data_parallel(torch.nn.Linear(2, 2), torch.device("cpu"))
+    distributed.data_parallel(torch.nn.Linear(2, 2), torch.device("cuda", 1))
+    assert seen == [(None, None, False), (None, False), ([1], False)]
 
 
 # ----------------------------------------------------------------------------- lazy frames

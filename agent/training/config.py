@@ -72,7 +72,7 @@ class TrainArgs:
     hidden: int = 64  # lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)
     device: str = "auto"  # auto (cuda if available) | cpu | cuda
     threads: int = 0  # torch CPU threads (per process under torchrun); 0 = auto: 2, or 1 when the machine is already busy (under torchrun: the machine's cores shared among its processes)
-    data_loading: str = "auto"  # where the prepared frames live: memory | lazy (prepared once into an uncompressed cache, DATA/.cache, and read per batch: memory stays bounded, results are identical) | auto (lazy when they would take over 40% of the free memory, or when torchrun runs several processes on the machine)
+    data_loading: str = "auto"  # where the prepared frames live: memory | lazy (prepared once into an uncompressed cache, DATA/.cache, and read per batch: memory stays bounded, results are identical on the CPU, equal to float rounding on a GPU) | auto (lazy when they would take over 40% of the free memory, or when torchrun runs several processes on the machine)
     log_every: int = 10  # optimizer steps between TensorBoard scalars
     progress: bool = True  # progress bars on stderr when it is a terminal (log files get the per-epoch lines only)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
@@ -27,6 +28,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from agent.runtime import sigterm_as_interrupt
 
@@ -89,6 +91,15 @@ def device_for(requested: str, world: World) -> torch.device:
                              f"visible): start at most that many processes per machine, or pass --device cpu")
         return torch.device("cuda", world.local_rank)
     return torch.device("cuda")
+
+
+def data_parallel(module: torch.nn.Module, device: torch.device) -> DistributedDataParallel:
+    """DDP over ``module``, its buffers not re-broadcast before every forward (every rank already holds the same:
+    seeded wiring, fixed statistics). The switch is ``forward_sync_buffers`` from torch 2.13, ``broadcast_buffers``
+    before (now deprecated); the project supports both (pyproject: torch>=2.3)."""
+    renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    switch = {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
+    return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None, **switch)
 
 
 @contextlib.contextmanager

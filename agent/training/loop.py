@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from agent.runtime import raise_if_stopped, show_progress, write_json_atomic
@@ -32,7 +31,7 @@ from agent.training.augment import augment, augment_first_person
 from agent.training.config import TrainArgs, core_options
 from agent.training.data import Data, episode_targets, resolve_head
 from agent.training.diagnostics import log_nac_internals
-from agent.training.distributed import SINGLE, World, device_for, gather, step_seed
+from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.windows import batch_plan, gather_segments
 from policies.policy import (
     DrivingPolicy,
@@ -298,8 +297,7 @@ class Trainer:
                                                               indent=2) + "\n```")
         self.forward: torch.nn.Module = WindowsForward(self.policy)
         if world.active:  # also makes every rank start from rank 0's weights
-            self.forward = DistributedDataParallel(self.forward, device_ids=[device.index] if device.type == "cuda" else None,
-                                                   forward_sync_buffers=False)
+            self.forward = data_parallel(self.forward, device)
         self.batch_rng: dict[str, Any] | None = None  # the RNG as the running batch began (replayed on resume)
 
     def restore(self, ts: dict[str, Any]) -> None:
