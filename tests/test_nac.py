@@ -755,7 +755,8 @@ def test_layer_without_the_native_kernel_gives_the_same_outputs(tmp_path):
               "torch.manual_seed(0); x = torch.randn(2, 300, 6)\n"
               "torch.save((nac_native.available(), NAC(6, 16, 2, topk=5, causal=True)(x)), sys.argv[1])\n")
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "NAC_NATIVE": "0", "PYTHONPATH": str(root)}
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "NAC_NATIVE": "0", "PYTHONPATH": path}
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "out.pt")], check=True, cwd=root, env=env,
                    timeout=120)
     available, y = torch.load(tmp_path / "out.pt")
