@@ -85,6 +85,10 @@ HELP = {
                         "gas wherever the next pulse is not visible) | dither (error diffusion: over consecutive steps "
                         "each action is taken as often as its probability says, deterministically) (default: the rule "
                         "the checkpoint was trained to drive with, train.py --discrete-actions; argmax if it names none)",
+    "action_temperature": "discrete students that sample or dither: the softmax temperature T (probabilities "
+                          "raised to 1/T): above 1 the less likely actions (brake, the other steering pulse) come "
+                          "more often and the student drives more cautiously (default: the checkpoint's, 1 unless "
+                          "it names one or --discrete-actions overrides its rule)",
     "theme": "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each reported "
              "apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never trained on)",
     "condition": "envs with scenes: comma-separated lighting/weather conditions, reported apart (by_condition) "
@@ -95,7 +99,7 @@ HELP = {
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",
 }
-METAVARS = {"drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
+METAVARS = {"action_temperature": "T", "drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
 CHOICES = {"window_clock": list(WINDOW_CLOCKS), "discrete_actions": list(DISCRETE_ACTION_RULES),
            "env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
            "saliency_method": ["gradcam", "visualbackprop"]}
@@ -148,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         elif f.name in CHOICES:
             parser.add_argument(flag, choices=CHOICES[f.name], default=default, help=text)
         else:
-            number = {int: int, int | None: int, float: float}.get(kind, str)
+            number = {int: int, int | None: int, float: float, float | None: float}.get(kind, str)
             parser.add_argument(flag, type=number, default=default, metavar=METAVARS.get(f.name), help=text)
     return parser
 

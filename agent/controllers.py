@@ -13,12 +13,12 @@ import torch
 
 from agent.runtime import resolve_path
 from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
-from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser
+from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser, check_temperature
 
 
 def load_driver(path: str | Path, env: str, action_space: str, actions: str | None = None) -> Any:
     """A DAgger student as a driver (agent.controllers.PolicyController on the CPU); ``actions`` None: the
-    checkpoint's own rule."""
+    checkpoint's own rule (and temperature)."""
 
     policy = load_policy(path, env, action_space, "cpu")
     return PolicyController(policy.eval(), name=Path(path).stem, actions=actions)
@@ -53,12 +53,18 @@ class PolicyController:
     is_expert = False
 
     def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps",
-                 env_names: Sequence[str] | None = None, actions: str | None = None) -> None:
-        actions = policy.config.discrete_actions if actions is None else actions  # None: the checkpoint's rule
+                 env_names: Sequence[str] | None = None, actions: str | None = None,
+                 temperature: float | None = None) -> None:
+        # None: the checkpoint's rule; its temperature when the rule is its own, else 1 (argmax has none)
+        own = actions is None or actions == policy.config.discrete_actions
+        actions = policy.config.discrete_actions if actions is None else actions
         if actions not in DISCRETE_ACTION_RULES:
             raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
         if actions != "argmax" and policy.config.head != "discrete":
             raise ValueError(f"actions={actions!r} is for discrete policies; {name} has a {policy.config.head} head")
+        if temperature is None:
+            temperature = policy.config.action_temperature if own else 1.0
+        self.temperature = check_temperature(temperature, actions)
         self.policy, self.name, self.device, self.actions = policy, name, device, actions
         self.choose: DiscreteChooser | None = None
         self.config = policy.config
@@ -83,7 +89,7 @@ class PolicyController:
         self.stream.reset()
         self.frames.clear()
         if self.actions != "argmax":
-            self.choose = DiscreteChooser(self.actions, seed)
+            self.choose = DiscreteChooser(self.actions, seed, self.temperature)
 
     def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
         if not self.frames:

@@ -12,16 +12,31 @@ DISCRETE_ACTIONS = ("noop", "right", "left", "gas", "brake")  # CarRacing's disc
 # dither: error diffusion, deterministic pulses -- over consecutive steps each action is taken as often as its
 # probability says (gas at 0.6 and brake at 0.4: gas, brake, gas, gas, brake, ...), without sampling's runs of luck.
 DISCRETE_ACTION_RULES = ("argmax", "sample", "dither")
+# Temperature T reshapes the softmax before sample / dither draw from it (p -> p ** (1 / T), renormalised): above 1
+# the student's minority actions (brake, the other steering pulse) come more often and it drives more cautiously
+# (measured on the shipped discrete student: docs/results.md, "Sampling temperature"). argmax ignores it.
+
+
+def check_temperature(temperature: float, rule: str) -> float:
+    """A sampling temperature: a finite number > 0, and not 1 only for a rule that draws from the softmax."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or \
+            not np.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"the action temperature must be a number > 0, got {temperature!r}")
+    if temperature != 1 and rule == "argmax":
+        raise ValueError(f"an action temperature ({temperature}) changes only the sample and dither rules; argmax "
+                         "takes the likeliest action at any temperature")
+    return float(temperature)
 
 
 class DiscreteChooser:
-    """One episode's action choice by ``rule`` from the per-step softmax; ``seed`` seeds ``sample`` (an episode
-    repeats exactly in any worker), ``dither`` carries each action's unspent probability from step to step."""
+    """One episode's action choice by ``rule`` from the per-step softmax at ``temperature``; ``seed`` seeds
+    ``sample`` (an episode repeats exactly in any worker), ``dither`` carries each action's unspent probability from
+    step to step."""
 
-    def __init__(self, rule: str, seed: int | None = None) -> None:
+    def __init__(self, rule: str, seed: int | None = None, temperature: float = 1.0) -> None:
         if rule not in DISCRETE_ACTION_RULES:
             raise ValueError(f"the discrete action rule must be one of {DISCRETE_ACTION_RULES}, got {rule!r}")
-        self.rule = rule
+        self.rule, self.temperature = rule, check_temperature(temperature, rule)
         self.rng = np.random.default_rng(None if seed is None else [int(seed), 0xD15C]) if rule == "sample" else None
         self.owed: np.ndarray | None = None  # dither: probability received minus actions taken, per action
 
@@ -29,6 +44,10 @@ class DiscreteChooser:
         p = np.asarray(probs, dtype=np.float64).reshape(-1)
         if self.rule == "argmax":
             return int(p.argmax())
+        if self.temperature != 1.0:  # in log space: a probability that underflows stays 0, not NaN
+            with np.errstate(divide="ignore"):
+                logp = np.log(p) / self.temperature
+            p = np.exp(logp - logp.max())
         if self.rule == "sample":
             return int(self.rng.choice(len(p), p=p / p.sum()))
         self.owed = p / p.sum() + (0.0 if self.owed is None else self.owed)

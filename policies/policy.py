@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from agent.runtime import atomic_write
-from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS
+from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_temperature
 from policies.cores import CORES, build_core
 from policies.encoders import ENCODERS, build_encoder
 
@@ -70,6 +70,7 @@ class PolicyConfig:
     env: str = "CarRacing-v3"
     action_space: str = "continuous"
     discrete_actions: str = "argmax"  # discrete head: the rule it drives with unless told (policies.actions.DISCRETE_ACTION_RULES); a student trained on sampling drivers' data drives best sampling
+    action_temperature: float = 1.0  # discrete head, sample / dither: the softmax temperature it drives at unless told (policies.actions.check_temperature)
 
     @property
     def action_dim(self) -> int:
@@ -118,6 +119,7 @@ class PolicyConfig:
             raise ValueError(f"discrete_actions must be one of {DISCRETE_ACTION_RULES}, got {self.discrete_actions!r}")
         if self.discrete_actions != "argmax" and self.head != "discrete":
             raise ValueError(f"discrete_actions {self.discrete_actions!r} is for a discrete head, not a {self.head} one")
+        check_temperature(self.action_temperature, self.discrete_actions)
         for stat in ("target_mean", "target_std"):
             value = getattr(self, stat)
             if value is not None and len(value) != self.action_dim:

@@ -151,6 +151,31 @@ def test_a_checkpoint_that_names_its_action_rule_drives_with_it_unless_told(tmp_
     assert (own["discrete_actions"], argmax["discrete_actions"]) == ("sample", "argmax")
 
 
+def test_a_checkpoint_drives_at_its_own_temperature_unless_told(tmp_path, ckpts):
+    """A sampling checkpoint that names a temperature drives at it by default, as the plain weights told
+    --action-temperature do; --discrete-actions with another rule drops it to 1; argmax and continuous students
+    refuse the flag with a clear error."""
+    payload = torch.load(ckpts["discrete"], weights_only=True)
+    payload["config"].update(discrete_actions="sample", action_temperature=3.0)
+    warm = tmp_path / "warm.pt"
+    torch.save(payload, warm)
+    kw = dict(video=False, episodes=2, max_steps=30, renderer="fast")
+    runs = [next(iter(evaluate(_args(tmp_path / name, checkpoint=[str(c)], **kw, **extra)).values()))
+            for name, c, extra in (("own", warm, {}),
+                                   ("told", ckpts["discrete"], dict(discrete_actions="sample", action_temperature=3.0)),
+                                   ("plain", ckpts["discrete"], dict(discrete_actions="sample")),
+                                   ("dither", warm, dict(discrete_actions="dither")))]
+    episodes = [[(e["return"], e["steer_mae"]) for e in m["episodes"]] for m in runs]
+    assert episodes[0] == episodes[1] != episodes[2]
+    assert [m["action_temperature"] for m in runs] == [3.0, 3.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="--action-temperature changes only the sample and dither rules"):
+        evaluate(_args(tmp_path / "x", checkpoint=[str(ckpts["discrete"])], action_temperature=2.0, **kw))
+    with pytest.raises(ValueError, match="--action-temperature is for discrete students"):
+        evaluate(_args(tmp_path / "y", checkpoint=[str(ckpts["nac"])], action_temperature=2.0, **kw))
+    with pytest.raises(ValueError, match="--action-temperature: the action temperature must be a number > 0"):
+        evaluate(_args(tmp_path / "z", checkpoint=[str(ckpts["discrete"])], action_temperature=0.0, **kw))
+
+
 def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts):
     out = tmp_path / "cmp"
     res = evaluate(_args(out, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], with_expert=True,

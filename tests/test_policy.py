@@ -73,6 +73,36 @@ def test_discrete_action_rules_take_each_action_as_often_as_the_softmax_says():
         DiscreteChooser("softmax")
 
 
+def test_action_temperature_reshapes_the_softmax_the_rules_draw_from():
+    """At temperature T sample and dither take each action in proportion to p ** (1 / T): above 1 the minority
+    actions come more often, T = 1 is the plain softmax, a tiny T is argmax; argmax refuses a temperature, and
+    a temperature must be a number > 0 (a checkpoint's config is checked alike)."""
+    discrete = make_policy("mlp", head="discrete")
+    p = np.array([0.1, 0.6, 0.3, 0.0, 0.0])
+    logits = torch.log(torch.tensor(p) + 1e-12).float()
+    for t in (0.5, 2.0):
+        share = p ** (1 / t) / (p ** (1 / t)).sum()
+        sample = DiscreteChooser("sample", seed=3, temperature=t)
+        drawn = [discrete.to_env_action(logits, sample) for _ in range(4000)]
+        assert np.bincount(drawn, minlength=5) / 4000 == pytest.approx(share, abs=0.03)
+        dither, taken = DiscreteChooser("dither", temperature=t), np.zeros(5)
+        for _ in range(400):
+            taken[discrete.to_env_action(logits, dither)] += 1
+        assert taken / 400 == pytest.approx(share, abs=1 / 400 + 1e-9)
+    plain, one = DiscreteChooser("sample", seed=5), DiscreteChooser("sample", seed=5, temperature=1.0)
+    assert [plain(p) for _ in range(200)] == [one(p) for _ in range(200)]
+    cold = DiscreteChooser("sample", seed=5, temperature=1e-3)
+    assert {cold(p) for _ in range(200)} == {1}
+    with pytest.raises(ValueError, match="only the sample and dither rules"):
+        DiscreteChooser("argmax", temperature=1.5)
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "1.5"):
+        with pytest.raises(ValueError, match="must be a number > 0"):
+            DiscreteChooser("sample", temperature=bad)
+    with pytest.raises(ValueError, match="only the sample and dither rules"):
+        PolicyConfig.for_actions("discrete", action_temperature=1.5).validate()
+    assert PolicyConfig.for_actions("discrete", discrete_actions="sample", action_temperature=1.5).validate()
+
+
 def test_heads_and_env_actions():
     frames = random_frames(2 * 4).view(2, 4, SIZE, SIZE, 3)
     discrete = make_policy("mlp", head="discrete")

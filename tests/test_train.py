@@ -100,6 +100,21 @@ def test_discrete_students_carry_the_action_rule_they_drive_with(data_dir, tmp_p
         run(tiny_args(data_dir, tmp_path / "cont", policy="mlp", epochs=1, discrete_actions="sample"))
     with pytest.raises(ValueError, match="--discrete-actions must be one of argmax, sample, dither"):
         run(tiny_args(discrete, tmp_path / "bad", policy="mlp", epochs=1, discrete_actions="greedy"))
+    # the sampling temperature travels the same way; a new rule starts at 1, argmax takes none
+    warm = tmp_path / "warm" / "best.pt"
+    run(tiny_args(discrete, tmp_path / "warm", epochs=1, init=str(sampled), action_temperature=1.5))
+    assert load_checkpoint(warm).config.action_temperature == 1.5
+    run(tiny_args(discrete, tmp_path / "warm_kept", epochs=1, init=str(warm)))
+    assert load_checkpoint(tmp_path / "warm_kept" / "best.pt").config.action_temperature == 1.5
+    run(tiny_args(discrete, tmp_path / "warm_dither", epochs=1, init=str(warm), discrete_actions="dither"))
+    assert load_checkpoint(tmp_path / "warm_dither" / "best.pt").config.action_temperature == 1.0
+    with pytest.raises(ValueError, match="--action-temperature: .*argmax.*add --discrete-actions sample"):
+        run(tiny_args(discrete, tmp_path / "cold", policy="mlp", epochs=1, action_temperature=1.5))
+    with pytest.raises(ValueError, match="--action-temperature: .*drives argmax"):
+        run(tiny_args(discrete, tmp_path / "cold2", epochs=1, init=str(tmp_path / "plain" / "best.pt"),
+                      action_temperature=1.5))
+    with pytest.raises(ValueError, match="--action-temperature is for discrete students"):
+        run(tiny_args(data_dir, tmp_path / "cont2", policy="mlp", epochs=1, action_temperature=1.5))
 
 
 def test_tensorboard_scalars_and_nac_internals_are_written(data_dir, tmp_path):

@@ -67,7 +67,7 @@ from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summa
 from agent.runtime import atomic_write_text, show_progress, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import SeedRanges, get_spec
-from policies.actions import DISCRETE_ACTION_RULES
+from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.policy import WINDOW_CLOCKS
 
 DEFAULT_SEED = SeedRanges().evaluate  # 1000
@@ -109,6 +109,7 @@ class EvalArgs:
     latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
     window_clock: str = "time"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
     discrete_actions: str | None = None  # discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES); None: each checkpoint's own
+    action_temperature: float | None = None  # discrete students, sample / dither: softmax temperature; None: each checkpoint's own (1 when --discrete-actions overrides its rule)
     theme: str | None = None  # "a,b": envs with scenes, the themes episodes draw from by seed (default: all)
     condition: str | None = None  # "a,b": the lighting / weather conditions likewise (default: all)
     pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
@@ -156,6 +157,11 @@ class EvalArgs:
             raise ValueError(f"--window-clock must be one of {WINDOW_CLOCKS}, got {self.window_clock!r}")
         if self.discrete_actions is not None and self.discrete_actions not in DISCRETE_ACTION_RULES:
             raise ValueError(f"--discrete-actions must be one of {DISCRETE_ACTION_RULES}, got {self.discrete_actions!r}")
+        if self.action_temperature is not None:
+            try:
+                check_temperature(self.action_temperature, self.discrete_actions or "sample")
+            except ValueError as e:
+                raise ValueError(f"--action-temperature: {e}") from None
         spec.scene(self.theme, self.condition)  # ValueError on unknown names or an env without scenes
         if self.pi_speed and not spec.pi_speed:
             raise ValueError(f"--pi-speed is for envs whose drivers control the speed; {self.env}'s speed is always "
@@ -254,14 +260,15 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
 
 def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
                   policies: list[tuple[str, str | None]], clock: str = "steps",
-                  make_kwargs: dict[str, Any] | None = None, actions: str | None = None) -> tuple:
+                  make_kwargs: dict[str, Any] | None = None, actions: str | None = None,
+                  temperature: float | None = None) -> tuple:
     """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
     from agent.experts.expert import Expert
 
     expert = Expert.load(expert_path, action_space, env)
     controllers = [ExpertController(expert) if path is None else
                    PolicyController(load_policy(path, env, action_space, device), name, device, clock,
-                                    ["steer"] if (make_kwargs or {}).get("pi_speed") else None, actions)
+                                    ["steer"] if (make_kwargs or {}).get("pi_speed") else None, actions, temperature)
                    for name, path in policies]
     sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer,
                            **(make_kwargs or {}))
@@ -297,7 +304,7 @@ def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: Eva
     try:
         with EpisodePool(min(args.workers, len(tasks)), _worker_setup,
                          (args.env, action_space, args.expert, args.device, args.max_steps, args.renderer, policies,
-                          args.window_clock, args.make_kwargs, args.discrete_actions),
+                          args.window_clock, args.make_kwargs, args.discrete_actions, args.action_temperature),
                          _worker_episode, threads=args.threads, preload=_preload(args.env)) as pool:
             for (t, i), (row, lat) in pool.run(tasks, on_steps=bar.update):
                 rows[t][i] = (row, lat)
@@ -392,12 +399,14 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
     targets = []
     for path, name, policy in zip(paths, names, policies):
         controller = PolicyController(policy, name, args.device, args.window_clock,
-                                      ["steer"] if args.pi_speed else None, args.discrete_actions)
+                                      ["steer"] if args.pi_speed else None, args.discrete_actions,
+                                      args.action_temperature)
         targets.append((name, controller, {
             "source": str(path), "policy_config": policy.config.to_dict(),
             "num_parameters": int(sum(p.numel() for p in policy.parameters())),
             "filled_from_expert": controller.filled, "window_clock": args.window_clock,
-            **({"discrete_actions": controller.actions} if policy.config.head == "discrete" else {}),
+            **({"discrete_actions": controller.actions, "action_temperature": controller.temperature}
+               if policy.config.head == "discrete" else {}),
         }))
     return targets, spaces.pop()
 
@@ -408,6 +417,12 @@ def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:
     if args.discrete_actions not in (None, "argmax") and cfg.head != "discrete":
         raise ValueError(f"--discrete-actions {args.discrete_actions} is for discrete students; checkpoint {path!r} "
                          f"has a {cfg.head} head")
+    if args.action_temperature is not None and cfg.head != "discrete":
+        raise ValueError(f"--action-temperature is for discrete students; checkpoint {path!r} has a {cfg.head} head")
+    rule = args.discrete_actions or cfg.discrete_actions
+    if args.action_temperature not in (None, 1.0) and rule == "argmax":
+        raise ValueError(f"--action-temperature changes only the sample and dither rules; checkpoint {path!r} drives "
+                         "argmax (add --discrete-actions sample)")
     spec = get_spec(args.env)
     if cfg.head != "continuous" or not spec.pi_speed:
         return

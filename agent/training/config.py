@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from agent.data.dataset import dataset_env, is_recording, open_datasets
-from policies.actions import DISCRETE_ACTION_RULES
+from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
 from policies.policy import TIME_INPUTS, PolicyConfig, read_checkpoint
 
@@ -53,6 +53,7 @@ class TrainArgs:
     loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
     class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
     discrete_actions: str | None = None  # discrete students: the rule the checkpoint drives with when evaluate.py or collect.py --driver are not told one: argmax | sample | dither (a student trained on the data of sampling DAgger drivers drives best sampling); with --init, the checkpoint's unless given; default: argmax
+    action_temperature: float | None = None  # discrete students that sample or dither: the softmax temperature written into the checkpoint (above 1: minority actions more often, more cautious driving; evaluate.py --action-temperature); with --init, the checkpoint's unless given or --discrete-actions changes its rule; default: 1
     augment: bool = True  # camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see agent/training/augment.py)
     side_correction: float | None = None  # first-person: train on left/right cameras too, steering + / - this (0 = center only); default: 0.2 for simulator data, 0 for real recordings (their keyboard labels are smaller than the correction: measured, docs/udacity.md)
     flip: bool = True  # first-person: mirror half of the segments and negate their steering
@@ -112,6 +113,11 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--time-input must be one of {', '.join(TIME_INPUTS)}, got {a.time_input!r}")
     if a.discrete_actions is not None and a.discrete_actions not in DISCRETE_ACTION_RULES:
         raise ValueError(f"--discrete-actions must be one of {', '.join(DISCRETE_ACTION_RULES)}, got {a.discrete_actions!r}")
+    if a.action_temperature is not None:
+        try:  # without --discrete-actions the rule (the checkpoint's, or argmax) is checked when the policy is made
+            check_temperature(a.action_temperature, a.discrete_actions or "sample")
+        except ValueError as e:
+            raise ValueError(f"--action-temperature: {e}") from None
     if a.split not in SPLITS:
         raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {a.split!r}")
     if a.head not in HEAD_CHOICES:

@@ -204,6 +204,8 @@ def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice
     if a.discrete_actions not in (None, "argmax"):
         raise ValueError(f"--discrete-actions {a.discrete_actions} is for discrete students; {a.data!r} trains a "
                          f"{head} head")
+    if a.action_temperature is not None:
+        raise ValueError(f"--action-temperature is for discrete students; {a.data!r} trains a {head} head")
     names = data.action_names
     if a.oversample_turns > 1 and "steer" not in names[:1]:
         raise ValueError(f"--oversample-turns reads the steering labels; {a.data!r} has no 'steer' action")

@@ -33,6 +33,7 @@ from agent.training.data import Data, episode_targets, resolve_head
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.windows import batch_plan, gather_segments
+from policies.actions import check_temperature
 from policies.policy import (
     DrivingPolicy,
     PolicyConfig,
@@ -44,15 +45,22 @@ from policies.policy import (
 
 
 def initial_policy(path: str, data: Data, head: str, names: list[str] | None, time_input: str | None,
-                   discrete_actions: str | None = None) -> DrivingPolicy:
+                   discrete_actions: str | None = None, temperature: float | None = None) -> DrivingPolicy:
     """--init: the checkpoint's policy, checked to drive this dataset's env and predict its actions (its frame
     size and crop already shaped the data: init_architecture), fed ``time_input`` and driving with
-    ``discrete_actions`` from now on (None: the checkpoint's). Its target normalisation is kept: the weights
-    were trained against it."""
+    ``discrete_actions`` at ``temperature`` from now on (None: the checkpoint's; a new rule starts at 1). Its
+    target normalisation is kept: the weights were trained against it."""
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
     c.time_input = time_input or c.time_input
-    c.discrete_actions = discrete_actions or c.discrete_actions
+    if discrete_actions not in (None, c.discrete_actions):
+        c.discrete_actions, c.action_temperature = discrete_actions, 1.0
+    if temperature is not None:
+        try:
+            c.action_temperature = check_temperature(temperature, c.discrete_actions)
+        except ValueError as e:
+            raise ValueError(f"--action-temperature: {e} (--init {path!r} drives {c.discrete_actions}; add "
+                             "--discrete-actions sample)") from None
     expected = {"env": data.env.gym_id, "head": head}
     if head == "continuous":
         expected["action_names"] = list(names or [])
@@ -230,7 +238,10 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
     if resumed:
         return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
     if a.init is not None:
-        return initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions)
+        return initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions, a.action_temperature)
+    if a.action_temperature not in (None, 1.0) and not a.discrete_actions:
+        raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
+                         "temperature (add --discrete-actions sample)")
     core, options = core_options(a, spec)
     extra: dict[str, Any] = {}
     if head == "continuous":
@@ -241,7 +252,8 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
         window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period, time_input=a.time_input or "seconds",
         image_size=data.image_size, crop=data.crop,
         color=a.color if a.color != "auto" else data.env.default_color,
-        action_space=data.action_space, env=data.env.gym_id, discrete_actions=a.discrete_actions or "argmax", **extra)
+        action_space=data.action_space, env=data.env.gym_id, discrete_actions=a.discrete_actions or "argmax",
+        action_temperature=a.action_temperature or 1.0, **extra)
     return DrivingPolicy(config)
 
 
