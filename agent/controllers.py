@@ -55,15 +55,13 @@ class PolicyController:
     def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps",
                  env_names: Sequence[str] | None = None, actions: str | None = None,
                  temperature: float | None = None) -> None:
-        # None: the checkpoint's rule; its temperature when the rule is its own, else 1 (argmax has none)
-        own = actions is None or actions == policy.config.discrete_actions
-        actions = policy.config.discrete_actions if actions is None else actions
+        if temperature is None:  # None: the checkpoint's (policies.policy.PolicyConfig.temperature_for)
+            temperature = policy.config.temperature_for(actions)
+        actions = policy.config.discrete_actions if actions is None else actions  # None: the checkpoint's rule
         if actions not in DISCRETE_ACTION_RULES:
             raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
         if actions != "argmax" and policy.config.head != "discrete":
             raise ValueError(f"actions={actions!r} is for discrete policies; {name} has a {policy.config.head} head")
-        if temperature is None:
-            temperature = policy.config.action_temperature if own else 1.0
         self.temperature = check_temperature(temperature, actions)
         self.policy, self.name, self.device, self.actions = policy, name, device, actions
         self.choose: DiscreteChooser | None = None

@@ -72,6 +72,11 @@ class PolicyConfig:
     discrete_actions: str = "argmax"  # discrete head: the rule it drives with unless told (policies.actions.DISCRETE_ACTION_RULES); a student trained on sampling drivers' data drives best sampling
     action_temperature: float = 1.0  # discrete head, sample / dither: the softmax temperature it drives at unless told (policies.actions.check_temperature)
 
+    def temperature_for(self, rule: str | None) -> float:
+        """The temperature a discrete student samples at under ``rule`` (None: its own rule): its own temperature
+        with its own rule, 1 with any other (a temperature was chosen for the rule it was stored with)."""
+        return self.action_temperature if rule in (None, self.discrete_actions) else 1.0
+
     @property
     def action_dim(self) -> int:
         return len(self.action_names)

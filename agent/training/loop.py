@@ -53,8 +53,8 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
     c.time_input = time_input or c.time_input
-    if discrete_actions not in (None, c.discrete_actions):
-        c.discrete_actions, c.action_temperature = discrete_actions, 1.0
+    c.action_temperature = c.temperature_for(discrete_actions)
+    c.discrete_actions = discrete_actions or c.discrete_actions
     if temperature is not None:
         try:
             c.action_temperature = check_temperature(temperature, c.discrete_actions)
