@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "seeded by the track seed) | dither (each action as often as its probability over consecutive "
                         "steps, deterministic), as evaluate.py --discrete-actions (default: the rule the checkpoint was trained to "
                         "drive with, train.py --discrete-actions; argmax if it names none)")
+    p.add_argument("--driver-temperature", type=float, default=None, metavar="T",
+                   help="sample / dither drivers: draw from the softmax raised to 1/T (T > 1 flatter, T < 1 "
+                        "greedier), as evaluate.py --action-temperature (default: the checkpoint's own, train.py "
+                        "--action-temperature, when it drives by its own rule; 1 when --driver-actions names another)")
     p.add_argument("--cut-wrong-way", action="store_true",
                    help="end an episode once the car has pointed against the course for 1 s and drop that stretch: "
                         "after a DAgger student's spin the expert, which never learnt those states, steers or "

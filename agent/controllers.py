@@ -16,12 +16,13 @@ from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
 from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser, check_temperature
 
 
-def load_driver(path: str | Path, env: str, action_space: str, actions: str | None = None) -> Any:
-    """A DAgger student as a driver (agent.controllers.PolicyController on the CPU); ``actions`` None: the
-    checkpoint's own rule (and temperature)."""
+def load_driver(path: str | Path, env: str, action_space: str, actions: str | None = None,
+                temperature: float | None = None) -> Any:
+    """A DAgger student as a driver (agent.controllers.PolicyController on the CPU); ``actions`` / ``temperature``
+    None: the checkpoint's own rule and temperature."""
 
     policy = load_policy(path, env, action_space, "cpu")
-    return PolicyController(policy.eval(), name=Path(path).stem, actions=actions)
+    return PolicyController(policy.eval(), name=Path(path).stem, actions=actions, temperature=temperature)
 
 
 def shipped_checkpoint(env: str) -> Path:
@@ -62,6 +63,9 @@ class PolicyController:
             raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
         if actions != "argmax" and policy.config.head != "discrete":
             raise ValueError(f"actions={actions!r} is for discrete policies; {name} has a {policy.config.head} head")
+        if temperature != 1 and policy.config.head != "discrete":
+            raise ValueError(f"an action temperature ({temperature}) is for discrete policies; {name} has a "
+                             f"{policy.config.head} head")
         self.temperature = check_temperature(temperature, actions)
         self.policy, self.name, self.device, self.actions = policy, name, device, actions
         self.choose: DiscreteChooser | None = None

@@ -7,7 +7,7 @@ from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
 
 
 def constant_policy_checkpoint(path: Path, action=(0.3, 0.2, 0.0), action_space: str = "continuous",
-                               discrete_actions: str = "argmax") -> Path:
+                               discrete_actions: str = "argmax", action_temperature: float = 1.0) -> Path:
     """A checkpoint whose policy outputs the same action on every frame (zero head weights, bias = the action).
 
     Discrete: zero weights and bias, i.e. uniform logits. Lets a test know exactly what the policy executes."""
@@ -15,7 +15,8 @@ def constant_policy_checkpoint(path: Path, action=(0.3, 0.2, 0.0), action_space:
     head = "discrete" if action_space == "discrete" else "continuous"
     policy = DrivingPolicy(PolicyConfig.for_actions(head, core="lstm", core_options={"hidden": 8}, window=3,
                                                     frame_stride=1, feature_dim=8, action_space=action_space,
-                                                    discrete_actions=discrete_actions))
+                                                    discrete_actions=discrete_actions,
+                                                    action_temperature=action_temperature))
     with torch.no_grad():
         policy.head.weight.zero_()
         if head == "continuous":

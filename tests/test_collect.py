@@ -376,18 +376,22 @@ def test_dagger_driver_executes_its_actions_and_expert_labels_every_state(tmp_pa
 
 
 def test_a_discrete_driver_picks_its_actions_by_its_checkpoints_rule_unless_told(tmp_path):
-    """A student trained to sample (train.py --discrete-actions sample) samples as a DAgger driver; the run and
-    its episodes say so; --driver-actions argmax overrides it (uniform logits: argmax is always the same action)."""
-    driver = constant_policy_checkpoint(tmp_path / "u.pt", action_space="discrete", discrete_actions="sample")
-    _collect(tmp_path / "own", episodes=1, noise=0.0, driver=driver, max_steps=40, early_stop=False,
-             action_space="discrete")
-    _collect(tmp_path / "told", episodes=1, noise=0.0, driver=driver, max_steps=40, early_stop=False,
-             action_space="discrete", driver_actions="argmax")
-    own, told = (open_dataset(tmp_path / n) for n in ("own", "told"))
+    """A student trained to sample at temperature 1.5 (train.py --discrete-actions sample --action-temperature 1.5)
+    samples so as a DAgger driver; the run and its episodes say so; --driver-temperature replaces the temperature;
+    --driver-actions argmax overrides both (uniform logits: argmax is always the same action)."""
+    driver = constant_policy_checkpoint(tmp_path / "u.pt", action_space="discrete", discrete_actions="sample",
+                                        action_temperature=1.5)
+    runs = {"own": {}, "hot": {"driver_temperature": 2.0}, "told": {"driver_actions": "argmax"}}
+    for name, kw in runs.items():
+        _collect(tmp_path / name, episodes=1, noise=0.0, driver=driver, max_steps=40, early_stop=False,
+                 action_space="discrete", **kw)
+    own, hot, told = (open_dataset(tmp_path / n) for n in runs)
     assert len(set(own.load(0)["action"].tolist())) >= 3 and len(set(told.load(0)["action"].tolist())) == 1
     assert own.episodes[0]["driver_actions"] == "sample" and "driver_actions" not in told.episodes[0]
+    assert own.episodes[0]["driver_temperature"] == 1.5 and hot.episodes[0]["driver_temperature"] == 2.0
+    assert "driver_temperature" not in told.episodes[0]
     card = json.loads((tmp_path / "own" / CARD_NAME).read_text())
-    assert card["runs"][-1]["driver_actions"] == "sample"
+    assert card["runs"][-1]["driver_actions"] == "sample" and card["runs"][-1]["driver_temperature"] == 1.5
 
 
 def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
@@ -401,6 +405,12 @@ def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
         (["--driver-actions", "sample"], "give --driver CKPT too"),
         (["--cut-wrong-way", "--recovery-labels"], "choose one"),
         (["--driver", str(tmp_path / "cont.pt"), "--driver-actions", "sample"], "is for discrete policies"),
+        (["--driver-temperature", "1.5"], "give --driver CKPT too"),
+        (["--driver", str(tmp_path / "cont.pt"), "--driver-temperature", "1.5"], "is for discrete policies"),
+        (["--driver", str(disc), "--action-space", "discrete", "--driver-temperature", "1.5"], "only the sample and dither rules"),
+        (["--driver", str(disc), "--action-space", "discrete", "--driver-temperature", "0"], "must be a number > 0"),
+        (["--driver", str(disc), "--action-space", "discrete", "--driver-actions", "argmax",
+          "--driver-temperature", "2"], "argmax takes the likeliest action"),
     ]
     for argv, message in cases:
         assert collect_cli.main([*argv, "--out", str(tmp_path / "d"), "--no-progress"]) == 2

@@ -85,6 +85,7 @@ class EpisodeSettings:
     expert: str | None  # as given (None: the env's shipped one)
     driver: str | None  # DAgger: the student's checkpoint
     driver_actions: str | None  # how a discrete student picks its action (DISCRETE_ACTION_RULES; None: its checkpoint's)
+    driver_temperature: float | None  # its softmax temperature (sample / dither; None: its checkpoint's)
     max_steps: int
     renderer: str
     noise: float
@@ -146,7 +147,8 @@ def _worker_setup(s: EpisodeSettings) -> tuple:
     from agent.experts.expert import Expert
 
     expert = Expert.load(s.expert, s.action_space, s.env)
-    driver = load_driver(s.driver, s.env, s.action_space, s.driver_actions) if s.driver is not None else None
+    driver = load_driver(s.driver, s.env, s.action_space, s.driver_actions, s.driver_temperature) \
+        if s.driver is not None else None
     return s, s.make_env(), expert, driver
 
 
@@ -234,11 +236,12 @@ def _load_student(cfg: CollectConfig) -> tuple[Any, dict[str, Any]]:
     if cfg.driver is None:
         return None, {"driver": None}
     try:
-        driver = load_driver(cfg.driver, cfg.env, cfg.action_space, cfg.driver_actions)
+        driver = load_driver(cfg.driver, cfg.env, cfg.action_space, cfg.driver_actions, cfg.driver_temperature)
     except (FileNotFoundError, ValueError) as e:
         raise CollectError(f"--driver: {e}") from None
     return driver, {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver)),
-                    **({"driver_actions": driver.actions} if driver.actions != "argmax" else {})}
+                    **({"driver_actions": driver.actions} if driver.actions != "argmax" else {}),
+                    **({"driver_temperature": driver.temperature} if driver.temperature != 1 else {})}
 
 
 @dataclass
@@ -304,7 +307,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         "workers": workers,
         "driver": str(cfg.driver) if cfg.driver is not None else None,
         "beta": cfg.beta if cfg.driver is not None else None,
-        **({"driver_actions": driver_info["driver_actions"]} if "driver_actions" in driver_info else {}),
+        **{k: driver_info[k] for k in ("driver_actions", "driver_temperature") if k in driver_info},
         **({"recovery_labels": True} if cfg.recovery_labels else {}),
         **({"recovery_starts": cfg.recovery_starts} if cfg.recovery_starts else {}),
         **{k: list(v) for k, v in scene.items()},
@@ -315,6 +318,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
     settings = EpisodeSettings(
         env=cfg.env, action_space=cfg.action_space, expert=None if cfg.expert is None else str(cfg.expert),
         driver=None if cfg.driver is None else str(cfg.driver), driver_actions=cfg.driver_actions,
+        driver_temperature=cfg.driver_temperature,
         max_steps=cfg.max_steps, renderer=renderer,
         noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
         cut_wrong_way=cfg.cut_wrong_way,

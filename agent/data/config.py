@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.data.dataset import CARD_NAME
 from agent.workers import check_workers
 from envs.registry import EnvSpec, SeedRanges, get_spec
-from policies.actions import DISCRETE_ACTION_RULES
+from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
 # CarRacing's DART defaults (envs.carracing.SPEC) were measured with the shipped experts (physics-only, 8 tracks 3000000..3000007), mean return / laps:
@@ -60,6 +60,7 @@ class CollectConfig:
     driver: Path | None = None  # DAgger: a policy checkpoint that drives while the expert labels
     beta: float = 0.0  # DAgger: probability per step that the expert's action is executed instead
     driver_actions: str | None = None  # DAgger, discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES); None: the checkpoint's own
+    driver_temperature: float | None = None  # DAgger, sample / dither drivers: softmax temperature; None: the checkpoint's own
     renderer: str | None = None  # who draws the frames (the spec's renderers; default: its first, the reference)
     workers: int | None = None  # processes recording episodes (default: agent.workers.default_workers)
     shard: tuple[int, int] | str | None = None  # (I, N) or "I/N": only the I-th of N seed ranges of this run
@@ -128,6 +129,13 @@ class CollectConfig:
             raise CollectError(f"--driver-actions must be one of {DISCRETE_ACTION_RULES}, got {self.driver_actions!r}")
         if self.driver_actions is not None and self.driver is None:
             raise CollectError("--driver-actions says how a --driver picks its actions; give --driver CKPT too")
+        if self.driver_temperature is not None:
+            if self.driver is None:
+                raise CollectError("--driver-temperature says how a --driver samples its actions; give --driver CKPT too")
+            try:
+                check_temperature(self.driver_temperature, self.driver_actions or "sample")
+            except ValueError as e:
+                raise CollectError(f"--driver-temperature: {e}") from None
         if self.driver is not None and not Path(self.driver).is_file():
             raise CollectError(f"--driver file not found: {str(self.driver)!r} (expected a policy checkpoint from train.py)")
         out = self.out_dir
