@@ -92,7 +92,7 @@ def test_race_table_pools_returns_and_laps_over_trainings(tmp_path):
             (folder / name / "metrics.json").write_text(json.dumps(m))
         folders.append(folder)
     text = table_markdown([read_run(f) for f in folders], [str(f) for f in folders])
-    assert "| a | 850.0 / 650.0 | 750.0 | 0.750 | 2/4 | 20.0 | 0.0 |" in text
+    assert "| a | 850.0 / 650.0 | 750.0 | 0.750 | 2/4 | 20.0 | 2/4 | 0.0 |" in text
     assert "| b | 4 | +10.0 (11.5) |" in text  # return b - a per pair: -10, +30, -10, +30
 
 
@@ -183,3 +183,41 @@ def test_one_policy_per_folder_is_one_policy_whatever_the_folders_are_called(tmp
     text = table_markdown([read_run(f) for f in folders], [str(f) for f in folders])
     assert "| student |" in text and "| regular |" not in text and "| drop |" not in text
     assert text.startswith("# 1 policies x 1 training x 2 timing conditions")
+
+
+def test_discrete_students_at_two_temperatures_are_two_conditions_of_joined_single_folders(tmp_path):
+    """The CarRacing core table: each core's lineage evaluated alone (eval/<temperature>/<core>_sS, one metrics.json,
+    --name <core>), joined per training seed and driven at temperatures 1 and 1.5: the folders go by the names
+    evaluate.py gave, each temperature is a condition the cores pair with themselves across, and the wrong-way
+    column counts episodes that drove the wrong way at all."""
+    def ep(seed, ret, wrong_way):
+        return {"seed": seed, "return": ret, "length": 1000, "completion": 1.0, "lap_completed": not wrong_way,
+                "off_track_steps": 0, "wrong_way_steps": wrong_way}
+
+    def evaluate(folder: Path, name: str, temperature: float, returns) -> str:
+        folder.mkdir(parents=True)
+        episodes = [ep(seed, r, 30 if r < 700 else 0) for seed, r in zip((1, 2), returns)]
+        (folder / "metrics.json").write_text(json.dumps({
+            "name": name, "env": "carracing", "dt": 0.02, "seeds": [1, 2], "episodes": episodes,
+            "mean_return": float(np.mean(returns)), "discrete_actions": "sample", "action_temperature": temperature}))
+        return str(folder)
+
+    folders = []
+    for temperature, bonus in ((1.0, 0.0), (1.5, 50.0)):  # nac gains 50 on every track at 1.5, lstm nothing
+        for s in (1, 2):
+            folders.append(",".join(evaluate(tmp_path / f"T{temperature}" / f"{core}_s{s}", core, temperature,
+                                             [r + (bonus if core == "nac" else 0.0) for r in returns])
+                                    for core, returns in (("nac", (800.0 + s, 650.0)), ("lstm", (750.0, 600.0)))))
+    text = table_markdown([read_run(f) for f in folders], folders)
+    assert text.startswith("# 2 policies x 2 trainings x 2 conditions, closed loop on carracing")
+    assert "| nac | 725.8 | 775.8 (106.9 %) |" in text.split("###")[0]  # (801 + 650 + 802 + 650) / 4, then + 50
+    across = text.split("### Each condition minus regular timing, sampling, per policy")[1].split("##")[0]
+    assert "| nac | +50.0 (0.0, n=4) |" in across and "| lstm | +0.0 (0.0, n=4) |" in across
+    assert "\n## regular timing, sampling at temperature 1.5\n" in text
+    at_one = text.split("\n## regular timing, sampling\n")[1].split("###")[0]
+    assert "| lstm | 675.0 / 675.0 | 675.0 | 1.000 | 2/4 | 15.0 | 2/4 | 0.0 |" in at_one
+    # the same names given twice in one join: by folders, which then differ per seed -- one clear error
+    twice = [",".join(evaluate(tmp_path / "dup" / f"{core}_s{s}", "best", 1.0, (700.0, 700.0)) for core in ("a", "b"))
+             for s in (1, 2)]
+    with pytest.raises(ValueError, match="same policies"):
+        table_markdown([read_run(f) for f in twice], twice)

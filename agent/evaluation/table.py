@@ -17,6 +17,10 @@ conditions per (training seed, track):
 
     python -m agent.evaluation.table eval/t/{regular,drop,jitter,latency}/s{1,2,3}
 
+Discrete students driven under different action rules (evaluate.py --discrete-actions / --action-temperature, read
+from metrics.json) are conditions in the same way: ``eval/T1/s{1,2,3} eval/T1.5/s{1,2,3}`` pairs each policy with
+itself sampled at the two temperatures.
+
 Policies of one training seed evaluated in separate runs on the same tracks count as one evaluation when their
 folders are joined by commas (``eval/a/s1,eval/b/s1``); ``--pair A:B`` adds B minus A, paired the same way, for
 pairs other than "each policy minus the first" (a core trained two ways, say). Folders that each hold a single
@@ -44,8 +48,8 @@ def read_run(folder: str | Path) -> Run:
     joined by commas are read as one run (each policy's name must then be unique among them)."""
     if "," in str(folder):
         joined: Run = {}
-        for part in str(folder).split(","):
-            for name, summary in read_run(part).items():
+        for part in _given_names([read_run(part) for part in str(folder).split(",")]):
+            for name, summary in part.items():
                 if name in joined:
                     raise ValueError(f"{str(folder)!r}: policy {name!r} is in more than one of the joined folders")
                 joined[name] = summary
@@ -65,6 +69,17 @@ def read_run(folder: str | Path) -> Run:
             raise FileNotFoundError(f"{str(folder)!r}: comparison.json names {name!r} but {path} is missing")
         run[name] = json.loads(path.read_text())
     return run
+
+
+def _given_names(parts: list[Run]) -> list[Run]:
+    """Joined folders that each hold one policy (``eval/lstm_s1,eval/gru_s1``) name them as evaluate.py --name did,
+    so that every training seed's run holds the same names; by their folders where those names are missing or
+    would collide (two runs of checkpoints that kept the default name)."""
+    singles = [next(iter(part.values())).get("name") for part in parts if len(part) == 1]
+    if None in singles or len(set(singles)) < len(singles):
+        return parts
+    return [{next(iter(part.values()))["name"]: next(iter(part.values()))} if len(part) == 1 else part
+            for part in parts]
 
 
 def same_single_policy(runs: Sequence[Run]) -> list[Run]:
@@ -165,17 +180,22 @@ def _lane_table(runs: Sequence[Run], names: list[str]) -> str:
 
 
 def _race_table(runs: Sequence[Run], names: list[str]) -> str:
-    """The table for racing envs (CarRacing): return per training seed, completion, laps, wrong-way steps."""
+    """The table for racing envs (CarRacing): return per training seed, completion, laps, wrong-way driving (mean
+    steps, and in how many episodes at all: a spin that rejoins the road backwards shows in the second)."""
     first = runs[0][names[0]]
     head = ["policy", "return per training seed", "mean return", "completion", "laps", "wrong-way steps",
-            "off-track steps"]
+            "episodes with wrong-way driving", "off-track steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
-        pooled = _summary(_tagged(runs, name), first)
+        episodes = _tagged(runs, name)
+        pooled = _summary(episodes, first)
+        wrong_way = [e["wrong_way_steps"] for e in episodes if e.get("wrong_way_steps") is not None]
         lines.append("| " + " | ".join([
             name, " / ".join(f"{run[name]['mean_return']:.1f}" for run in runs), f"{pooled['mean_return']:.1f}",
             f"{pooled['mean_completion']:.3f}", f"{pooled['laps_completed']}/{pooled['num_episodes']}",
-            f"{pooled.get('mean_wrong_way_steps', float('nan')):.1f}", f"{pooled['mean_off_track_steps']:.1f}"]) + " |")
+            f"{pooled.get('mean_wrong_way_steps', float('nan')):.1f}",
+            f"{sum(w > 0 for w in wrong_way)}/{len(wrong_way)}" if wrong_way else "n/a",
+            f"{pooled['mean_off_track_steps']:.1f}"]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -214,17 +234,44 @@ def timing_label(run: Run) -> str:
     return next(iter(labels.values()))
 
 
-def _by_timing(runs: Sequence[Run], folders: Sequence[str]) -> dict[str, tuple[list[Run], list[str]]]:
-    """Runs (and folders) grouped by timing condition, in the order first given; every condition needs as many
+def action_rule_label(run: Run) -> str:
+    """How the run's discrete students chose their actions, in words ('argmax', 'sampling at temperature 1.5');
+    policies of one run on different rules are named each; '' where no policy is discrete."""
+    rules = {}
+    for name, summary in run.items():
+        rule = summary.get("discrete_actions")
+        if rule is None:
+            continue
+        temperature = summary.get("action_temperature")  # not recorded before temperatures existed: 1 then
+        rules[name] = rule if rule == "argmax" else (
+            f"{'sampling' if rule == 'sample' else rule}" +
+            ("" if temperature in (None, 1.0) else f" at temperature {float(temperature):g}"))
+    if len(set(rules.values())) > 1:
+        return "; ".join(f"{name} {rule}" for name, rule in rules.items())
+    return next(iter(rules.values()), "")
+
+
+def condition_labels(runs: Sequence[Run]) -> list[str]:
+    """Each run's driving condition: its timing condition, and its discrete action rule where the runs do not all
+    share one (one checkpoint sampled at two temperatures pairs with itself like a timing condition)."""
+    rules = [action_rule_label(run) for run in runs]
+    timing = [timing_label(run) for run in runs]
+    if len(set(rules)) == 1:
+        return timing
+    return [f"{t}, {r or 'continuous'}" for t, r in zip(timing, rules)]
+
+
+def _by_condition(runs: Sequence[Run], folders: Sequence[str]) -> dict[str, tuple[list[Run], list[str]]]:
+    """Runs (and folders) grouped by driving condition, in the order first given; every condition needs as many
     trainings as the first, or pairs across conditions would not match."""
     groups: dict[str, tuple[list[Run], list[str]]] = {}
-    for run, folder in zip(runs, folders):
-        rs, fs = groups.setdefault(timing_label(run), ([], []))
+    for run, folder, label in zip(runs, folders, condition_labels(runs)):
+        rs, fs = groups.setdefault(label, ([], []))
         rs.append(run)
         fs.append(folder)
     counts = {label: len(rs) for label, (rs, _) in groups.items()}
     if len(set(counts.values())) > 1:
-        raise ValueError(f"every timing condition needs the same trainings, in the same order; got folders per "
+        raise ValueError(f"every condition needs the same trainings, in the same order; got folders per "
                          f"condition {counts}")
     return groups
 
@@ -331,15 +378,16 @@ def table_markdown(runs: Sequence[Run], folders: Sequence[str], pairs: Sequence[
     runs = same_single_policy(runs)
     names = check_runs(runs)
     chosen = [parse_pair(p, names) for p in pairs]
-    groups = _by_timing(runs, folders)
+    groups = _by_condition(runs, folders)
     extra = f"\n## Chosen pairs\n\n{_pairs_table(groups, chosen)}" if chosen else ""
     if len(groups) == 1:
         seeds = runs[0][names[0]].get("seeds", [])
         return (f"# {len(names)} policies x {_count(len(runs), 'training')}, closed loop on "
                 f"{runs[0][names[0]].get('env')}, tracks {_span(seeds)} ({len(seeds)} per training)\n\n"
                 + _report(runs, folders, names, "##") + extra)
+    kind = "timing " if len({action_rule_label(run) for run in runs}) == 1 else ""
     return (f"# {len(names)} policies x {_count(len(next(iter(groups.values()))[0]), 'training')} x {len(groups)} "
-            f"timing conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" + _timing_tables(groups, names) +
+            f"{kind}conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" + _timing_tables(groups, names) +
             extra +
             "".join(f"\n## {label}\n\n" + _report(rs, fs, names, "###") for label, (rs, fs) in groups.items()))
 
@@ -360,11 +408,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m agent.evaluation.table",
         description="Pool evaluate.py runs of the same policies (one folder per training seed) into one "
                     "comparison table with paired differences against the first policy. Folders driven under "
-                    "different timing conditions (--drop-prob, --jitter, --latency-steps) become a timing table, "
+                    "different timing conditions (--drop-prob, --jitter, --latency-steps), or discrete students "
+                    "under different action rules (--discrete-actions, --action-temperature), become a table with "
                     "one column per condition; give each condition's folders in the same training-seed order.")
     parser.add_argument("folders", nargs="+",
                         help="evaluate.py --out folders, one per training seed (and per timing condition); folders "
-                             "joined by commas (A,B) are one training seed's policies evaluated in separate runs")
+                             "joined by commas (A,B) are one training seed's policies evaluated in separate runs "
+                             "(a folder holding one policy goes by its evaluate.py --name)")
     parser.add_argument("--pair", action="append", default=[], metavar="BASE:OTHER",
                         help="add the paired difference OTHER minus BASE (repeatable), beside each policy minus "
                              "the first")
