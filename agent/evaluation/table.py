@@ -75,11 +75,11 @@ def _given_names(parts: list[Run]) -> list[Run]:
     """Joined folders that each hold one policy (``eval/lstm_s1,eval/gru_s1``) name them as evaluate.py --name did,
     so that every training seed's run holds the same names; by their folders where those names are missing or
     would collide (two runs of checkpoints that kept the default name)."""
-    singles = [next(iter(part.values())).get("name") for part in parts if len(part) == 1]
-    if None in singles or len(set(singles)) < len(singles):
+    singles = {k: next(iter(part.values())) for k, part in enumerate(parts) if len(part) == 1}
+    given = [summary.get("name") for summary in singles.values()]
+    if None in given or len(set(given)) < len(given):
         return parts
-    return [{next(iter(part.values()))["name"]: next(iter(part.values()))} if len(part) == 1 else part
-            for part in parts]
+    return [{singles[k]["name"]: singles[k]} if k in singles else part for k, part in enumerate(parts)]
 
 
 def same_single_policy(runs: Sequence[Run]) -> list[Run]:
@@ -254,11 +254,14 @@ def action_rule_label(run: Run) -> str:
 def condition_labels(runs: Sequence[Run]) -> list[str]:
     """Each run's driving condition: its timing condition, and its discrete action rule where the runs do not all
     share one (one checkpoint sampled at two temperatures pairs with itself like a timing condition)."""
-    rules = [action_rule_label(run) for run in runs]
     timing = [timing_label(run) for run in runs]
-    if len(set(rules)) == 1:
+    if not _rules_differ(runs):
         return timing
-    return [f"{t}, {r or 'continuous'}" for t, r in zip(timing, rules)]
+    return [f"{t}, {action_rule_label(run) or 'continuous'}" for t, run in zip(timing, runs)]
+
+
+def _rules_differ(runs: Sequence[Run]) -> bool:
+    return len({action_rule_label(run) for run in runs}) > 1
 
 
 def _by_condition(runs: Sequence[Run], folders: Sequence[str]) -> dict[str, tuple[list[Run], list[str]]]:
@@ -385,7 +388,7 @@ def table_markdown(runs: Sequence[Run], folders: Sequence[str], pairs: Sequence[
         return (f"# {len(names)} policies x {_count(len(runs), 'training')}, closed loop on "
                 f"{runs[0][names[0]].get('env')}, tracks {_span(seeds)} ({len(seeds)} per training)\n\n"
                 + _report(runs, folders, names, "##") + extra)
-    kind = "timing " if len({action_rule_label(run) for run in runs}) == 1 else ""
+    kind = "" if _rules_differ(runs) else "timing "
     return (f"# {len(names)} policies x {_count(len(next(iter(groups.values()))[0]), 'training')} x {len(groups)} "
             f"{kind}conditions, closed loop on {runs[0][names[0]].get('env')}\n\n" + _timing_tables(groups, names) +
             extra +
