@@ -8,6 +8,7 @@
     python evaluate.py --checkpoint nac.pt --saliency --video-episodes 2              # Grad-CAM overlay
     python evaluate.py --episodes 20 --workers 2 --renderer fast                      # 2 processes, OpenCV frames
     python evaluate.py --data ~/recordings/lake --checkpoint runs/train/real/best.pt  # offline, on a real recording
+    python evaluate.py --data data/carracing_discrete --checkpoint checkpoints/carracing_nac_discrete.pt  # offline, vs the expert
     python evaluate.py --drop-prob 0.2 --renderer fast                                # 20 % of the frames lost
     python evaluate.py --env udacity --jitter 1:3 --latency-steps 1                   # irregular steps, 0.1 s late
 
@@ -69,7 +70,9 @@ HELP = {
     "data": "score the checkpoints offline on recorded driving instead of driving: a real simulator recording "
             "(driving_log.csv + IMG/) or a dataset; steering MSE/MAE against the recorded values and their 0.5 s "
             "average, beside always-straight and the training mean, per session, with a PNG of predicted vs recorded "
-            "steering (writes OUT/offline.md, offline.json, steering_<k>.png; default OUT: eval/offline)",
+            "steering (writes OUT/offline.md, offline.json, steering_<k>.png; default OUT: eval/offline). A discrete "
+            "student is scored on the recorded (expert's) action ids: agreement of its likeliest action beside always "
+            "the commonest, and the mean probability of each action at its sampling temperature",
     "drop_prob": "timing: probability P in [0, 1) that the policy gets no new frame at a step; its stream is not "
                  "stepped and its last action is held (the first frame of an episode always arrives)",
     "jitter": "timing: K1:K2, the policy gets a frame every k env steps, k drawn from K1..K2 at each frame; the env "

@@ -355,3 +355,48 @@ def test_paired_differences_pair_episodes_by_seed_and_report_their_standard_erro
     table = paired_markdown([("a", {"autonomy": 1.0, "episodes": base}), ("b", {"autonomy": 1.0, "episodes": other})])
     assert "| b | all | 3 | +3.3 (6.7) |" in table and "| b | jungle | 1 | +10.0 (n/a) |" in table
     assert paired_markdown([("a", {"autonomy": 1.0, "episodes": base})]) == ""
+
+
+def test_offline_scores_of_a_discrete_student_on_recorded_expert_actions(tmp_path, ckpts, capsys):
+    """evaluate.py --data DATASET --checkpoint DISCRETE: a student with fixed logits, scored on recorded action
+    ids; agreement, the recorded action's NLL and the mean probabilities at its temperature are checked against
+    values computed here. A continuous checkpoint on discrete data, or --action-temperature for it, is one line."""
+    import evaluate as cli
+    from agent.data.dataset import write_episode
+
+    labels = [np.array([3, 3, 1, 2, 3, 4]), np.array([3, 0, 3, 3])]
+    for k, y in enumerate(labels):
+        T = len(y)
+        write_episode(tmp_path / "demos", k, {
+            "frames": np.random.default_rng(k).integers(0, 255, (T, 96, 96, 3), dtype=np.uint8),
+            "action": y, "expert_action": y, "reward": np.zeros(T, np.float32), "speed": np.zeros(T, np.float32),
+            "privileged": np.zeros((T, 4), np.float32), "time": np.arange(T) * 0.02},
+            {"env": "carracing", "action_space": "discrete", "track_seed": k})
+    logits = torch.tensor([0.0, 1.0, 1.5, 3.0, -1.0])
+    payload = torch.load(ckpts["discrete"], weights_only=True)
+    weight = next(k for k in payload["state_dict"] if k.startswith("head.") and k.endswith("weight"))
+    payload["state_dict"][weight].zero_()
+    payload["state_dict"][weight.replace("weight", "bias")].copy_(logits)
+    fixed = tmp_path / "fixed.pt"
+    torch.save(payload, fixed)
+    out = tmp_path / "off"
+    assert cli.main(["--data", str(tmp_path / "demos"), "--checkpoint", str(fixed), "--out", str(out), "--no-progress",
+                     "--discrete-actions", "sample", "--action-temperature", "1.5"]) == 0
+    result = json.loads((out / "offline.json").read_text())
+    logp = torch.log_softmax(logits / 1.5, 0).double().numpy()
+    y = np.concatenate(labels)
+    assert result["temperature"] == 1.5 and [s["frames"] for s in result["sessions"]] == [6, 4]
+    p = result["pooled"]
+    assert p["accuracy"] == pytest.approx(np.mean(y == 3))  # gas is the likeliest action on every frame
+    assert p["label_nll"] == pytest.approx(-logp[y].mean(), rel=1e-5)
+    np.testing.assert_allclose(p["mean_probs"], np.exp(logp), rtol=1e-5)
+    assert (p["commonest_label"], p["commonest_label_accuracy"]) == ("gas", pytest.approx(0.6))
+    table = (out / "offline.md").read_text()
+    assert "# Offline action scores" in table and "| always gas (the recorded actions' shares) | 0.600 |" in table
+    assert "agrees with the recorded action on 0.600 of 10 frames" in capsys.readouterr().out
+    for extra, needle in ((["--checkpoint", str(ckpts["nac"])], "continuous action space; the data's actions are discrete"),
+                          (["--checkpoint", str(ckpts["nac"]), "--action-temperature", "2"],
+                           "--action-temperature is for discrete students")):
+        assert cli.main(["--data", str(tmp_path / "demos"), "--out", str(tmp_path / "e"), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err

@@ -126,7 +126,7 @@ class EvalArgs:
         if self.policy == "expert" and self.checkpoint:
             raise ValueError("give either --checkpoint or --expert-drives, not both (use --with-expert to compare)")
         if self.data and (self.policy == "expert" or self.with_expert):
-            raise ValueError("--data scores policy checkpoints against recorded steering; the expert needs an env "
+            raise ValueError("--data scores policy checkpoints against recorded driving; the expert needs an env "
                              "(drop --expert-drives / --with-expert)")
         if self.policy == "expert" and self.saliency:
             raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
@@ -414,15 +414,7 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
 def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:
     """A continuous checkpoint must predict the actions the env takes: [steer] with --pi-speed, else the spec's;
     --discrete-actions sample needs a discrete one."""
-    if args.discrete_actions not in (None, "argmax") and cfg.head != "discrete":
-        raise ValueError(f"--discrete-actions {args.discrete_actions} is for discrete students; checkpoint {path!r} "
-                         f"has a {cfg.head} head")
-    if args.action_temperature is not None and cfg.head != "discrete":
-        raise ValueError(f"--action-temperature is for discrete students; checkpoint {path!r} has a {cfg.head} head")
-    rule = args.discrete_actions or cfg.discrete_actions
-    if args.action_temperature not in (None, 1.0) and rule == "argmax":
-        raise ValueError(f"--action-temperature changes only the sample and dither rules; checkpoint {path!r} drives "
-                         "argmax (add --discrete-actions sample)")
+    _check_discrete_options(args, path, cfg)
     spec = get_spec(args.env)
     if cfg.head != "continuous" or not spec.pi_speed:
         return
@@ -434,6 +426,20 @@ def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:
                          "pass --pi-speed to let the env's PI controller hold the speed")
     raise ValueError(f"checkpoint {path!r} predicts {list(names)}, but {args.env} "
                      f"{'with --pi-speed ' if args.pi_speed else ''}is driven with {list(wanted)}")
+
+
+def _check_discrete_options(args: EvalArgs, path: str, cfg: Any) -> None:
+    """--discrete-actions other than argmax and --action-temperature need a discrete student, and a temperature a
+    rule that samples."""
+    if args.discrete_actions not in (None, "argmax") and cfg.head != "discrete":
+        raise ValueError(f"--discrete-actions {args.discrete_actions} is for discrete students; checkpoint {path!r} "
+                         f"has a {cfg.head} head")
+    if args.action_temperature is not None and cfg.head != "discrete":
+        raise ValueError(f"--action-temperature is for discrete students; checkpoint {path!r} has a {cfg.head} head")
+    rule = args.discrete_actions or cfg.discrete_actions
+    if args.action_temperature not in (None, 1.0) and rule == "argmax":
+        raise ValueError(f"--action-temperature changes only the sample and dither rules; checkpoint {path!r} drives "
+                         "argmax (add --discrete-actions sample)")
 
 
 def _expert_meta(expert: Any) -> dict[str, Any]:
@@ -483,7 +489,8 @@ def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: di
 
 
 def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
-    """--data: score every checkpoint's steering on recorded driving (agent.evaluation.offline)."""
+    """--data: score every checkpoint on recorded driving (agent.evaluation.offline): steering, or a discrete
+    student's actions at the temperature it samples at (its own, or --action-temperature)."""
     from agent.evaluation.offline import evaluate_recorded, offline_markdown, recorded_data
 
     root = Path(args.out) if args.out else Path("eval") / "offline"
@@ -492,18 +499,30 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     paths = list(args.checkpoint) or [str(shipped_checkpoint(env.name))]
     policies = [load_policy(p, env.name, None, args.device) for p in paths]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
+    for path, policy in zip(paths, policies):
+        _check_discrete_options(args, path, policy.config)
     results = {}
     for name, policy in zip(names, policies):
+        temperature = (args.action_temperature if args.action_temperature is not None
+                       else policy.config.temperature_for(args.discrete_actions))
         results[name] = evaluate_recorded(policy, data, root if len(paths) == 1 else root / name, name,
-                                          progress=show_progress(args.progress))
+                                          progress=show_progress(args.progress), temperature=temperature)
         p = results[name]["pooled"]
-        tqdm.write(f"{name}: steering MSE {p['policy_avg']['mse']:.4f} vs the 0.5 s average "
-                   f"({p['policy_vs_straight_mse_avg']:.2f} x always-straight's {p['straight_avg']['mse']:.4f}), "
-                   f"{p['policy_raw']['mse']:.4f} vs the recorded values ({p['straight_raw']['mse']:.4f} straight), "
-                   f"{p['frames']} frames")
+        if "accuracy" in p:
+            tqdm.write(f"{name}: agrees with the recorded action on {p['accuracy']:.3f} of {p['frames']} frames "
+                       f"(always {p['commonest_label']}: {p['commonest_label_accuracy']:.3f}); mean probabilities at "
+                       f"temperature {temperature:g}: " + ", ".join(
+                           f"{a} {x:.3f}" for a, x in zip(p["action_names"], p["mean_probs"])))
+        else:
+            tqdm.write(f"{name}: steering MSE {p['policy_avg']['mse']:.4f} vs the 0.5 s average "
+                       f"({p['policy_vs_straight_mse_avg']:.2f} x always-straight's {p['straight_avg']['mse']:.4f}), "
+                       f"{p['policy_raw']['mse']:.4f} vs the recorded values ({p['straight_raw']['mse']:.4f} straight), "
+                       f"{p['frames']} frames")
+    discrete = "accuracy" in next(iter(results.values()))["pooled"]
     table = offline_markdown(results)
-    atomic_write_text(root / "offline.md", f"# Offline steering scores on {', '.join(args.data)}\n\n{table}")
-    tqdm.write(f"outputs in {root}/: offline.md, offline.json, steering_<session>.png")
+    atomic_write_text(root / "offline.md", f"# Offline {'action' if discrete else 'steering'} scores on "
+                                           f"{', '.join(args.data)}\n\n{table}")
+    tqdm.write(f"outputs in {root}/: offline.md, offline.json" + ("" if discrete else ", steering_<session>.png"))
     return results
 
 

@@ -6,7 +6,12 @@ closed-loop stream would see it (time-aware cores get the real, irregular clock)
 the recorded value and against its centred 0.5 s average (agent.data.labels: what a keyboard driver meant),
 next to two trivial predictors that any useful policy must beat: always straight (0) and always the training
 data's mean (from the checkpoint's target normalisation). Per session and pooled over all frames; one PNG per
-session shows predicted and recorded steering over time (the plot users look at first)."""
+session shows predicted and recorded steering over time (the plot users look at first).
+
+A discrete student (CarRacing's five actions) is scored on the recorded action ids instead: how often its likeliest
+action is the recorded one (beside always taking the commonest), the negative log-likelihood of the recorded action,
+and the mean probability it puts on each action at the temperature it samples at -- e.g. how ready it is to brake,
+which decides how fast it drives in closed loop (docs/results.md, issue 23)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -91,12 +96,64 @@ def steering_plot(path: Path, times: np.ndarray, steer: np.ndarray, smooth: np.n
     atomic_write(path, lambda f: f.write(buf.tobytes()))
 
 
-def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, progress: bool = False) -> dict[str, Any]:
-    """Score one policy on every episode of ``data``; writes OUT/offline.json and OUT/steering_<k>.png."""
+def score_discrete_episode(labels: np.ndarray, logits: np.ndarray, temperature: float = 1.0) -> dict[str, Any]:
+    """A discrete student's logits ``[T, K]`` against the recorded action ids ``[T]``: agreement of its likeliest
+    action, the mean negative log-likelihood of the recorded action and the mean probability of each action, both
+    under the softmax at ``temperature`` (p -> p ** (1 / T) renormalised: what ``sample`` draws from)."""
+    z = np.asarray(logits, np.float64) / temperature
+    logp = z - z.max(axis=1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    labels = np.asarray(labels).astype(np.int64).reshape(-1)
+    n, k = logp.shape
+    if len(labels) != n or (n and (labels.min() < 0 or labels.max() >= k)):
+        raise ValueError(f"recorded actions must be {n} ids in 0..{k - 1}; got {len(labels)} in "
+                         f"{labels.min() if n else '-'}..{labels.max() if n else '-'}")
+    return {"frames": int(n), "accuracy": float(np.mean(logp.argmax(axis=1) == labels)),
+            "label_nll": float(-logp[np.arange(n), labels].mean()), "mean_probs": np.exp(logp).mean(axis=0).tolist(),
+            "label_shares": (np.bincount(labels, minlength=k) / max(n, 1)).tolist()}
+
+
+def pooled_discrete(rows: list[dict[str, Any]], action_names: list[str]) -> dict[str, Any]:
+    """Frame-weighted means over sessions, and the agreement of always taking the commonest recorded action."""
+    n = np.array([r["frames"] for r in rows], dtype=np.float64)
+    w = n / n.sum()
+    out: dict[str, Any] = {"frames": int(n.sum()), "sessions": len(rows), "action_names": list(action_names),
+                           **{k: float(np.dot(w, [r[k] for r in rows])) for k in ("accuracy", "label_nll")},
+                           **{k: (w @ np.array([r[k] for r in rows])).tolist() for k in ("mean_probs", "label_shares")}}
+    common = int(np.argmax(out["label_shares"]))
+    out["commonest_label"], out["commonest_label_accuracy"] = action_names[common], out["label_shares"][common]
+    return out
+
+
+def _evaluate_discrete(policy: Any, data: DemoDataset, out_dir: Path, name: str, temperature: float,
+                       progress: bool) -> dict[str, Any]:
+    names = list(policy.config.action_names)
+    rows = []
+    for i in tqdm(range(len(data)), desc=name, unit="episode", disable=not progress):
+        arrays = data.load(i, keys=["frames", "time", "expert_action"])
+        logits = policy.predict_episode(arrays["frames"], np.asarray(arrays["time"], np.float64))
+        rows.append({"episode": i, **score_discrete_episode(arrays["expert_action"], logits, temperature)})
+    summary = {"name": name, "data": str(data.root), "temperature": temperature,
+               "pooled": pooled_discrete(rows, names), "sessions": rows}
+    write_json(out_dir / "offline.json", summary)
+    return summary
+
+
+def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, progress: bool = False,
+                      temperature: float = 1.0) -> dict[str, Any]:
+    """Score one policy on every episode of ``data``; writes OUT/offline.json and (steering) OUT/steering_<k>.png.
+    ``temperature``: a discrete student's softmax temperature."""
     env = dataset_env(data.card, data.episodes)
     if policy.config.env != env.gym_id:
         raise ValueError(f"checkpoint {name!r} drives {policy.config.env!r}; the data was recorded in {env.gym_id!r}")
-    if policy.config.head == "discrete" or "steer" not in policy.config.action_names:
+    spaces = {data.card.get("action_space")} | {m.get("action_space") for m in data.episodes}
+    spaces.discard(None)
+    if spaces and spaces != {policy.config.action_space}:
+        raise ValueError(f"checkpoint {name!r} has a {policy.config.action_space} action space; the data's actions "
+                         f"are {', '.join(sorted(spaces))}")
+    if policy.config.head == "discrete":
+        return _evaluate_discrete(policy, data, out_dir, name, temperature, progress)
+    if "steer" not in policy.config.action_names:
         raise ValueError(f"checkpoint {name!r} predicts no continuous steering; offline scores compare steering")
     col = list(policy.config.action_names).index("steer")
     label_names = list(data.card.get("action_names") or env.action_names.get("continuous", ["steer"]))
@@ -119,8 +176,10 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
 
 
 def offline_markdown(results: dict[str, dict[str, Any]]) -> str:
-    """One row per policy (pooled over every frame), beside the two trivial predictors."""
+    """One row per policy (pooled over every frame), beside the trivial predictors."""
     first = next(iter(results.values()))["pooled"]
+    if "accuracy" in first:
+        return _discrete_markdown(results)
     lines = ["| predictor | MSE vs 0.5 s average | MAE vs 0.5 s average | MSE vs recorded | MAE vs recorded | MSE / straight's (avg) |",
              "|---|---|---|---|---|---|"]
     rows = [(n, r["pooled"], "policy") for n, r in results.items()] + [
@@ -130,3 +189,18 @@ def offline_markdown(results: dict[str, dict[str, Any]]) -> str:
         lines.append(f"| {label} | {p[f'{key}_avg']['mse']:.4f} | {p[f'{key}_avg']['mae']:.4f} | "
                      f"{p[f'{key}_raw']['mse']:.4f} | {p[f'{key}_raw']['mae']:.4f} | {ratio:.2f} |")
     return "\n".join(lines) + f"\n\n{first['frames']} frames in {first['sessions']} session(s).\n"
+
+
+def _discrete_markdown(results: dict[str, dict[str, Any]]) -> str:
+    first = next(iter(results.values()))["pooled"]
+    names = first["action_names"]
+    lines = ["| predictor | agrees with the recorded action | NLL of the recorded action | "
+             + " | ".join(f"p({a})" for a in names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for label, r in results.items():
+        p = r["pooled"]
+        lines.append(f"| {label} (temperature {r['temperature']:g}) | {p['accuracy']:.3f} | {p['label_nll']:.3f} | "
+                     + " | ".join(f"{x:.3f}" for x in p["mean_probs"]) + " |")
+    lines.append(f"| always {first['commonest_label']} (the recorded actions' shares) | "
+                 f"{first['commonest_label_accuracy']:.3f} | - | " + " | ".join(f"{x:.3f}" for x in first["label_shares"]) + " |")
+    return ("\n".join(lines) + f"\n\n{first['frames']} frames in {first['sessions']} episode(s); p(action): the mean "
+            "probability of each action under the softmax at the temperature the student samples at.\n")
