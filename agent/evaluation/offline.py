@@ -105,9 +105,11 @@ def score_discrete_episode(labels: np.ndarray, logits: np.ndarray, temperature: 
     logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
     labels = np.asarray(labels).astype(np.int64).reshape(-1)
     n, k = logp.shape
-    if len(labels) != n or (n and (labels.min() < 0 or labels.max() >= k)):
-        raise ValueError(f"recorded actions must be {n} ids in 0..{k - 1}; got {len(labels)} in "
-                         f"{labels.min() if n else '-'}..{labels.max() if n else '-'}")
+    if len(labels) != n:
+        raise ValueError(f"{len(labels)} recorded actions for {n} frames")
+    if n and (labels.min() < 0 or labels.max() >= k):
+        raise ValueError(f"recorded actions must be ids of the student's {k} actions (0..{k - 1}); got "
+                         f"{labels.min()}..{labels.max()}")
     return {"frames": int(n), "accuracy": float(np.mean(logp.argmax(axis=1) == labels)),
             "label_nll": float(-logp[np.arange(n), labels].mean()), "mean_probs": np.exp(logp).mean(axis=0).tolist(),
             "label_shares": (np.bincount(labels, minlength=k) / max(n, 1)).tolist()}
