@@ -390,6 +390,13 @@ def open_datasets(roots: str | Path | Sequence[str | Path]) -> DemoDataset:
                        paths=[p for _, _, p in rows])
 
 
+def dataset_action_spaces(card: dict, episodes: list[dict]) -> set[str]:
+    """The action spaces a dataset's card and episode metas name (one for a consistent dataset; empty if none says)."""
+    spaces = {card.get("action_space")} | {m.get("action_space") for m in episodes}
+    spaces.discard(None)
+    return spaces
+
+
 def dataset_env(card: dict, episodes: list[dict]) -> EnvSpec:
     """The env a dataset was recorded in (card or episode meta; datasets older than the udacity env are CarRacing)."""
     names = {card.get("env")} | {m.get("env") for m in episodes}

@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import DemoDataset, dataset_env, open_datasets
+from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, open_datasets
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import atomic_write, write_json
 
@@ -148,8 +148,7 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
     env = dataset_env(data.card, data.episodes)
     if policy.config.env != env.gym_id:
         raise ValueError(f"checkpoint {name!r} drives {policy.config.env!r}; the data was recorded in {env.gym_id!r}")
-    spaces = {data.card.get("action_space")} | {m.get("action_space") for m in data.episodes}
-    spaces.discard(None)
+    spaces = dataset_action_spaces(data.card, data.episodes)
     if spaces and spaces != {policy.config.action_space}:
         raise ValueError(f"checkpoint {name!r} has a {policy.config.action_space} action space; the data's actions "
                          f"are {', '.join(sorted(spaces))}")

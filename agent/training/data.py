@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_env, is_recording, open_datasets
+from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_action_spaces, dataset_env, is_recording, open_datasets
 from agent.data.frames import FrameFile, FrameRows
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
@@ -55,9 +55,7 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
     torchrun the ranks of a machine prepare the cache together, each a share of the episodes."""
     dataset = open_datasets(a.data)
     env = dataset_env(dataset.card, dataset.episodes)
-    spaces = {m.get("action_space") for m in dataset.episodes} | ({dataset.card["action_space"]}
-                                                                   if "action_space" in dataset.card else set())
-    spaces.discard(None)
+    spaces = dataset_action_spaces(dataset.card, dataset.episodes)
     if len(spaces) > 1:
         raise ValueError(f"dataset {a.data!r} mixes action spaces {sorted(spaces)}")
     crop = parse_crop(a.crop) if a.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
