@@ -92,6 +92,10 @@ HELP = {
                           "raised to 1/T): above 1 the less likely actions (brake, the other steering pulse) come "
                           "more often and the student drives more cautiously (default: the checkpoint's, 1 unless "
                           "it names one or --discrete-actions overrides its rule)",
+    "temperature_spares": "discrete students that sample or dither: comma-separated actions (e.g. brake) that keep "
+                          "their probability at temperature 1 while the others share the rest at --action-temperature; "
+                          "brake spared, a temperature reshapes the steering pulses without making the student readier "
+                          "to brake (the slowdown at 1.5 measured in docs/results.md)",
     "theme": "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each reported "
              "apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never trained on)",
     "condition": "envs with scenes: comma-separated lighting/weather conditions, reported apart (by_condition) "
@@ -102,7 +106,7 @@ HELP = {
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",
 }
-METAVARS = {"action_temperature": "T", "drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
+METAVARS = {"action_temperature": "T", "temperature_spares": "ACTIONS", "drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
 CHOICES = {"window_clock": list(WINDOW_CLOCKS), "discrete_actions": list(DISCRETE_ACTION_RULES),
            "env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
            "saliency_method": ["gradcam", "visualbackprop"]}

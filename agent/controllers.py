@@ -55,7 +55,7 @@ class PolicyController:
 
     def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps",
                  env_names: Sequence[str] | None = None, actions: str | None = None,
-                 temperature: float | None = None) -> None:
+                 temperature: float | None = None, spared: Sequence[int] = ()) -> None:
         if temperature is None:  # None: the checkpoint's (policies.policy.PolicyConfig.temperature_for)
             temperature = policy.config.temperature_for(actions)
         actions = policy.config.discrete_actions if actions is None else actions  # None: the checkpoint's rule
@@ -67,6 +67,12 @@ class PolicyController:
             raise ValueError(f"an action temperature ({temperature}) is for discrete policies; {name} has a "
                              f"{policy.config.head} head")
         self.temperature = check_temperature(temperature, actions)
+        if spared and policy.config.head != "discrete":
+            raise ValueError(f"spared actions are for discrete policies; {name} has a {policy.config.head} head")
+        if spared and actions == "argmax":
+            raise ValueError(f"sparing actions from the temperature changes only the sample and dither rules; {name} "
+                             "drives argmax")
+        self.spared = tuple(spared)
         self.policy, self.name, self.device, self.actions = policy, name, device, actions
         self.choose: DiscreteChooser | None = None
         self.config = policy.config
@@ -91,7 +97,7 @@ class PolicyController:
         self.stream.reset()
         self.frames.clear()
         if self.actions != "argmax":
-            self.choose = DiscreteChooser(self.actions, seed, self.temperature)
+            self.choose = DiscreteChooser(self.actions, seed, self.temperature, self.spared)
 
     def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
         if not self.frames:

@@ -2,6 +2,8 @@
 its arguments before anything heavy is imported."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 DISCRETE_ACTIONS = ("noop", "right", "left", "gas", "brake")  # CarRacing's discrete action ids 0..4
@@ -15,6 +17,44 @@ DISCRETE_ACTION_RULES = ("argmax", "sample", "dither")
 # Temperature T reshapes the softmax before sample / dither draw from it (p -> p ** (1 / T), renormalised): above 1
 # the student's minority actions (brake, the other steering pulse) come more often and it drives more cautiously
 # (measured on the shipped discrete student: docs/results.md, "Sampling temperature"). argmax ignores it.
+# Spared actions keep their temperature-1 probability and the others share the rest at temperature T: brake spared,
+# a temperature reshapes the steering pulses without the slowdown that a readier brake brings (docs/results.md).
+
+
+def spared_ids(names: Sequence[str] | str | None) -> tuple[int, ...]:
+    """Action names ("brake", or "noop,brake") as ids of DISCRETE_ACTIONS; at least one action must stay unspared."""
+    if names is None:
+        return ()
+    items = [n.strip() for n in names.split(",")] if isinstance(names, str) else [str(n) for n in names]
+    unknown = [n for n in items if n not in DISCRETE_ACTIONS]
+    if unknown or not items:
+        raise ValueError(f"spared actions must be names of {DISCRETE_ACTIONS}, comma-separated; got {names!r}")
+    ids = tuple(sorted({DISCRETE_ACTIONS.index(n) for n in items}))
+    if len(ids) == len(DISCRETE_ACTIONS):
+        raise ValueError("sparing every action leaves the temperature nothing to change")
+    return ids
+
+
+def at_temperature(probs: np.ndarray, temperature: float, spared: Sequence[int] = ()) -> np.ndarray:
+    """Probabilities ``[..., K]`` at ``temperature``: p ** (1 / T) renormalised (in log space: a probability that
+    underflows stays 0, not NaN); ``spared`` ids keep their probability and the rest share what they leave."""
+    p = np.asarray(probs, dtype=np.float64)
+    p = p / p.sum(axis=-1, keepdims=True)
+    if temperature == 1.0:
+        return p
+    with np.errstate(divide="ignore"):
+        logq = np.log(p) / temperature
+    q = np.exp(logq - logq.max(axis=-1, keepdims=True))
+    if not spared:
+        return q / q.sum(axis=-1, keepdims=True)
+    keep = np.zeros(p.shape[-1], dtype=bool)
+    keep[list(spared)] = True
+    q[..., keep] = 0.0
+    rest = q.sum(axis=-1, keepdims=True)
+    left = 1.0 - p[..., keep].sum(axis=-1, keepdims=True)
+    q = np.where(rest > 0, q * left / np.where(rest > 0, rest, 1.0), 0.0)
+    q[..., keep] = p[..., keep]
+    return q
 
 
 def check_temperature(temperature: float, rule: str) -> float:
@@ -33,10 +73,11 @@ class DiscreteChooser:
     ``sample`` (an episode repeats exactly in any worker), ``dither`` carries each action's unspent probability from
     step to step."""
 
-    def __init__(self, rule: str, seed: int | None = None, temperature: float = 1.0) -> None:
+    def __init__(self, rule: str, seed: int | None = None, temperature: float = 1.0,
+                 spared: Sequence[int] = ()) -> None:
         if rule not in DISCRETE_ACTION_RULES:
             raise ValueError(f"the discrete action rule must be one of {DISCRETE_ACTION_RULES}, got {rule!r}")
-        self.rule, self.temperature = rule, check_temperature(temperature, rule)
+        self.rule, self.temperature, self.spared = rule, check_temperature(temperature, rule), tuple(spared)
         self.rng = np.random.default_rng(None if seed is None else [int(seed), 0xD15C]) if rule == "sample" else None
         self.owed: np.ndarray | None = None  # dither: probability received minus actions taken, per action
 
@@ -44,10 +85,7 @@ class DiscreteChooser:
         p = np.asarray(probs, dtype=np.float64).reshape(-1)
         if self.rule == "argmax":
             return int(p.argmax())
-        if self.temperature != 1.0:  # in log space: a probability that underflows stays 0, not NaN
-            with np.errstate(divide="ignore"):
-                logp = np.log(p) / self.temperature
-            p = np.exp(logp - logp.max())
+        p = at_temperature(p, self.temperature, self.spared)
         if self.rule == "sample":
             return int(self.rng.choice(len(p), p=p / p.sum()))
         self.owed = p / p.sum() + (0.0 if self.owed is None else self.owed)

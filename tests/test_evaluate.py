@@ -17,6 +17,7 @@ import agent.evaluation.evaluate as evaluation
 from agent.controllers import shipped_checkpoint
 from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate, run_names
 from agent.evaluation.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
+from agent.evaluation.table import action_rule_label
 from envs.carracing import FEATURE_NAMES
 from envs.registry import get_spec
 from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
@@ -164,10 +165,13 @@ def test_a_checkpoint_drives_at_its_own_temperature_unless_told(tmp_path, ckpts)
             for name, c, extra in (("own", warm, {}),
                                    ("told", ckpts["discrete"], dict(discrete_actions="sample", action_temperature=3.0)),
                                    ("plain", ckpts["discrete"], dict(discrete_actions="sample")),
-                                   ("dither", warm, dict(discrete_actions="dither")))]
+                                   ("dither", warm, dict(discrete_actions="dither")),
+                                   ("spared", warm, dict(temperature_spares="brake")))]
     episodes = [[(e["return"], e["steer_mae"]) for e in m["episodes"]] for m in runs]
     assert episodes[0] == episodes[1] != episodes[2]
-    assert [m["action_temperature"] for m in runs] == [3.0, 3.0, 1.0, 1.0]
+    assert [m["action_temperature"] for m in runs] == [3.0, 3.0, 1.0, 1.0, 3.0]
+    assert [m.get("temperature_spares") for m in runs] == [None] * 4 + [["brake"]]
+    assert action_rule_label({"spared": runs[4]}) == "sampling at temperature 3, brake spared"
     with pytest.raises(ValueError, match="--action-temperature changes only the sample and dither rules"):
         evaluate(_args(tmp_path / "x", checkpoint=[str(ckpts["discrete"])], action_temperature=2.0, **kw))
     with pytest.raises(ValueError, match="--action-temperature is for discrete students"):
@@ -394,9 +398,26 @@ def test_offline_scores_of_a_discrete_student_on_recorded_expert_actions(tmp_pat
     table = (out / "offline.md").read_text()
     assert "# Offline action scores" in table and "| always gas (the recorded actions' shares) | 0.600 |" in table
     assert "agrees with the recorded action on 0.600 of 10 frames" in capsys.readouterr().out
+    spared = tmp_path / "spared"  # brake keeps its temperature-1 probability, the rest share the remainder at 1.5
+    assert cli.main(["--data", str(tmp_path / "demos"), "--checkpoint", str(fixed), "--out", str(spared),
+                     "--no-progress", "--discrete-actions", "sample", "--action-temperature", "1.5",
+                     "--temperature-spares", "brake"]) == 0
+    probs = json.loads((spared / "offline.json").read_text())["pooled"]["mean_probs"]
+    p1 = torch.softmax(logits, 0).double().numpy()
+    assert probs[4] == pytest.approx(p1[4], rel=1e-6) and sum(probs) == pytest.approx(1.0)
+    np.testing.assert_allclose(np.array(probs[:4]) / sum(probs[:4]), np.exp(logp[:4]) / np.exp(logp[:4]).sum(),
+                               rtol=1e-6)
+    assert "(temperature 1.5, brake spared)" in (spared / "offline.md").read_text()
+    capsys.readouterr()
     for extra, needle in ((["--checkpoint", str(ckpts["nac"])], "continuous action space; the data's actions are discrete"),
                           (["--checkpoint", str(ckpts["nac"]), "--action-temperature", "2"],
-                           "--action-temperature is for discrete students")):
+                           "--action-temperature is for discrete students"),
+                          (["--checkpoint", str(ckpts["nac"]), "--temperature-spares", "brake"],
+                           "--temperature-spares is for discrete students"),
+                          (["--checkpoint", str(fixed), "--temperature-spares", "brake"],
+                           "--temperature-spares changes only the sample and dither rules"),
+                          (["--checkpoint", str(fixed), "--discrete-actions", "sample", "--temperature-spares", "clutch"],
+                           "--temperature-spares: spared actions must be names of")):
         assert cli.main(["--data", str(tmp_path / "demos"), "--out", str(tmp_path / "e"), *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err

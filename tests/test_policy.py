@@ -8,7 +8,7 @@ import torch
 
 from agent.data.dataset import open_dataset, write_episode
 from agent.training.windows import WindowDataset, window_indices
-from policies.actions import DiscreteChooser
+from policies.actions import DISCRETE_ACTIONS, DiscreteChooser, at_temperature, spared_ids
 from policies.cores import CORES, policy_core_options
 from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint, save_checkpoint
 
@@ -101,6 +101,30 @@ def test_action_temperature_reshapes_the_softmax_the_rules_draw_from():
     with pytest.raises(ValueError, match="only the sample and dither rules"):
         PolicyConfig.for_actions("discrete", action_temperature=1.5).validate()
     assert PolicyConfig.for_actions("discrete", discrete_actions="sample", action_temperature=1.5).validate()
+
+
+def test_spared_actions_keep_their_probability_and_the_rest_share_the_remainder_at_the_temperature():
+    """--temperature-spares brake: brake keeps its temperature-1 probability; the other actions split what is left
+    in proportion to p ** (1 / T). Nothing spared is the plain temperature; T = 1 changes nothing; sample draws from
+    the spared distribution; unknown names, or every action spared, are refused."""
+    p = np.array([[0.02, 0.10, 0.20, 0.66, 0.02], [0.0, 0.3, 0.1, 0.2, 0.4]])
+    hot = at_temperature(p, 1.5, spared_ids("brake"))
+    np.testing.assert_allclose(hot[:, 4], p[:, 4])
+    np.testing.assert_allclose(hot.sum(axis=1), 1.0)
+    share = p[:, :4] ** (1 / 1.5)
+    np.testing.assert_allclose(hot[:, :4], share / share.sum(axis=1, keepdims=True) * (1 - p[:, 4:]))
+    plain = p ** (1 / 1.5)
+    np.testing.assert_allclose(at_temperature(p, 1.5), plain / plain.sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(at_temperature(p, 1.0, spared_ids("brake")), p)
+    assert hot[0, 3] < p[0, 3] and hot[0, 0] > p[0, 0]  # gas gives way to the minority pulses, brake does not grow
+    chooser = DiscreteChooser("sample", seed=7, temperature=1.5, spared=spared_ids(["brake"]))
+    drawn = np.bincount([chooser(p[0]) for _ in range(20000)], minlength=5) / 20000
+    assert drawn == pytest.approx(hot[0], abs=0.01)
+    assert spared_ids(None) == () and spared_ids("noop, brake") == (0, 4)
+    for bad, needle in (("handbrake", "must be names of"), ("", "must be names of"),
+                        (",".join(DISCRETE_ACTIONS), "leaves the temperature nothing")):
+        with pytest.raises(ValueError, match=needle):
+            spared_ids(bad)
 
 
 def test_heads_and_env_actions():

@@ -67,7 +67,7 @@ from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summa
 from agent.runtime import atomic_write_text, show_progress, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import SeedRanges, get_spec
-from policies.actions import DISCRETE_ACTION_RULES, check_temperature
+from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_temperature, spared_ids
 from policies.policy import WINDOW_CLOCKS
 
 DEFAULT_SEED = SeedRanges().evaluate  # 1000
@@ -110,6 +110,7 @@ class EvalArgs:
     window_clock: str = "time"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
     discrete_actions: str | None = None  # discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES); None: each checkpoint's own
     action_temperature: float | None = None  # discrete students, sample / dither: softmax temperature; None: each checkpoint's own (1 when --discrete-actions overrides its rule)
+    temperature_spares: str | None = None  # "brake": discrete actions that keep their temperature-1 probability (policies.actions.at_temperature)
     theme: str | None = None  # "a,b": envs with scenes, the themes episodes draw from by seed (default: all)
     condition: str | None = None  # "a,b": the lighting / weather conditions likewise (default: all)
     pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
@@ -162,6 +163,7 @@ class EvalArgs:
                 check_temperature(self.action_temperature, self.discrete_actions or "sample")
             except ValueError as e:
                 raise ValueError(f"--action-temperature: {e}") from None
+        self.spared  # ValueError on unknown action names
         spec.scene(self.theme, self.condition)  # ValueError on unknown names or an env without scenes
         if self.pi_speed and not spec.pi_speed:
             raise ValueError(f"--pi-speed is for envs whose drivers control the speed; {self.env}'s speed is always "
@@ -184,6 +186,14 @@ class EvalArgs:
     def make_kwargs(self) -> dict[str, Any]:
         """The env options of the run beyond the spec's defaults: its scenes and the PI speed control."""
         return {**get_spec(self.env).scene(self.theme, self.condition), **({"pi_speed": True} if self.pi_speed else {})}
+
+    @property
+    def spared(self) -> tuple[int, ...]:
+        """The ids of --temperature-spares (ValueError on names that are no discrete actions)."""
+        try:
+            return spared_ids(self.temperature_spares)
+        except ValueError as e:
+            raise ValueError(f"--temperature-spares: {e}") from None
 
     @property
     def seeds(self) -> list[int]:
@@ -261,14 +271,15 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
 def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
                   policies: list[tuple[str, str | None]], clock: str = "steps",
                   make_kwargs: dict[str, Any] | None = None, actions: str | None = None,
-                  temperature: float | None = None) -> tuple:
+                  temperature: float | None = None, spared: tuple[int, ...] = ()) -> tuple:
     """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
     from agent.experts.expert import Expert
 
     expert = Expert.load(expert_path, action_space, env)
     controllers = [ExpertController(expert) if path is None else
                    PolicyController(load_policy(path, env, action_space, device), name, device, clock,
-                                    ["steer"] if (make_kwargs or {}).get("pi_speed") else None, actions, temperature)
+                                    ["steer"] if (make_kwargs or {}).get("pi_speed") else None, actions, temperature,
+                                    spared)
                    for name, path in policies]
     sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer,
                            **(make_kwargs or {}))
@@ -304,7 +315,8 @@ def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: Eva
     try:
         with EpisodePool(min(args.workers, len(tasks)), _worker_setup,
                          (args.env, action_space, args.expert, args.device, args.max_steps, args.renderer, policies,
-                          args.window_clock, args.make_kwargs, args.discrete_actions, args.action_temperature),
+                          args.window_clock, args.make_kwargs, args.discrete_actions, args.action_temperature,
+                          args.spared),
                          _worker_episode, threads=args.threads, preload=_preload(args.env)) as pool:
             for (t, i), (row, lat) in pool.run(tasks, on_steps=bar.update):
                 rows[t][i] = (row, lat)
@@ -400,12 +412,13 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
     for path, name, policy in zip(paths, names, policies):
         controller = PolicyController(policy, name, args.device, args.window_clock,
                                       ["steer"] if args.pi_speed else None, args.discrete_actions,
-                                      args.action_temperature)
+                                      args.action_temperature, args.spared)
         targets.append((name, controller, {
             "source": str(path), "policy_config": policy.config.to_dict(),
             "num_parameters": int(sum(p.numel() for p in policy.parameters())),
             "filled_from_expert": controller.filled, "window_clock": args.window_clock,
-            **({"discrete_actions": controller.actions, "action_temperature": controller.temperature}
+            **({"discrete_actions": controller.actions, "action_temperature": controller.temperature,
+                **({"temperature_spares": [DISCRETE_ACTIONS[i] for i in args.spared]} if args.spared else {})}
                if policy.config.head == "discrete" else {}),
         }))
     return targets, spaces.pop()
@@ -429,17 +442,21 @@ def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:
 
 
 def _check_discrete_options(args: EvalArgs, path: str, cfg: Any) -> None:
-    """--discrete-actions other than argmax and --action-temperature need a discrete student, and a temperature a
-    rule that samples."""
+    """--discrete-actions other than argmax, --action-temperature and --temperature-spares need a discrete student,
+    and the last two a rule that samples."""
     if args.discrete_actions not in (None, "argmax") and cfg.head != "discrete":
         raise ValueError(f"--discrete-actions {args.discrete_actions} is for discrete students; checkpoint {path!r} "
                          f"has a {cfg.head} head")
     if args.action_temperature is not None and cfg.head != "discrete":
         raise ValueError(f"--action-temperature is for discrete students; checkpoint {path!r} has a {cfg.head} head")
+    if args.temperature_spares is not None and cfg.head != "discrete":
+        raise ValueError(f"--temperature-spares is for discrete students; checkpoint {path!r} has a {cfg.head} head")
     rule = args.discrete_actions or cfg.discrete_actions
-    if args.action_temperature not in (None, 1.0) and rule == "argmax":
-        raise ValueError(f"--action-temperature changes only the sample and dither rules; checkpoint {path!r} drives "
-                         "argmax (add --discrete-actions sample)")
+    for flag, given in (("--action-temperature", args.action_temperature not in (None, 1.0)),
+                        ("--temperature-spares", args.temperature_spares is not None)):
+        if given and rule == "argmax":
+            raise ValueError(f"{flag} changes only the sample and dither rules; checkpoint {path!r} drives argmax "
+                             "(add --discrete-actions sample)")
 
 
 def _expert_meta(expert: Any) -> dict[str, Any]:
@@ -506,7 +523,8 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
         temperature = (args.action_temperature if args.action_temperature is not None
                        else policy.config.temperature_for(args.discrete_actions))
         results[name] = evaluate_recorded(policy, data, root if len(paths) == 1 else root / name, name,
-                                          progress=show_progress(args.progress), temperature=temperature)
+                                          progress=show_progress(args.progress), temperature=temperature,
+                                          spared=args.spared)
         p = results[name]["pooled"]
         if "accuracy" in p:
             tqdm.write(f"{name}: agrees with the recorded action on {p['accuracy']:.3f} of {p['frames']} frames "

@@ -15,7 +15,7 @@ which decides how fast it drives in closed loop (docs/results.md, issue 23)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import cv2
 import numpy as np
@@ -24,6 +24,7 @@ from tqdm import tqdm
 from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, open_datasets
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import atomic_write, write_json
+from policies.actions import at_temperature
 
 PREDICTORS = ("policy", "straight", "mean")
 PLOT_W, PLOT_H, MARGIN = 1400, 360, 48
@@ -96,13 +97,18 @@ def steering_plot(path: Path, times: np.ndarray, steer: np.ndarray, smooth: np.n
     atomic_write(path, lambda f: f.write(buf.tobytes()))
 
 
-def score_discrete_episode(labels: np.ndarray, logits: np.ndarray, temperature: float = 1.0) -> dict[str, Any]:
+def score_discrete_episode(labels: np.ndarray, logits: np.ndarray, temperature: float = 1.0,
+                           spared: Sequence[int] = ()) -> dict[str, Any]:
     """A discrete student's logits ``[T, K]`` against the recorded action ids ``[T]``: agreement of its likeliest
     action, the mean negative log-likelihood of the recorded action and the mean probability of each action, both
-    under the softmax at ``temperature`` (p -> p ** (1 / T) renormalised: what ``sample`` draws from)."""
-    z = np.asarray(logits, np.float64) / temperature
+    under the softmax at ``temperature`` with ``spared`` actions kept (policies.actions.at_temperature: what
+    ``sample`` draws from)."""
+    z = np.asarray(logits, np.float64)
     logp = z - z.max(axis=1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    if temperature != 1.0:
+        with np.errstate(divide="ignore"):
+            logp = np.log(at_temperature(np.exp(logp), temperature, spared))
     labels = np.asarray(labels).astype(np.int64).reshape(-1)
     n, k = logp.shape
     if len(labels) != n:
@@ -128,23 +134,24 @@ def pooled_discrete(rows: list[dict[str, Any]], action_names: list[str]) -> dict
 
 
 def _evaluate_discrete(policy: Any, data: DemoDataset, out_dir: Path, name: str, temperature: float,
-                       progress: bool) -> dict[str, Any]:
+                       spared: Sequence[int], progress: bool) -> dict[str, Any]:
     names = list(policy.config.action_names)
     rows = []
     for i in tqdm(range(len(data)), desc=name, unit="episode", disable=not progress):
         arrays = data.load(i, keys=["frames", "time", "expert_action"])
         logits = policy.predict_episode(arrays["frames"], np.asarray(arrays["time"], np.float64))
-        rows.append({"episode": i, **score_discrete_episode(arrays["expert_action"], logits, temperature)})
+        rows.append({"episode": i, **score_discrete_episode(arrays["expert_action"], logits, temperature, spared)})
     summary = {"name": name, "data": str(data.root), "temperature": temperature,
+               **({"temperature_spares": [names[i] for i in spared]} if spared else {}),
                "pooled": pooled_discrete(rows, names), "sessions": rows}
     write_json(out_dir / "offline.json", summary)
     return summary
 
 
 def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, progress: bool = False,
-                      temperature: float = 1.0) -> dict[str, Any]:
+                      temperature: float = 1.0, spared: Sequence[int] = ()) -> dict[str, Any]:
     """Score one policy on every episode of ``data``; writes OUT/offline.json and (steering) OUT/steering_<k>.png.
-    ``temperature``: a discrete student's softmax temperature."""
+    ``temperature``, ``spared``: a discrete student's softmax temperature and the actions it leaves alone."""
     env = dataset_env(data.card, data.episodes)
     if policy.config.env != env.gym_id:
         raise ValueError(f"checkpoint {name!r} drives {policy.config.env!r}; the data was recorded in {env.gym_id!r}")
@@ -153,7 +160,7 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
         raise ValueError(f"checkpoint {name!r} has a {policy.config.action_space} action space; the data's actions "
                          f"are {', '.join(sorted(spaces))}")
     if policy.config.head == "discrete":
-        return _evaluate_discrete(policy, data, out_dir, name, temperature, progress)
+        return _evaluate_discrete(policy, data, out_dir, name, temperature, spared, progress)
     if "steer" not in policy.config.action_names:
         raise ValueError(f"checkpoint {name!r} predicts no continuous steering; offline scores compare steering")
     col = list(policy.config.action_names).index("steer")
@@ -199,7 +206,8 @@ def _discrete_markdown(results: dict[str, dict[str, Any]]) -> str:
              + " | ".join(f"p({a})" for a in names) + " |", "|---|---|---|" + "---|" * len(names)]
     for label, r in results.items():
         p = r["pooled"]
-        lines.append(f"| {label} (temperature {r['temperature']:g}) | {p['accuracy']:.3f} | {p['label_nll']:.3f} | "
+        spares = "".join(f", {a} spared" for a in r.get("temperature_spares", []))
+        lines.append(f"| {label} (temperature {r['temperature']:g}{spares}) | {p['accuracy']:.3f} | {p['label_nll']:.3f} | "
                      + " | ".join(f"{x:.3f}" for x in p["mean_probs"]) + " |")
     lines.append(f"| always {first['commonest_label']} (the recorded actions' shares) | "
                  f"{first['commonest_label_accuracy']:.3f} | - | " + " | ".join(f"{x:.3f}" for x in first["label_shares"]) + " |")

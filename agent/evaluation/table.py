@@ -245,7 +245,8 @@ def action_rule_label(run: Run) -> str:
         temperature = summary.get("action_temperature")  # not recorded before temperatures existed: 1 then
         rules[name] = rule if rule == "argmax" else (
             f"{'sampling' if rule == 'sample' else rule}" +
-            ("" if temperature in (None, 1.0) else f" at temperature {float(temperature):g}"))
+            ("" if temperature in (None, 1.0) else f" at temperature {float(temperature):g}") +
+            "".join(f", {a} spared" for a in summary.get("temperature_spares", [])))
     if len(set(rules.values())) > 1:
         return "; ".join(f"{name} {rule}" for name, rule in rules.items())
     return next(iter(rules.values()), "")
