@@ -94,8 +94,8 @@ HELP = {
                           "it names one or --discrete-actions overrides its rule)",
     "temperature_spares": "discrete students that sample or dither: comma-separated actions (e.g. brake) that keep "
                           "their probability at temperature 1 while the others share the rest at --action-temperature; "
-                          "brake spared, a temperature reshapes the steering pulses without making the student readier "
-                          "to brake (the slowdown at 1.5 measured in docs/results.md)",
+                          "with brake spared a student at 1.5 drives as fast as at 1 and spins as often (measured in "
+                          "docs/results.md: the readier brake is what prevents the spins)",
     "theme": "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each reported "
              "apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never trained on)",
     "condition": "envs with scenes: comma-separated lighting/weather conditions, reported apart (by_condition) "

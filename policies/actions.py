@@ -17,8 +17,9 @@ DISCRETE_ACTION_RULES = ("argmax", "sample", "dither")
 # Temperature T reshapes the softmax before sample / dither draw from it (p -> p ** (1 / T), renormalised): above 1
 # the student's minority actions (brake, the other steering pulse) come more often and it drives more cautiously
 # (measured on the shipped discrete student: docs/results.md, "Sampling temperature"). argmax ignores it.
-# Spared actions keep their temperature-1 probability and the others share the rest at temperature T: brake spared,
-# a temperature reshapes the steering pulses without the slowdown that a readier brake brings (docs/results.md).
+# Spared actions keep their temperature-1 probability and the others share the rest at temperature T. With brake
+# spared a student at 1.5 drives as fast as at 1, and spins as often: the readier brake is what prevents the spins
+# (measured on ten students: docs/results.md, "Brake spared").
 
 
 def spared_ids(names: Sequence[str] | str | None) -> tuple[int, ...]:
@@ -52,7 +53,7 @@ def at_temperature(probs: np.ndarray, temperature: float, spared: Sequence[int] 
     q[..., keep] = 0.0
     rest = q.sum(axis=-1, keepdims=True)
     left = 1.0 - p[..., keep].sum(axis=-1, keepdims=True)
-    q = np.where(rest > 0, q * left / np.where(rest > 0, rest, 1.0), 0.0)
+    q *= left / np.where(rest > 0, rest, 1.0)  # rest 0: every unspared probability underflowed, and stays 0
     q[..., keep] = p[..., keep]
     return q
 
