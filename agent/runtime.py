@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+_deferred = False  # inside stops_at_safe_points
 _stop_requested = False  # set by a stop signal (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
 
 
@@ -33,6 +34,9 @@ sys.unraisablehook = _quiet_after_stop
 
 def stop_handler(signum, frame) -> None:  # noqa: ARG001
     global _stop_requested
+    if _deferred and not _stop_requested:  # inside stops_at_safe_points: the loop raises it between steps
+        _stop_requested = True
+        return
     _stop_requested = True
     raise KeyboardInterrupt
 
@@ -58,6 +62,21 @@ def sigterm_as_interrupt() -> Iterator[None]:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         _stop_requested = False
+
+
+@contextmanager
+def stops_at_safe_points() -> Iterator[None]:
+    """Inside, a first stop signal only sets the flag, and ``raise_if_stopped`` (the loop's steps, and the
+    block's end) raises it: an exception raised at an arbitrary point can land inside TensorBoard's writer queue,
+    whose background thread then misses the close and ``SummaryWriter.close()`` waits up to its 120 s flush
+    interval (2 hangs in 123 SIGTERMs to a tiny train.py run). A second signal stops at once, wherever it lands."""
+    global _deferred
+    outer, _deferred = _deferred, True
+    try:
+        yield
+    finally:
+        _deferred = outer
+    raise_if_stopped()
 
 
 def raise_if_stopped() -> None:

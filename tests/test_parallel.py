@@ -350,6 +350,38 @@ def test_a_stop_signal_swallowed_by_a_destructor_is_raised_at_the_next_step():
         raise_if_stopped()  # delivered once
 
 
+def test_inside_safe_points_a_first_stop_waits_for_the_loop_and_a_second_stops_at_once():
+    """Training defers the first stop to its next step: an exception raised inside TensorBoard's writer queue left
+    SummaryWriter.close() waiting (a clean-clone CI run of test_sigterm_saves_a_resumable_checkpoint timed out).
+    A second signal, or the block's end, still delivers it."""
+    from agent.runtime import raise_if_stopped, sigterm_as_interrupt, stops_at_safe_points
+
+    with sigterm_as_interrupt():
+        waited = []
+        with pytest.raises(KeyboardInterrupt):
+            with stops_at_safe_points():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)  # nothing raised here
+                waited.append("the loop's step")
+                raise_if_stopped()
+        with pytest.raises(KeyboardInterrupt):
+            with stops_at_safe_points():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.5)  # the second one raises here
+                pytest.fail("a second stop signal must not wait for the loop")
+        with pytest.raises(KeyboardInterrupt):  # still pending, as any raised stop is (it may have been dropped)
+            raise_if_stopped()
+        with pytest.raises(KeyboardInterrupt):
+            with stops_at_safe_points():  # a stop the block never checked is raised as it ends
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                waited.append("the block's end")
+        raise_if_stopped()  # delivered once
+    assert waited == ["the loop's step", "the block's end"]
+
+
 def test_errors_python_cannot_raise_are_quiet_only_after_a_stop(capsys):
     """A stop landing inside Box2D leaves half-built objects whose __del__ fails: not printed once stopping,
     printed as usual otherwise."""

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from agent.runtime import raise_if_stopped, show_progress, write_json_atomic
+from agent.runtime import raise_if_stopped, show_progress, stops_at_safe_points, write_json_atomic
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
 from agent.training.config import TrainArgs, core_options
@@ -92,6 +92,7 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArg
         losses, outputs, targets = [], [], []
         n = len(data.frames[e])
         for start in range(0, n, chunk):
+            raise_if_stopped()
             frames, _, index, times, target = gather_segments(data, [(e, start, min(start + chunk, n))], W, S, cols)
             emb = policy.encode(torch.from_numpy(frames)[None])[0]
             raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(emb.device)],
@@ -333,12 +334,14 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         if not self.resumed:  # the untrained policy's score: the baseline every later epoch is compared with
-            self.state["initial_val"] = self.validate()
-            self.writer.add_scalar("losses/val", self.state["initial_val"]["val_loss"], 0)
+            with stops_at_safe_points():  # a stop here ends the command with nothing to save
+                self.state["initial_val"] = self.validate()
+                self.writer.add_scalar("losses/val", self.state["initial_val"]["val_loss"], 0)
         try:
-            while self.state["epoch"] < self.a.epochs:
-                self.train_epoch()
-                self.end_epoch()
+            with stops_at_safe_points():  # a stop lands between batches, never inside TensorBoard's writer
+                while self.state["epoch"] < self.a.epochs:
+                    self.train_epoch()
+                    self.end_epoch()
         except (KeyboardInterrupt, RuntimeError) as e:
             if isinstance(e, RuntimeError) and not (self.world.active and distributed.is_peer_failure(e)):
                 raise
