@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 _deferred = False  # inside stops_at_safe_points
-_stop_requested = False  # set by a stop signal (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
+# a stop signal not known to be delivered (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
+_stop_requested = False
 
 
 def _quiet_after_stop(unraisable: Any) -> None:
@@ -80,8 +81,8 @@ def stops_at_safe_points() -> Iterator[None]:
 
 
 def raise_if_stopped() -> None:
-    """Raise the KeyboardInterrupt of a stop signal that Python swallowed (see sigterm_as_interrupt); loops that
-    run for long call it once per step."""
+    """Raise the KeyboardInterrupt of a stop signal that was deferred (stops_at_safe_points) or that Python
+    swallowed (see sigterm_as_interrupt); loops that run for long call it once per step."""
     global _stop_requested
     if _stop_requested:
         _stop_requested = False
