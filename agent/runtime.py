@@ -89,6 +89,13 @@ def raise_if_stopped() -> None:
         raise KeyboardInterrupt
 
 
+def stop_handled() -> None:
+    """Called by a stage that caught the stop's KeyboardInterrupt and acts on it (evaluate keeps the finished
+    episodes): the stop is delivered, so a safe point after it (writing those episodes) must not raise it again."""
+    global _stop_requested
+    _stop_requested = False
+
+
 def atomic_write(path: Path, write) -> None:
     """Write through a temp file in the same folder, then rename: readers never see a half file."""
     path.parent.mkdir(parents=True, exist_ok=True)

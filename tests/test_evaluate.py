@@ -240,6 +240,42 @@ def test_sigterm_cli_keeps_the_finished_episodes(tmp_path):
     assert m["interrupted"] is True and 2 <= len(m["episodes"]) < 500
 
 
+def test_a_stop_while_tensorboard_is_written_waits_until_the_writer_is_closed(tmp_path, monkeypatch):
+    """A stop raised inside SummaryWriter's queue code can leave close() waiting on its thread for 120 s, so a stop
+    signal landing while evaluate writes its scalars is raised after close(), with every scalar written. The stop
+    an interrupted evaluation already handled is not raised a second time by that write."""
+    import signal
+
+    from torch.utils.tensorboard import SummaryWriter
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from agent.evaluation.metrics import write_tensorboard
+    from agent.runtime import raise_if_stopped, sigterm_as_interrupt, stop_handled
+
+    summary = {"episodes": [{"return": float(i)} for i in range(5)], "mean_return": 2.0}
+    add_scalar = SummaryWriter.add_scalar
+
+    def add_scalar_then_stop(self, tag, value, step):
+        add_scalar(self, tag, value, step)
+        if tag == "eval/return" and step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(SummaryWriter, "add_scalar", add_scalar_then_stop)
+    with sigterm_as_interrupt():
+        with pytest.raises(KeyboardInterrupt):
+            write_tensorboard(tmp_path / "stopped", summary)
+        with pytest.raises(KeyboardInterrupt):  # a stop caught and handled, as evaluate_controller does
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise_if_stopped()
+        stop_handled()
+        monkeypatch.setattr(SummaryWriter, "add_scalar", add_scalar)
+        write_tensorboard(tmp_path / "after", summary)  # not raised again
+    acc = EventAccumulator(str(tmp_path / "stopped"))
+    acc.Reload()
+    assert [e.value for e in acc.Scalars("eval/return")] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [e.value for e in acc.Scalars("eval/mean_return")] == [2.0]
+
+
 # ----------------------------------------------------------------------------- metrics units
 def test_steer_of_and_recorder():
     assert [steer_of(a, "discrete") for a in range(5)] == [0.0, 1.0, -1.0, 0.0, 0.0]

@@ -64,7 +64,7 @@ from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
-from agent.runtime import atomic_write_text, show_progress, write_json
+from agent.runtime import atomic_write_text, show_progress, stop_handled, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import SeedRanges, get_spec
 from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_temperature, spared_ids
@@ -241,6 +241,7 @@ def evaluate_controller(controller: Any, args: EvalArgs, action_space: str, expe
                 print(f"{controller.name}: episode {i + 1}/{len(args.seeds)} (seed {seed}) return {row['return']:.0f}, "
                       f"completion {row['completion']:.2f}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
+        stop_handled()
         interrupted = True
     finally:
         episodes.close()
@@ -328,6 +329,7 @@ def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: Eva
                     tqdm.write(summary_line(targets[written][0], results[targets[written][0]]))
                     written += 1
     except KeyboardInterrupt:
+        stop_handled()
         partial = [t for t in range(written, len(targets)) if rows[t]]
         for t in partial:
             try:

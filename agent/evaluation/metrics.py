@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.runtime import atomic_write_text, write_json
+from agent.runtime import atomic_write_text, stops_at_safe_points, write_json
 
 # The per-episode keys, in CSV column order. Every value is a plain int/float/bool/str.
 EPISODE_KEYS: tuple[str, ...] = (
@@ -266,24 +266,28 @@ def write_episodes_csv(path: str | Path, episodes: Sequence[dict[str, Any]]) -> 
 
 
 def write_tensorboard(logdir: str | Path, summary: dict[str, Any]) -> Path:
-    """``eval/<metric>`` per episode (step = episode index) and ``eval/mean_<metric>`` summaries (step 0)."""
+    """``eval/<metric>`` per episode (step = episode index) and ``eval/mean_<metric>`` summaries (step 0).
+
+    A stop signal meanwhile is raised once the writer is closed: raised inside its queue code, it left the
+    writer's thread waiting and ``close()`` with it (see ``stops_at_safe_points``)."""
     from torch.utils.tensorboard import SummaryWriter
 
     logdir = Path(logdir)
-    writer = SummaryWriter(str(logdir))
-    try:
-        per_episode = ("return", "completion", "lap_completed", "off_track_steps", "steer_mae",
-                       "steer_smoothness", "mean_speed", "latency_median_ms", "length", "wrong_way_steps")
-        for i, e in enumerate(summary["episodes"]):
-            for key in per_episode:
-                if key in e and not _isnan(e[key]):
-                    writer.add_scalar(f"eval/{key}", float(e[key]), i)
-        for key, value in summary.items():
-            if (key.startswith(("mean_", "std_", "latency_")) or key == "laps_completed") \
-                    and isinstance(value, (int, float)) and not _isnan(float(value)):
-                writer.add_scalar(f"eval/{key}", float(value), 0)
-    finally:
-        writer.close()
+    with stops_at_safe_points():
+        writer = SummaryWriter(str(logdir))
+        try:
+            per_episode = ("return", "completion", "lap_completed", "off_track_steps", "steer_mae",
+                           "steer_smoothness", "mean_speed", "latency_median_ms", "length", "wrong_way_steps")
+            for i, e in enumerate(summary["episodes"]):
+                for key in per_episode:
+                    if key in e and not _isnan(e[key]):
+                        writer.add_scalar(f"eval/{key}", float(e[key]), i)
+            for key, value in summary.items():
+                if (key.startswith(("mean_", "std_", "latency_")) or key == "laps_completed") \
+                        and isinstance(value, (int, float)) and not _isnan(float(value)):
+                    writer.add_scalar(f"eval/{key}", float(value), 0)
+        finally:
+            writer.close()
     return logdir
 
 
