@@ -13,7 +13,7 @@ import torch
 
 from agent.runtime import resolve_path
 from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
-from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser, check_temperature
+from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser, check_discrete_options, check_temperature
 
 
 def load_driver(path: str | Path, env: str, action_space: str, actions: str | None = None,
@@ -22,6 +22,8 @@ def load_driver(path: str | Path, env: str, action_space: str, actions: str | No
     None: the checkpoint's own rule and temperature."""
 
     policy = load_policy(path, env, action_space, "cpu")
+    check_discrete_options(policy.config.head, policy.config.discrete_actions, actions, temperature, False,
+                           f"--driver {str(path)!r}", ("--driver-actions", "--driver-temperature", ""))
     return PolicyController(policy.eval(), name=Path(path).stem, actions=actions, temperature=temperature)
 
 
@@ -56,22 +58,14 @@ class PolicyController:
     def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps",
                  env_names: Sequence[str] | None = None, actions: str | None = None,
                  temperature: float | None = None, spared: Sequence[int] = ()) -> None:
+        if actions is not None and actions not in DISCRETE_ACTION_RULES:
+            raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
+        check_discrete_options(policy.config.head, policy.config.discrete_actions, actions, temperature, bool(spared),
+                               name)
         if temperature is None:  # None: the checkpoint's (policies.policy.PolicyConfig.temperature_for)
             temperature = policy.config.temperature_for(actions)
         actions = policy.config.discrete_actions if actions is None else actions  # None: the checkpoint's rule
-        if actions not in DISCRETE_ACTION_RULES:
-            raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
-        if actions != "argmax" and policy.config.head != "discrete":
-            raise ValueError(f"actions={actions!r} is for discrete policies; {name} has a {policy.config.head} head")
-        if temperature != 1 and policy.config.head != "discrete":
-            raise ValueError(f"an action temperature ({temperature}) is for discrete policies; {name} has a "
-                             f"{policy.config.head} head")
         self.temperature = check_temperature(temperature, actions)
-        if spared and policy.config.head != "discrete":
-            raise ValueError(f"spared actions are for discrete policies; {name} has a {policy.config.head} head")
-        if spared and actions == "argmax":
-            raise ValueError(f"sparing actions from the temperature changes only the sample and dither rules; {name} "
-                             "drives argmax")
         self.spared = tuple(spared)
         self.policy, self.name, self.device, self.actions = policy, name, device, actions
         self.choose: DiscreteChooser | None = None

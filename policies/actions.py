@@ -69,6 +69,27 @@ def check_temperature(temperature: float, rule: str) -> float:
     return float(temperature)
 
 
+def check_discrete_options(head: str, own_rule: str, rule: str | None, temperature: float | None, spared: bool,
+                           subject: str, names: Sequence[str] = ("actions", "temperature", "spared actions")) -> None:
+    """One rule set for a student's action options, worded with the caller's ``names`` for the rule, the temperature
+    and the spared actions (a library's arguments or a CLI's flags), so the user reads the option they gave: a rule
+    other than argmax, a temperature and spared actions need a discrete head; a temperature other than 1 and spared
+    actions change only a rule that draws from the softmax. ``rule`` / ``temperature`` None: not given (``own_rule``,
+    the student's, applies); ``subject`` names the student ("checkpoint 'a.pt'"); a caller that has no spared
+    actions passes ``spared`` False and any third name."""
+    rule_name, temperature_name, spared_name = names
+    if head != "discrete":
+        for name, given in ((f"{rule_name} {rule}", rule not in (None, "argmax")),
+                            (temperature_name, temperature is not None), (spared_name, spared)):
+            if given:
+                raise ValueError(f"{name} is for discrete students; {subject} has a {head} head")
+    elif (rule or own_rule) == "argmax":
+        for name, given in ((temperature_name, temperature not in (None, 1)), (spared_name, spared)):
+            if given:
+                raise ValueError(f"{name} changes only the sample and dither rules; {subject} drives argmax "
+                                 f"(add {rule_name} sample)")
+
+
 class DiscreteChooser:
     """One episode's action choice by ``rule`` from the per-step softmax at ``temperature``; ``seed`` seeds
     ``sample`` (an episode repeats exactly in any worker), ``dither`` carries each action's unspent probability from

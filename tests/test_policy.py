@@ -8,7 +8,7 @@ import torch
 
 from agent.data.dataset import open_dataset, write_episode
 from agent.training.windows import WindowDataset, window_indices
-from policies.actions import DISCRETE_ACTIONS, DiscreteChooser, at_temperature, spared_ids
+from policies.actions import DISCRETE_ACTIONS, DiscreteChooser, at_temperature, check_discrete_options, spared_ids
 from policies.cores import CORES, policy_core_options
 from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint, save_checkpoint
 
@@ -125,6 +125,30 @@ def test_spared_actions_keep_their_probability_and_the_rest_share_the_remainder_
                         (",".join(DISCRETE_ACTIONS), "leaves the temperature nothing")):
         with pytest.raises(ValueError, match=needle):
             spared_ids(bad)
+
+
+def test_discrete_options_are_refused_in_the_names_the_caller_gave_them():
+    """A rule other than argmax, a temperature or spared actions on a continuous student, and a temperature other
+    than 1 or spared actions on one that drives argmax, are refused with the caller's names; the rest pass."""
+    flags = ("--discrete-actions", "--action-temperature", "--temperature-spares")
+    for head, own, rule, temperature, spared, needle in (
+            ("continuous", "argmax", "sample", None, False, "--discrete-actions sample is for discrete students; "
+                                                            "checkpoint 'a.pt' has a continuous head"),
+            ("continuous", "argmax", None, 1.0, False, "--action-temperature is for discrete"),
+            ("continuous", "argmax", None, None, True, "--temperature-spares is for discrete"),
+            ("discrete", "argmax", None, 1.5, False,
+             r"--action-temperature changes only the sample and dither rules; checkpoint 'a.pt' drives argmax "
+             r"\(add --discrete-actions sample\)"),
+            ("discrete", "sample", "argmax", None, True, "--temperature-spares changes only")):
+        with pytest.raises(ValueError, match=needle):
+            check_discrete_options(head, own, rule, temperature, spared, "checkpoint 'a.pt'", flags)
+    for head, own, rule, temperature, spared in (("continuous", "argmax", "argmax", None, False),
+                                                 ("discrete", "argmax", None, 1.0, False),
+                                                 ("discrete", "sample", None, 1.5, True),
+                                                 ("discrete", "argmax", "dither", 2.0, True)):
+        check_discrete_options(head, own, rule, temperature, spared, "checkpoint 'a.pt'", flags)
+    with pytest.raises(ValueError, match="^temperature is for discrete students; s has a continuous head$"):
+        check_discrete_options("continuous", "argmax", None, 2.0, False, "s")
 
 
 def test_heads_and_env_actions():

@@ -67,7 +67,8 @@ from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summa
 from agent.runtime import atomic_write_text, show_progress, stop_handled, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import SeedRanges, get_spec
-from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_temperature, spared_ids
+from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
+                              spared_ids)
 from policies.policy import WINDOW_CLOCKS
 
 DEFAULT_SEED = SeedRanges().evaluate  # 1000
@@ -445,20 +446,10 @@ def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:
 
 def _check_discrete_options(args: EvalArgs, path: str, cfg: Any) -> None:
     """--discrete-actions other than argmax, --action-temperature and --temperature-spares need a discrete student,
-    and the last two a rule that samples."""
-    if args.discrete_actions not in (None, "argmax") and cfg.head != "discrete":
-        raise ValueError(f"--discrete-actions {args.discrete_actions} is for discrete students; checkpoint {path!r} "
-                         f"has a {cfg.head} head")
-    if args.action_temperature is not None and cfg.head != "discrete":
-        raise ValueError(f"--action-temperature is for discrete students; checkpoint {path!r} has a {cfg.head} head")
-    if args.temperature_spares is not None and cfg.head != "discrete":
-        raise ValueError(f"--temperature-spares is for discrete students; checkpoint {path!r} has a {cfg.head} head")
-    rule = args.discrete_actions or cfg.discrete_actions
-    for flag, given in (("--action-temperature", args.action_temperature not in (None, 1.0)),
-                        ("--temperature-spares", args.temperature_spares is not None)):
-        if given and rule == "argmax":
-            raise ValueError(f"{flag} changes only the sample and dither rules; checkpoint {path!r} drives argmax "
-                             "(add --discrete-actions sample)")
+    and the last two a rule that samples (policies.actions.check_discrete_options, named by the flags)."""
+    check_discrete_options(cfg.head, cfg.discrete_actions, args.discrete_actions, args.action_temperature,
+                           args.temperature_spares is not None, f"checkpoint {path!r}",
+                           ("--discrete-actions", "--action-temperature", "--temperature-spares"))
 
 
 def _expert_meta(expert: Any) -> dict[str, Any]:

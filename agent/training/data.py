@@ -20,6 +20,7 @@ from agent.runtime import show_progress
 from agent.training.config import TrainArgs, data_paths, parse_crop, parse_image_size
 from agent.training.distributed import SINGLE, World, barrier
 from envs.registry import EnvSpec
+from policies.actions import check_discrete_options
 from policies.policy import prepare_frames
 
 LAZY_MEMORY_FRACTION = 0.4  # --data-loading auto: lazy when the prepared frames would exceed this share of the free memory
@@ -199,11 +200,8 @@ def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice
         return "discrete", None, None
     if data.action_space == "discrete":
         raise ValueError(f"--head {head} needs continuous actions; {a.data!r} holds discrete actions")
-    if a.discrete_actions not in (None, "argmax"):
-        raise ValueError(f"--discrete-actions {a.discrete_actions} is for discrete students; {a.data!r} trains a "
-                         f"{head} head")
-    if a.action_temperature is not None:
-        raise ValueError(f"--action-temperature is for discrete students; {a.data!r} trains a {head} head")
+    check_discrete_options(head, "argmax", a.discrete_actions, a.action_temperature, False,
+                           f"the student of {a.data!r}", ("--discrete-actions", "--action-temperature", ""))
     names = data.action_names
     if a.oversample_turns > 1 and "steer" not in names[:1]:
         raise ValueError(f"--oversample-turns reads the steering labels; {a.data!r} has no 'steer' action")
