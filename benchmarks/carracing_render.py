@@ -29,12 +29,11 @@ os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import run_main
+from benchmarks import run_main, timed_steps
 
 MODES = {
     "pygame (gymnasium)": {"renderer": "pygame"},
@@ -50,17 +49,9 @@ def step_rate(mode: str, steps: int, seed: int) -> float:
     env = make_carracing(max_episode_steps=10**9, **MODES[mode])
     driver = ScriptedDriver()
     _, info = env.reset(seed=seed)
-    clock = time.perf_counter
-    timed = 0.0
-    for _ in range(steps):
-        action = driver.continuous(info["privileged"])
-        t = clock()
-        _, _, term, trunc, info = env.step(action)
-        timed += clock() - t
-        if term or trunc:
-            _, info = env.reset(seed=seed)
+    rate = timed_steps(env, driver.continuous, info, steps, seed)
     env.close()
-    return steps / timed
+    return rate
 
 
 def _fidelity(seed: int, steps: int, noise: float) -> tuple[np.ndarray, int]:

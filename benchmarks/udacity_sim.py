@@ -22,7 +22,7 @@ import time
 
 import cv2
 
-from benchmarks import run_main
+from benchmarks import run_main, timed_steps
 
 MODES = {
     "center camera": {"cameras": ("center",)},
@@ -48,17 +48,9 @@ def step_rate(theme: str, mode: str, steps: int, seed: int, world: str = "hard")
     t0 = time.perf_counter()
     _, info = env.reset(seed=seed)
     reset_s = time.perf_counter() - t0
-    clock = time.perf_counter
-    timed = 0.0
-    for _ in range(steps):
-        action = driver(info["privileged"])
-        t = clock()
-        _, _, term, trunc, info = env.step(action)
-        timed += clock() - t
-        if term or trunc:
-            _, info = env.reset(seed=seed)
+    rate = timed_steps(env, driver, info, steps, seed)
     env.close()
-    return steps / timed, reset_s
+    return rate, reset_s
 
 
 def main(argv: list[str] | None = None) -> int:
