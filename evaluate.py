@@ -8,6 +8,7 @@
     python evaluate.py --checkpoint nac.pt --saliency --video-episodes 2              # Grad-CAM overlay
     python evaluate.py --episodes 20 --workers 2 --renderer fast                      # 2 processes, OpenCV frames
     python evaluate.py --data ~/recordings/lake --checkpoint runs/train/real/best.pt  # offline, on a real recording
+    python evaluate.py --replay ~/recordings/lake --checkpoint runs/train/real/best.pt --replay-span 0.8:1  # closed loop on a recording
     python evaluate.py --data data/carracing_discrete --checkpoint checkpoints/carracing_nac_discrete.pt  # offline, vs the expert
     python evaluate.py --drop-prob 0.2 --renderer fast                                # 20 % of the frames lost
     python evaluate.py --env udacity --jitter 1:3 --latency-steps 1                   # irregular steps, 0.1 s late
@@ -50,8 +51,9 @@ HELP = {
     "policy": "the PPO expert drives instead of a policy checkpoint: the baseline (formerly --policy expert)",
     "action_space": "continuous | discrete (carracing); must match the checkpoint (default: the checkpoint's; "
                     "expert: continuous)",
-    "episodes": "episodes (= consecutive track seeds) per policy",
-    "seed": "first track seed: episodes run on seeds SEED..SEED+EPISODES-1",
+    "episodes": "episodes (= consecutive track seeds) per policy (default: 5; --replay: every session)",
+    "seed": "first track seed: episodes run on seeds SEED..SEED+EPISODES-1 (default: 1000, unseen by training; "
+            "--replay: 0, its first session)",
     "max_steps": "env steps per episode (default: the env's limit, carracing 1000)",
     "video": "record mp4 videos (OUT/videos/seed_K.mp4)",
     "video_episodes": "record the first N episodes of each policy",
@@ -102,11 +104,20 @@ HELP = {
                  "(default: all, clear,overcast,dusk,fog; fog is never trained on)",
     "pi_speed": "udacity-hard: the env's PI controller holds the speed limit and the policy steers only (for "
                 "students trained with train.py --head steer)",
+    "replay": "drive the checkpoints in closed loop through a recording: REC is a real simulator recording "
+              "(driving_log.csv + IMG/) or a dataset of the udacity envs. Each recorded center frame is reprojected to "
+              "the car's pose off the recorded path, a bicycle model at the recorded speed integrates the policy's "
+              "steering, and more than 1 m (or 30 degrees) off the recorded driver's line is an intervention. Seeds "
+              "are the recording's sessions (--seed, --episodes pick some); --expert-drives replays the recorded "
+              "steering; metrics.json gives autonomy and interventions per 100 s beside always-straight's, "
+              "paths/part_K.png the driven path (default OUT: eval/replay)",
+    "replay_span": "with --replay: A:B, the part of every session that is replayed, as fractions (0.8:1 = its last "
+                   "20 %%, what train.py holds out of a recording) (default: 0:1)",
     "workers": "episodes driven at the same time, one process each; metrics and videos are those of a single "
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",
 }
-METAVARS = {"action_temperature": "T", "temperature_spares": "ACTIONS", "drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
+METAVARS = {"replay": "REC", "replay_span": "A:B", "action_temperature": "T", "temperature_spares": "ACTIONS", "drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
 CHOICES = {"window_clock": list(WINDOW_CLOCKS), "discrete_actions": list(DISCRETE_ACTION_RULES),
            "env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
            "saliency_method": ["gradcam", "visualbackprop"]}

@@ -78,7 +78,11 @@ class PolicyController:
             env_names = spec_for_gym_id(self.config.env).action_names.get("continuous", ())
         env_names = list(env_names)
         self.filled = [] if self.config.head == "discrete" else [n for n in env_names if n not in names]
-        self._cols = [env_names.index(n) for n in names] if self.config.head != "discrete" else []
+        # (env column, head column) of the components both have: a head may predict more than the env takes
+        # (a udacity-hard student's throttle in a replay, which drives at the recorded speed)
+        take = [(env_names.index(n), i) for i, n in enumerate(names) if n in env_names] \
+            if self.config.head != "discrete" else []
+        self._cols, self._head_cols = [e for e, _ in take], [i for _, i in take]
         self._env_names = env_names
         # NAC cores expose attention internals; others draw no panel.
         self.has_panel = callable(getattr(policy.core, "internals", None)) and \
@@ -107,7 +111,7 @@ class PolicyController:
         if self.config.head == "discrete":
             return int(action), latency
         full = np.array(expert_action, dtype=np.float32).reshape(-1)[: len(self._env_names)].copy()  # the head lacks
-        full[self._cols] = np.asarray(action, dtype=np.float32).reshape(-1)
+        full[self._cols] = np.asarray(action, dtype=np.float32).reshape(-1)[self._head_cols]
         return full, latency
 
     def window(self) -> tuple[torch.Tensor, torch.Tensor, list[float]] | None:
@@ -122,8 +126,9 @@ class PolicyController:
         return [self.frames[i] for i in self.stream.picks()]
 
 
-def load_policy(path: str | Path, env: str, action_space: str | None, device: str) -> Any:
-    """Load a checkpoint and check it was made for ``env`` (and ``action_space`` when given)."""
+def load_policy(path: str | Path, env: str, action_space: str | None, device: str, also: Sequence[str] = ()) -> Any:
+    """Load a checkpoint and check it was made for ``env`` (or an env whose gym id is in ``also``, or one whose
+    students ``env`` can feed: EnvSpec.feeds), and for ``action_space`` when given."""
     from policies.policy import load_checkpoint
 
     spec = get_spec(env)
@@ -134,7 +139,7 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
         raise FileNotFoundError(f"--checkpoint {str(path)!r} does not exist{hint}")
     policy = load_checkpoint(p, map_location=device)
     cfg = policy.config
-    if cfg.env != spec.gym_id:
+    if cfg.env != spec.gym_id and cfg.env not in spec.feeds and cfg.env not in also:
         others = [e for e in ENV_NAMES if get_spec(e).gym_id == cfg.env]
         hint = f" (use --env {others[0]})" if others else ""
         raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}, but --env {env} is "

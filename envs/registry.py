@@ -112,6 +112,13 @@ class EnvSpec:
     train_conditions: tuple[str, ...] = ()
     # make(pi_speed=True): a PI controller holds the speed and the action is [steer] (steering-only students)
     pi_speed: bool = False
+    # an env whose privileged expert is built in (a replay's path controller), not a trained PPO file: () -> expert
+    builtin_expert: Callable[[], Any] | None = None
+    # gym ids of other envs whose students this env's frames can feed (a replay drives udacity and udacity-hard ones)
+    feeds: tuple[str, ...] = ()
+    # envs with a fixed number of episodes (a replay's parts): parts(span) -> how many; None: any number of seeds
+    parts: Callable[[Any], int] | None = None
+    geometry: Any = None  # a replay's camera and car (envs.replay.camera.CameraGeometry), recorded in metrics.json
 
     def check_action_space(self, action_space: str) -> str:
         if action_space not in self.action_spaces:
@@ -163,8 +170,15 @@ class EnvSpec:
         return Path(f"data/{self.name}_{action_space}")
 
 
+REPLAY_PREFIX = "replay:"  # "replay:FOLDER": the recording in FOLDER as an env (envs/replay)
+
+
 def get_spec(name: str) -> EnvSpec:
-    """The spec of env `name` (a --env value); ValueError listing the valid names otherwise."""
+    """The spec of env `name` (a --env value, or "replay:FOLDER"); ValueError listing the valid names otherwise."""
+    if name.startswith(REPLAY_PREFIX):
+        from envs.replay.spec import replay_spec
+
+        return replay_spec(name[len(REPLAY_PREFIX):])
     if name not in _MODULES:
         raise ValueError(f"--env must be one of {list(ENV_NAMES)}, got {name!r}")
     return importlib.import_module(_MODULES[name]).SPEC

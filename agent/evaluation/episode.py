@@ -42,7 +42,9 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
             shadow = None if controller.is_expert else expert.act(info["privileged"])
             decision, latency = None, None  # None: the controller gets no frame, its last action is held
             if clock.sees_frame(step):
-                decision, latency = controller.act(frame, step * spec.dt, info, shadow)
+                # the frame's time: a replay's recorded timestamp, else steps x the env's dt
+                decision, latency = controller.act(frame, info["time"] if "time" in info else step * spec.dt, info,
+                                                   shadow)
             if controller.is_expert:  # the expert's own action on this state is what it is compared with
                 shadow = decision if decision is not None else expert.act(info["privileged"])
             action = clock.action(decision)

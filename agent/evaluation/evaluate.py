@@ -66,7 +66,7 @@ from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
 from agent.runtime import atomic_write_text, show_progress, stop_handled, write_json
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
-from envs.registry import SeedRanges, get_spec
+from envs.registry import REPLAY_PREFIX, SeedRanges, get_spec
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
                               spared_ids)
 from policies.policy import WINDOW_CLOCKS
@@ -87,8 +87,8 @@ class EvalArgs:
     name: list[str] = field(default_factory=list)  # display names of the checkpoints, in order (default: file stems)
     policy: str | None = None  # "expert": the expert drives instead of a checkpoint (evaluate.py --expert-drives)
     action_space: str | None = None  # continuous | discrete; default: the checkpoint's (expert: continuous)
-    episodes: int = 5  # episodes (= track seeds) per policy
-    seed: int = DEFAULT_SEED  # first track seed; episodes use seed, seed+1, ...
+    episodes: int | None = None  # episodes (= track seeds) per policy; None: 5 (a replay: every part)
+    seed: int | None = None  # first track seed; episodes use seed, seed+1, ...; None: the env's (1000; a replay: 0)
     max_steps: int | None = None  # env steps per episode; default: the env's own limit (CarRacing 1000)
     video: bool = True  # record videos
     video_episodes: int = 1  # record the first N episodes of each policy (0 = none)
@@ -115,11 +115,18 @@ class EvalArgs:
     theme: str | None = None  # "a,b": envs with scenes, the themes episodes draw from by seed (default: all)
     condition: str | None = None  # "a,b": the lighting / weather conditions likewise (default: all)
     pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
+    replay: str | None = None  # a recording (or udacity dataset) to drive in closed loop (envs/replay)
+    replay_span: str | None = None  # "A:B": the part of every session replayed (fractions; default all)
 
     def validate(self) -> "EvalArgs":
+        if self.replay is not None and not self.env.startswith(REPLAY_PREFIX):
+            raise ValueError("--replay builds its env from the recording: resolve it with replay_env() first")
+        if self.replay is None and self.replay_span is not None:
+            raise ValueError("--replay-span chooses the part of a --replay recording; give --replay REC")
         spec = get_spec(self.env)  # ValueError naming the valid envs
         if self.max_steps is None:
             self.max_steps = spec.default_max_steps
+        self._resolve_seeds(spec)
         if self.action_space is not None and self.action_space not in spec.action_spaces:
             raise ValueError(f"--action-space must be one of {spec.action_spaces} for {self.env}, got {self.action_space!r}")
         if self.policy is not None and self.policy != "expert":
@@ -178,6 +185,28 @@ class EvalArgs:
                              "--data scores recorded frames offline (drop one or the other)")
         return self
 
+    def _resolve_seeds(self, spec: Any) -> None:
+        """--seed and --episodes: the env's first evaluation seed and 5 episodes, or every part of a replay."""
+        if self.data and self.replay:
+            raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
+        if self.seed is None:
+            self.seed = spec.seeds.evaluate
+        if spec.parts is None:
+            self.episodes = 5 if self.episodes is None else self.episodes
+            return
+        try:
+            parts = spec.parts(self.replay_span)
+        except ValueError as e:
+            raise ValueError(str(e)) from None
+        if parts == 0:
+            raise ValueError(f"--replay {self.replay!r} has no session of at least 10 frames in the span "
+                             f"{self.replay_span or '0:1'}")
+        if isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.episodes is None:
+            self.episodes = max(parts - self.seed, 0)
+        if isinstance(self.episodes, int) and isinstance(self.seed, int) and self.seed + self.episodes > parts:
+            raise ValueError(f"--replay {self.replay!r} has {parts} part(s) (seeds 0..{parts - 1}); --seed {self.seed} "
+                             f"--episodes {self.episodes} asks for more")
+
     @property
     def timing(self) -> TimingConditions:
         """The timing conditions of the run (ValueError on a malformed --jitter)."""
@@ -186,7 +215,8 @@ class EvalArgs:
     @property
     def make_kwargs(self) -> dict[str, Any]:
         """The env options of the run beyond the spec's defaults: its scenes and the PI speed control."""
-        return {**get_spec(self.env).scene(self.theme, self.condition), **({"pi_speed": True} if self.pi_speed else {})}
+        return {**get_spec(self.env).scene(self.theme, self.condition), **({"pi_speed": True} if self.pi_speed else {}),
+                **({"span": self.replay_span} if self.replay else {})}
 
     @property
     def spared(self) -> tuple[int, ...]:
@@ -261,6 +291,13 @@ def _episode_outputs(args: EvalArgs, is_expert: bool, out_dir: Path, i: int, see
 def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: EvalArgs, out_dir: Path,
                   meta: dict[str, Any], interrupted: bool) -> dict[str, Any]:
     """metrics.json etc. of one policy from its finished episodes (in seed order); Interrupted if it was."""
+    for row in rows:  # a replay's driven path: a plot per part, not a column
+        trace = row.pop("path_trace", None)
+        if trace is not None:
+            from agent.evaluation.path_plot import plot_replay_path
+
+            plot_replay_path(trace, out_dir / "paths" / f"part_{row['seed']}.png", f"{meta['name']}, part {row['seed']}",
+                             get_spec(args.env).geometry)
     summary = aggregate(rows, latencies, **meta, interrupted=interrupted,
                         seeds=[r["seed"] for r in rows], requested_seeds=args.seeds,
                         timing=timing_summary(args.timing, meta["dt"], rows))
@@ -268,6 +305,15 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
     if interrupted:
         raise Interrupted(f"interrupted: wrote {len(rows)} finished episode(s) of {meta['name']} to {out_dir}")
     return summary
+
+
+def env_action_names(env: str, pi_speed: bool) -> list[str] | None:
+    """The components of the env's action a student fills: [steer] under a PI speed controller and in a replay
+    (which drives at the recorded speed); None: the student's own env's action."""
+    if pi_speed:
+        return ["steer"]
+    spec = get_spec(env)
+    return list(spec.action_names["continuous"]) if spec.feeds else None
 
 
 def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
@@ -280,8 +326,8 @@ def _worker_setup(env: str, action_space: str, expert_path: str | None, device: 
     expert = Expert.load(expert_path, action_space, env)
     controllers = [ExpertController(expert) if path is None else
                    PolicyController(load_policy(path, env, action_space, device), name, device, clock,
-                                    ["steer"] if (make_kwargs or {}).get("pi_speed") else None, actions, temperature,
-                                    spared)
+                                    env_action_names(env, (make_kwargs or {}).get("pi_speed", False)), actions,
+                                    temperature, spared)
                    for name, path in policies]
     sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer,
                            **(make_kwargs or {}))
@@ -350,8 +396,28 @@ def _preload(env: str) -> list[str]:
     return [__name__, "agent.experts.expert", "stable_baselines3", "policies.policy", get_spec(env).make.__module__]
 
 
+def replay_env(args: EvalArgs) -> None:
+    """--replay REC: a raw simulator recording is imported once into OUT/imported_data (a dataset is used as it
+    is), and the run's env becomes the replay of that dataset (envs/replay)."""
+    from agent.udacity.recordings import import_recordings
+
+    if args.replay is None or args.env.startswith(REPLAY_PREFIX):
+        return
+    if args.env != EvalArgs.env:
+        raise ValueError(f"--replay builds its env from the recording; drop --env {args.env}")
+    if args.data:
+        raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
+    if not Path(args.replay).exists():
+        raise FileNotFoundError(f"--replay {args.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
+                                "or a dataset of the udacity envs)")
+    root = Path(args.out) if args.out else Path("eval") / "replay"
+    [folder] = import_recordings([args.replay], [root / "imported_data"], warn=tqdm.write)
+    args.env = REPLAY_PREFIX + str(Path(folder).resolve())
+
+
 def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[str, Any]]:
     """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}."""
+    replay_env(args)
     args.validate()
     previous = torch.get_num_threads()
     torch.set_num_threads(args.threads)  # intra-op threads; single-frame inference is fastest with 1
@@ -374,7 +440,7 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
         targets.append(("expert", ExpertController(expert), dict(expert_meta)))
     # 2. where
     default_name = targets[0][0] if len(targets) == 1 else "compare"
-    root = Path(args.out) if args.out else Path("eval") / default_name
+    root = Path(args.out) if args.out else Path("eval") / ("replay" if args.replay else default_name)
     single = len(targets) == 1
     common = _common_meta(args, expert, action_space, expert_meta["source"], command)
     # 3. drive
@@ -414,7 +480,7 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
     targets = []
     for path, name, policy in zip(paths, names, policies):
         controller = PolicyController(policy, name, args.device, args.window_clock,
-                                      ["steer"] if args.pi_speed else None, args.discrete_actions,
+                                      env_action_names(args.env, args.pi_speed), args.discrete_actions,
                                       args.action_temperature, args.spared)
         targets.append((name, controller, {
             "source": str(path), "policy_config": policy.config.to_dict(),
@@ -486,7 +552,20 @@ def _common_meta(args: EvalArgs, expert: Any, action_space: str, expert_source: 
         "torch_version": torch.__version__,
         "renderer": args.renderer, "workers": args.workers,
         **{k: list(v) if isinstance(v, tuple) else v for k, v in args.make_kwargs.items()},
+        **({"replay": _replay_meta(args, spec)} if spec.parts is not None else {}),
     }
+
+
+def _replay_meta(args: EvalArgs, spec: Any) -> dict[str, Any]:
+    """What a replay's figures rest on: the recording, its parts, the camera and car, the intervention rule."""
+    from envs.replay.vehicle import DEFAULT_MAX_OFFSET_M, DEFAULT_MAX_YAW_RAD
+
+    return {"recording": args.replay, "dataset": spec.name[len(REPLAY_PREFIX):], "span": args.replay_span or "0:1",
+            "geometry": spec.geometry.to_dict(),
+            "intervention": f"more than {DEFAULT_MAX_OFFSET_M} m from the recorded path or more than "
+                            f"{math.degrees(DEFAULT_MAX_YAW_RAD):.0f} degrees off its direction (measured from the "
+                            "recorded driver's line, not the road's edges); the car is put back on the path",
+            "straight": "straight_*: the always-straight driver on the same parts (the trivial reference)"}
 
 
 def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: dict[str, dict[str, Any]]) -> None:
@@ -507,7 +586,7 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     data = recorded_data(args.data, root)
     env = dataset_env(data.card, data.episodes)
     paths = list(args.checkpoint) or [str(shipped_checkpoint(env.name))]
-    policies = [load_policy(p, env.name, None, args.device) for p in paths]
+    policies = [load_policy(p, env.name, None, args.device, camera_students(data)) for p in paths]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     for path, policy in zip(paths, policies):
         _check_discrete_options(args, path, policy.config)
@@ -537,6 +616,19 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     return results
 
 
+def camera_students(data: Any) -> tuple[str, ...]:
+    """Gym ids of the envs whose students can steer a real recording's frames: every first-person env whose camera
+    frames have the recording's shape (a recording imports as `udacity`, but a udacity-hard student reads it too)."""
+    from agent.data.dataset import is_recording
+    from envs.registry import ENV_NAMES
+
+    if not any(is_recording(m) for m in data.episodes):
+        return ()
+    shape = tuple(data.card.get("frame_shape") or ())
+    specs = [get_spec(n) for n in ENV_NAMES]
+    return tuple(s.gym_id for s in specs if s.first_person and tuple(s.frame_shape) == shape)
+
+
 def summary_line(name: str, s: dict[str, Any]) -> str:
     def f(x: float, fmt: str) -> str:
         return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
@@ -546,7 +638,18 @@ def summary_line(name: str, s: dict[str, Any]) -> str:
             f"{s['laps_completed']}/{s['num_episodes']}, steer MAE {f(s['mean_steer_mae'], '.3f')}, "
             f"smoothness {f(s['mean_steer_smoothness'], '.3f')}, latency {f(s['latency_median_ms'], '.2f')} / "
             f"{f(s['latency_p95_ms'], '.2f')} ms (median / p95)" + _timing_note(s.get("timing"))
+            + _replay_note(s)
             + "".join("\n" + line for line in group_lines(s)))
+
+
+def _replay_note(s: dict[str, Any]) -> str:
+    """A replay's headline: autonomy and interventions per 100 s beside always-straight's on the same frames."""
+    if "straight_autonomy" not in s:
+        return ""
+    return (f"\n  replay: autonomy {s['autonomy']:.1f} %, {s['total_interventions']} interventions "
+            f"({s['interventions_per_100s']:.1f} per 100 s) in {s['elapsed_s']:.0f} s; always-straight "
+            f"{s['straight_autonomy']:.1f} %, {s['straight_interventions']} ({s['straight_interventions_per_100s']:.1f} "
+            "per 100 s)")
 
 
 def _timing_note(timing: dict[str, Any] | None) -> str:

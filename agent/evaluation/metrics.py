@@ -57,6 +57,11 @@ def autonomy(interventions: int, elapsed_s: float, cost_s: float) -> float:
     return 100.0 * (1.0 - interventions * cost_s / elapsed_s) if elapsed_s > 0 else float("nan")
 
 
+def per_100s(interventions: int, elapsed_s: float) -> float:
+    """Interventions per 100 s of driving: unlike autonomy it stays meaningful (never negative) on short drives."""
+    return 100.0 * interventions / elapsed_s if elapsed_s > 0 else float("nan")
+
+
 def _percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
@@ -162,11 +167,16 @@ class EpisodeRecorder:
         """Interventions and NVIDIA's autonomy (100 * (1 - interventions * cost / elapsed s)), lateral error."""
         out: dict[str, Any] = {}
         if self.spec.recover is not None:
-            elapsed = n * self.spec.dt
+            elapsed = float(self.env_meta.get("elapsed_s", n * self.spec.dt))  # a replay's recorded time
             out["interventions"] = self.interventions
             if self.spec.stall is not None:
                 out["stalls"] = self.stalls
             out["autonomy"] = autonomy(self.interventions, elapsed, self.spec.intervention_cost_s)
+            out["interventions_per_100s"] = per_100s(self.interventions, elapsed)
+            if "straight_interventions" in self.env_meta:  # a replay's trivial reference on the same frames
+                out["straight_autonomy"] = autonomy(self.env_meta["straight_interventions"], elapsed,
+                                                    self.spec.intervention_cost_s)
+                out["straight_interventions_per_100s"] = per_100s(self.env_meta["straight_interventions"], elapsed)
         if self.spec.lateral_error is not None:
             err = np.asarray(self.lateral_error)
             out["mean_abs_cte"] = float(err.mean()) if len(err) else float("nan")
@@ -200,8 +210,14 @@ def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] 
         out[f"mean_{key}"] = float(np.mean(values)) if values else float("nan")
     if episodes and "interventions" in episodes[0]:  # over the whole run, as NVIDIA reports it
         out["total_interventions"] = int(sum(e["interventions"] for e in episodes))
-        elapsed = sum(e["length"] for e in episodes) * float(meta.get("dt", float("nan")))
-        out["autonomy"] = autonomy(out["total_interventions"], elapsed, float(meta.get("intervention_cost_s", 6.0)))
+        elapsed = sum(float(e.get("elapsed_s", e["length"] * float(meta.get("dt", float("nan"))))) for e in episodes)
+        cost = float(meta.get("intervention_cost_s", 6.0))
+        out["autonomy"] = autonomy(out["total_interventions"], elapsed, cost)
+        out["interventions_per_100s"] = per_100s(out["total_interventions"], elapsed)
+        if "straight_interventions" in episodes[0]:
+            straight = int(sum(e["straight_interventions"] for e in episodes))
+            out.update(straight_interventions=straight, straight_autonomy=autonomy(straight, elapsed, cost),
+                       straight_interventions_per_100s=per_100s(straight, elapsed), elapsed_s=elapsed)
         out["max_abs_cte"] = float(max(e["max_abs_cte"] for e in episodes)) if "max_abs_cte" in episodes[0] else None
     out["std_completion"] = float(np.std([e["completion"] for e in episodes])) if episodes else float("nan")
     laps = sum(float(e["completion"]) for e in episodes)
@@ -310,20 +326,26 @@ def _num(x: float, fmt: str) -> str:
 
 def lane_keeping_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """The lane-keeping table (udacity): autonomy and interventions first, then lateral error and steering."""
-    header = ("| policy | autonomy % | interventions | laps | mean abs CTE (m) | max abs CTE (m) | steer MSE vs expert "
-              "| steer jerk | latency median / p95 (ms) |")
-    lines = [header, "|" + "---|" * 9]
+    header = ("| policy | autonomy % | interventions | per 100 s | laps | mean abs CTE (m) | max abs CTE (m) "
+              "| steer MSE vs expert | steer jerk | latency median / p95 (ms) |")
+    lines = [header, "|" + "---|" * 10]
     for name, s in rows:
         lines.append(
             f"| {name} | {_num(s['autonomy'], '.2f')} | {s['total_interventions']} "
+            f"| {_num(s.get('interventions_per_100s'), '.1f')} "
             f"| {_num(s['mean_completion'], '.2f')} per episode | {_num(s.get('mean_mean_abs_cte'), '.3f')} "
             f"| {_num(s.get('max_abs_cte'), '.2f')} | {_num(s['mean_steer_mse'], '.4f')} "
             f"| {_num(s['mean_steer_jerk'], '.4f')} "
             f"| {_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')} |")
+    if rows and "straight_autonomy" in rows[0][1]:  # a replay: the trivial reference on the same frames
+        s = rows[0][1]
+        lines.append(f"| always-straight (reference) | {_num(s['straight_autonomy'], '.2f')} "
+                     f"| {s['straight_interventions']} | {_num(s['straight_interventions_per_100s'], '.1f')} "
+                     "| | | | | | |")
     return "\n".join(lines) + "\n"
 
 
-PAIRED_KEYS = {"lane": (("autonomy", ".1f"), ("interventions", ".1f"), ("mean_abs_cte", ".3f"), ("steer_jerk", ".4f")),
+PAIRED_KEYS = {"lane": (("autonomy", ".1f"), ("interventions", ".1f"), ("interventions_per_100s", ".1f"), ("mean_abs_cte", ".3f"), ("steer_jerk", ".4f")),
                "race": (("return", ".1f"), ("completion", ".3f"), ("wrong_way_steps", ".1f"))}
 
 

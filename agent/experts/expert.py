@@ -40,6 +40,11 @@ class Expert:
 
         spec = get_spec(env)
         action_space = spec.check_action_space(action_space or spec.action_spaces[0])
+        if spec.builtin_expert is not None:  # a replay's path controller: nothing to load
+            if path is not None:
+                raise ValueError(f"--expert: {env}'s expert is built in (it steers back to the recorded path); "
+                                 f"drop --expert {str(path)!r}")
+            return spec.builtin_expert()
         p = resolve_path(Path(path) if path is not None else spec.default_expert[action_space])
         if not p.is_file():
             raise FileNotFoundError(

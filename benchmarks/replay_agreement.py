@@ -1,0 +1,123 @@
+"""Does the replay rank drivers the way true closed loop does? (this project's simulators, where both exist)
+
+The expert drives N tracks of ENV (no noise); those drives are the recording. Students of graded quality (the
+shipped one, one-minute students of several cores and epochs, an always-straight checkpoint) then drive the
+same tracks twice: in the real simulator (true closed loop, `evaluate.py --env ENV`) and in the replay of the
+expert's drives (`evaluate.py --replay`). Printed: each student's autonomy and interventions per 100 s in both,
+and the Spearman rank correlation between the two over the students. Every step is one of the project's CLIs,
+so the table is reproduced by the same commands; finished steps are skipped on a re-run.
+
+    python -m benchmarks.replay_agreement --env udacity --out runs/replay_agreement/udacity
+    python -m benchmarks.replay_agreement --env udacity-hard --out runs/replay_agreement/udacity-hard
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# (name, core, epochs) of the one-minute students, trained on STUDENT_EPISODES short expert episodes with DART noise
+STUDENTS = (("nac_e1", "nac", 1), ("nac_e3", "nac", 3), ("gru_e3", "gru", 3), ("lstm_e2", "lstm", 2),
+            ("mlp_e1", "mlp", 1), ("mha_e2", "mha", 2))
+STUDENT_EPISODES, STUDENT_STEPS = 4, 400
+DRIVE_SEED, STUDENT_SEED = 3_000_000, 3_000_100  # collection seeds (>= 3,000,000): unseen by every shipped model
+
+
+def run(cmd: list[str], done: Path) -> None:
+    """One CLI step, skipped when its output exists."""
+    if done.exists():
+        return
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def straight_checkpoint(source: Path, out: Path) -> Path:
+    """A checkpoint of `source`'s architecture whose head always outputs 0 (every action component): the
+    always-straight driver as a policy, for true closed loop."""
+    from policies.policy import load_checkpoint, save_checkpoint
+
+    if not out.exists():
+        policy = load_checkpoint(source)
+        with torch.no_grad():
+            policy.head.weight.zero_()
+            policy.head.bias.copy_(-policy.target_mean / policy.target_std)
+        save_checkpoint(out, policy)
+    return out
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Rank correlation (average ranks for ties)."""
+    def ranks(x: list[float]) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=np.float64)
+        for v in np.unique(x):
+            r[x == v] = r[x == v].mean()
+        return r
+    ra, rb = ranks(a), ranks(b)
+    return float(np.corrcoef(ra, rb)[0, 1]) if ra.std() > 0 and rb.std() > 0 else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.replay_agreement", description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", choices=["udacity", "udacity-hard"], default="udacity")
+    p.add_argument("--episodes", type=int, default=4, help="tracks driven (default 4)")
+    p.add_argument("--max-steps", type=int, default=400, help="steps per track (default 400 = 40 s)")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--workers", type=int, default=2)
+    a = p.parse_args(argv)
+    from envs.registry import get_spec
+
+    spec = get_spec(a.env)
+    out = a.out or Path("runs/replay_agreement") / a.env
+    py = sys.executable
+    scene = (["--theme", ",".join(spec.train_themes), "--condition", ",".join(spec.train_conditions)]
+             if spec.themes else [])
+    run([py, "collect.py", "--env", a.env, "--episodes", str(a.episodes), "--max-steps", str(a.max_steps), "--noise", "0",
+         "--seed", str(DRIVE_SEED), "--out", str(out / "drives"), "--workers", str(a.workers)], out / "drives" / "dataset.json")
+    run([py, "collect.py", "--env", a.env, "--episodes", str(STUDENT_EPISODES), "--max-steps", str(STUDENT_STEPS),
+         "--seed", str(STUDENT_SEED), "--out", str(out / "student_data"), "--workers", str(a.workers)],
+        out / "student_data" / "dataset.json")
+    names, paths = [f"shipped_{a.env}_nac"], [Path(f"checkpoints/{a.env}_nac.pt")]
+    for name, core, epochs in STUDENTS:
+        run([py, "train.py", "--data", str(out / "student_data"), "--core", core, "--epochs", str(epochs),
+             "--out", str(out / "students" / name), "--no-progress"], out / "students" / name / "best.pt")
+        names.append(name)
+        paths.append(out / "students" / name / "best.pt")
+    names.append("always_straight")
+    paths.append(straight_checkpoint(out / "students" / "nac_e1" / "best.pt", out / "students" / "straight.pt"))
+    common = ["--checkpoint", *map(str, paths), "--name", *names, "--video-episodes", "0", "--workers", str(a.workers),
+              "--no-progress"]
+    run([py, "evaluate.py", "--env", a.env, "--seed", str(DRIVE_SEED), "--episodes", str(a.episodes), "--max-steps",
+         str(a.max_steps), *scene, "--out", str(out / "true"), *common], out / "true" / "comparison.json")
+    run([py, "evaluate.py", "--replay", str(out / "drives"), "--out", str(out / "replay"), *common],
+        out / "replay" / "comparison.json")
+    true = json.loads((out / "true" / "comparison.json").read_text())
+    replay = json.loads((out / "replay" / "comparison.json").read_text())
+    lines = [f"| student | true autonomy % | replay autonomy % | replay - true | true per 100 s | replay per 100 s |",
+             "|---|---|---|---|---|---|"]
+    for n in names:
+        t, r = true[n], replay[n]
+        lines.append(f"| {n} | {t['autonomy']:.1f} | {r['autonomy']:.1f} | {r['autonomy'] - t['autonomy']:+.1f} "
+                     f"| {t['interventions_per_100s']:.1f} | {r['interventions_per_100s']:.1f} |")
+    rho = spearman([true[n]["autonomy"] for n in names], [replay[n]["autonomy"] for n in names])
+    rho100 = spearman([true[n]["interventions_per_100s"] for n in names],
+                      [replay[n]["interventions_per_100s"] for n in names])
+    r0 = replay[names[0]]
+    lines.append(f"\nSpearman rank correlation over {len(names)} students: autonomy {rho:.3f}, interventions per 100 s "
+                 f"{rho100:.3f}. Replay's always-straight reference: {r0['straight_autonomy']:.1f} % "
+                 f"({r0['straight_interventions_per_100s']:.1f} per 100 s).")
+    text = f"# Replay against true closed loop: {a.env}, {a.episodes} tracks x {a.max_steps} steps\n\n" + "\n".join(lines)
+    (out / "agreement.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

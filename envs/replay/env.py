@@ -1,0 +1,157 @@
+"""A recording as a closed-loop environment: the car drives the recorded path with its own steering.
+
+One episode replays one part of one recorded session (``ReplayEnv.reset(seed=k)``: the k-th part, see
+``ReplayData``). At every recorded frame the observation is the center image reprojected (``camera.Reprojector``)
+to the car's pose relative to the recorded path (``vehicle.PathVehicle``); the car moves at the recorded speed
+over the recorded time steps. When it is more than ``max_offset`` m from the recorded path (or points more than
+``max_yaw`` off its direction) ``info["lane_departure"]`` is set, and evaluation puts it back on the path
+(``recenter``: an intervention). The limit is measured from the recorded driver's line, not from the road's edges.
+
+``info`` holds what evaluation reads: ``privileged`` = [offset, yaw, recorded steering, speed] (what the path
+controller steers by), ``speed`` (m/s), ``cte`` / ``heading_error`` (the pose), ``time`` (the recorded timestamp,
+s from the part's start), ``progress`` (fraction of the part driven); the last step adds ``elapsed_s`` and the
+always-straight driver's interventions on the same part (``straight_interventions``), and ``path_trace``
+(per-step time, offset, yaw, recorded steering, speed, and the interventions) for the path plot.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envs.replay.camera import CameraGeometry, Reprojector
+from envs.replay.vehicle import (DEFAULT_MAX_OFFSET_M, DEFAULT_MAX_YAW_RAD, PathController, PathPose, PathVehicle,
+                                 count_interventions)
+
+FEATURE_NAMES = ("offset_m", "yaw_rad", "recorded_steer", "speed_mps")
+MAX_STEP_S = 0.5  # a recorded step longer than this (a pause in the log) is integrated as this long
+
+
+@dataclass
+class ReplayPart:
+    """One replayed stretch: rows [start, stop) of a dataset episode."""
+
+    episode: int
+    start: int
+    stop: int
+
+    @property
+    def length(self) -> int:
+        return self.stop - self.start
+
+
+class ReplayEnv(gym.Env):
+    """See the module docstring. ``dataset``: an open agent.data.dataset.DemoDataset; ``parts``: what each
+    seed replays; ``geometry``: the recorded camera and car."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, dataset: Any, parts: list[ReplayPart], geometry: CameraGeometry, *,
+                 max_offset: float = DEFAULT_MAX_OFFSET_M, max_yaw: float = DEFAULT_MAX_YAW_RAD,
+                 max_episode_steps: int | None = None, render_mode: str | None = None) -> None:
+        self.dataset, self.parts, self.geometry = dataset, parts, geometry
+        self.max_offset, self.max_yaw = float(max_offset), float(max_yaw)
+        self.max_steps = max_episode_steps
+        self.render_mode = render_mode
+        self.reprojector = Reprojector(geometry)
+        self.vehicle = PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s)
+        h, w = geometry.height, geometry.width
+        self.observation_space = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self._frame: np.ndarray | None = None
+
+    # -- episode data -------------------------------------------------------------------------------------------
+    def _load(self, seed: int) -> None:
+        if not 0 <= seed < len(self.parts):
+            raise ValueError(f"replay seed {seed} is outside the recording's parts 0..{len(self.parts) - 1}")
+        part = self.parts[seed]
+        arrays = self.dataset.load(part.episode, keys=["action", "speed", "time"])
+        rows = slice(part.start, part.stop)
+        self._steer = np.asarray(arrays["action"], np.float64).reshape(len(arrays["time"]), -1)[rows, 0]
+        self._speed = np.asarray(arrays["speed"], np.float64)[rows]
+        t = np.asarray(arrays["time"], np.float64)[rows]
+        dt = np.diff(t)
+        last = float(np.median(dt)) if len(dt) else 0.1
+        self._dt = np.clip(np.append(dt, last), 0.0, MAX_STEP_S)
+        self._time = t - t[0]
+        self._jpeg = self.dataset.jpeg_frames(part.episode, "frames")
+        self._raw = None if self._jpeg is not None else self.dataset.load(part.episode, keys="frames")["frames"]
+        self._start = part.start
+        self._limit = part.length if self.max_steps is None else min(part.length, self.max_steps)
+        straight = np.zeros(self._limit)
+        self._straight = count_interventions(self.vehicle, straight, self._steer[:self._limit], self._speed[:self._limit],
+                                             self._dt[:self._limit], self.max_offset, self.max_yaw)
+
+    def recorded_frame(self, k: int) -> np.ndarray:
+        """The recorded center frame of step k of the current part (uint8 RGB)."""
+        if self._jpeg is not None:
+            return self._jpeg.decode([self._start + k])[0]
+        return np.asarray(self._raw[self._start + k])
+
+    # -- gym interface ------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._load(int(seed or 0))
+        self._k, self._pose, self._distance = 0, PathPose(), 0.0
+        self._interventions: list[int] = []
+        self._trace: list[tuple[float, float, float, float, float]] = []
+        return self._observe(), self._info()
+
+    def step(self, action: Any):
+        steer = float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
+        k = self._k
+        self._trace.append((self._time[k], self._pose.offset, self._pose.yaw, self._steer[k], self._speed[k]))
+        self._pose = self.vehicle.step(self._pose, steer, self._steer[k], self._speed[k], self._dt[k])
+        self._distance += self._speed[k] * self._dt[k]
+        self._k = k + 1
+        truncated = self._k >= self._limit
+        if truncated:
+            self._k = self._limit - 1  # the last frame stays on view
+        reward = float(self._speed[k] * self._dt[k])  # metres driven
+        return self._observe(), reward, False, truncated, self._info(final=truncated)
+
+    def recenter(self) -> tuple[np.ndarray, dict[str, Any]]:
+        """An intervention: the car is put back on the recorded path, aligned with it."""
+        self._interventions.append(self._k)
+        self._pose = PathPose(wheel=self._pose.wheel_rec, wheel_rec=self._pose.wheel_rec)
+        return self._observe(), self._info()
+
+    def render(self) -> np.ndarray | None:
+        return self._frame
+
+    # -- what the car sees and what evaluation reads ------------------------------------------------------------
+    def _observe(self) -> np.ndarray:
+        self._frame = self.reprojector.warp(self.recorded_frame(self._k), self._pose.offset, self._pose.yaw)
+        return self._frame
+
+    def _info(self, final: bool = False) -> dict[str, Any]:
+        p, k = self._pose, self._k
+        info: dict[str, Any] = {
+            "privileged": np.array([p.offset, p.yaw, self._steer[k], self._speed[k]], np.float32),
+            "speed": float(self._speed[k]), "cte": float(p.offset), "heading_error": float(p.yaw),
+            "recorded_steer": float(self._steer[k]), "time": float(self._time[k]),
+            "progress": (k + 1) / self._limit if final else k / self._limit, "distance": self._distance,
+            "lane_departure": abs(p.offset) > self.max_offset or abs(p.yaw) > self.max_yaw,
+        }
+        if final:
+            info["elapsed_s"] = float(np.sum(self._dt[:self._limit]))
+            info["straight_interventions"] = self._straight
+            info["path_trace"] = {"trace": np.asarray(self._trace, np.float32), "interventions": list(self._interventions),
+                                  "dt": self._dt[:self._limit].astype(np.float32)}
+        return info
+
+
+class PathExpert:
+    """The replay's privileged expert (agent.experts.expert.Expert's interface): ``PathController`` on
+    ``info["privileged"]``."""
+
+    def __init__(self, spec: Any, geometry: CameraGeometry) -> None:
+        self.spec, self.action_space, self.path = spec, "continuous", None
+        self.card = {"driver": "pure pursuit onto the recorded path plus the recorded steering (envs.replay)"}
+        self.controller = PathController(PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s))
+
+    def act(self, privileged: np.ndarray) -> np.ndarray:
+        offset, yaw, steer_rec, speed = (float(x) for x in np.asarray(privileged).reshape(-1)[:4])
+        return np.array([self.controller.steer(offset, yaw, steer_rec, speed)], np.float32)

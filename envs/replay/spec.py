@@ -1,0 +1,151 @@
+"""A recording (a dataset folder: an imported real-simulator recording, or a collect.py dataset of the udacity
+envs) as an environment: ``envs.registry.get_spec("replay:" + folder)`` builds its ``EnvSpec``.
+
+Seeds are the recording's parts (one per recorded session, or per episode of a dataset), in order, from 0; a
+part is ``span`` (fractions of each session, default the whole) of its session, so a student is replayed on the
+time blocks it never trained on (train.py holds out the end of every session). The privileged expert is the
+path controller (``env.PathExpert``): no file to load.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.registry import REPLAY_PREFIX as PREFIX
+from envs.registry import EnvSpec, SeedRanges, get_spec
+from envs.replay.camera import CameraGeometry
+from envs.replay.env import FEATURE_NAMES, PathExpert, ReplayEnv, ReplayPart
+
+MIN_PART_FRAMES = 10  # shorter parts (a click of the record button) are not replayed
+
+# The cameras and cars the replay knows, by the env a dataset was recorded in.
+SIM_V0 = CameraGeometry(cam_height_m=1.5, pitch_deg=6.0, hfov_deg=65.0, side_offset_m=1.0, hood_row=160,
+                        wheelbase_m=2.5, max_steer_deg=25.0, steer_tau_s=0.08,
+                        source="this project's udacity simulator (envs/udacity/camera.py, vehicle.py)")
+SIM_V1 = CameraGeometry(cam_height_m=1.5, pitch_deg=6.0, hfov_deg=65.0, side_offset_m=1.0, hood_row=146,
+                        wheelbase_m=2.5, max_steer_deg=25.0, steer_tau_s=0.08,
+                        source="this project's udacity-hard simulator (flat-ground model of a hilly world; hood 14 rows)")
+# The real (Unity) simulator: the camera mounts of its public source (60 degrees vertical field of view at
+# 320x160), checked on recordings by `python -m envs.replay.calibrate` (docs/results.md).
+REAL_UDACITY = CameraGeometry(cam_height_m=1.2, pitch_deg=9.4, hfov_deg=CameraGeometry.hfov_from_vfov(60.0),
+                              side_offset_m=0.81, hood_row=136, wheelbase_m=2.87, max_steer_deg=25.0, steer_tau_s=0.0,
+                              source="the Unity simulator's public source, checked on public recordings")
+GEOMETRIES = {"UdacityStyle-v0": SIM_V0, "UdacityStyle-v1": SIM_V1, "recording": REAL_UDACITY}
+
+
+def parse_span(text: str | tuple[float, float] | None) -> tuple[float, float]:
+    """'A:B' (fractions 0 <= A < B <= 1 of every session) -> (A, B); None -> the whole session."""
+    if text is None:
+        return (0.0, 1.0)
+    if isinstance(text, tuple):
+        a, b = text
+    else:
+        try:
+            a, b = (float(x) for x in str(text).split(":"))
+        except ValueError:
+            raise ValueError(f"--replay-span takes A:B, fractions of every session (e.g. 0.8:1 for the last 20 %), "
+                             f"got {text!r}") from None
+    if not 0.0 <= a < b <= 1.0:
+        raise ValueError(f"--replay-span A:B needs 0 <= A < B <= 1, got {text!r}")
+    return (float(a), float(b))
+
+
+def replay_parts(dataset: Any, span: tuple[float, float]) -> list[ReplayPart]:
+    parts = []
+    for i, meta in enumerate(dataset.episodes):
+        n = int(meta["length"])
+        part = ReplayPart(i, int(np.floor(span[0] * n)), int(np.floor(span[1] * n)))
+        if part.length >= MIN_PART_FRAMES:
+            parts.append(part)
+    return parts
+
+
+def geometry_of(dataset: Any) -> CameraGeometry:
+    """The camera and car of a dataset: this project's simulators by their gym id, anything else the real one."""
+    from agent.data.dataset import dataset_env, is_recording
+
+    if any(is_recording(m) for m in dataset.episodes):
+        return REAL_UDACITY
+    return GEOMETRIES.get(dataset_env(dataset.card, dataset.episodes).gym_id, REAL_UDACITY)
+
+
+@functools.lru_cache(maxsize=8)
+def replay_spec(folder: str) -> EnvSpec:
+    """The EnvSpec of the dataset in ``folder`` (see the module docstring); ValueError for what cannot be replayed."""
+    from agent.data.dataset import open_dataset
+
+    ds = open_dataset(folder)
+    shapes = {tuple(ds.array_shape(i, "frames")[1:]) for i in range(len(ds))}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 3 or next(iter(shapes))[2] != 3:
+        raise ValueError(f"{folder!r}: a replay needs RGB camera frames of one size, got shapes {sorted(shapes)}")
+    frame_shape = next(iter(shapes))
+    geometry = geometry_of(ds)
+    if frame_shape[:2] != (geometry.height, geometry.width):
+        raise ValueError(f"{folder!r}: frames are {frame_shape[0]}x{frame_shape[1]}; the replay's camera models are "
+                         f"{geometry.height}x{geometry.width} (first-person Udacity frames)")
+    feeds = tuple(s.gym_id for s in (get_spec(n) for n in ("udacity", "udacity-hard")) if s.frame_shape == frame_shape)
+    longest = max((int(m["length"]) for m in ds.episodes), default=1)
+    dt = float(ds.card.get("dt") or 0.1)
+
+    def make(action_space: str = "continuous", *, render: bool = True, max_episode_steps: int | None = None,
+             render_mode: str | None = None, side_cameras: bool = False, renderer: str = "native",
+             span: Any = None, **kwargs: Any) -> ReplayEnv:
+        spec.check_action_space(action_space)
+        spec.check_renderer(renderer)
+        if side_cameras:
+            raise ValueError("a replay shows the reprojected center camera only")
+        return ReplayEnv(ds, replay_parts(ds, parse_span(span)), geometry, max_episode_steps=max_episode_steps,
+                         render_mode=render_mode, **kwargs)
+
+    def unavailable(*_: Any, **__: Any) -> Any:
+        raise ValueError("a replay has no physics-only env: its expert is the path controller, nothing to train")
+
+    spec = EnvSpec(
+        name=PREFIX + folder,
+        gym_id="Replay-v0",
+        description=f"closed-loop replay of the recording {folder}: the center frame reprojected to the car's pose "
+                    "off the recorded path, a kinematic bicycle at the recorded speed",
+        action_spaces=("continuous",),
+        dt=dt,
+        frame_shape=frame_shape,
+        feature_names=FEATURE_NAMES,
+        make=make,
+        make_expert_env=unavailable,
+        make_train_env=unavailable,
+        expert_to_env_action=lambda action, space: np.clip(np.asarray(action, np.float32).reshape(-1)[:1], -1, 1),
+        teacher=unavailable,
+        action_names={"continuous": ("steer",)},
+        steer_limit={"continuous": 1.0},
+        default_expert={},
+        default_noise={"continuous": 0.0},
+        default_noise_hold={"continuous": 1},
+        default_max_steps=longest,
+        default_encoder="pilotnet",
+        default_frame_stride=1,
+        progress=lambda info: float(info["progress"]),
+        lap_complete=lambda info: float(info["progress"]) >= 1.0,
+        on_road=lambda info: not info["lane_departure"],
+        episode_meta=lambda info: {k: info[k] for k in ("distance", "elapsed_s", "straight_interventions", "path_trace")
+                                   if k in info},
+        first_person=True,
+        recover=lambda env, speed=None: env.unwrapped.recenter(),
+        lateral_error=lambda info: abs(float(info["cte"])),
+        seeds=SeedRanges(evaluate=0),
+        builtin_expert=lambda: PathExpert(spec, geometry),
+        feeds=feeds,
+        parts=lambda span: len(replay_parts(ds, parse_span(span))),
+        geometry=geometry,
+    )
+    return spec
+
+
+def folder_of(env_name: str) -> str | None:
+    """The dataset folder of a replay env name, None for any other env."""
+    return env_name[len(PREFIX):] if env_name.startswith(PREFIX) else None
+
+
+def resolve(folder: str | Path) -> str:
+    return str(Path(folder).resolve())

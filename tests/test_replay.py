@@ -1,0 +1,174 @@
+"""The replay simulator (envs/replay): view synthesis recovers known geometry, the vehicle model, and evaluate.py
+--replay end to end on a recorded drive of the udacity env (the recorded steering scores 100 %, always-straight
+leaves a curved road, a student drives, bad input gets one line)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import collect as collect_cli
+import evaluate as evaluate_cli
+from agent.evaluation.evaluate import EvalArgs, evaluate
+from envs.registry import get_spec
+from envs.replay.camera import Reprojector
+from envs.replay.spec import SIM_V0, parse_span
+from envs.replay.vehicle import PathController, PathPose, PathVehicle, count_interventions
+from envs.udacity.camera import Renderer
+from envs.udacity.track import generate_track
+
+STEPS = 120
+
+
+def _moved(pose, offset, yaw):
+    """The car pose `offset` m to the right and turned `yaw` rad to the right of `pose` (x, y, yaw CCW)."""
+    x, y, h = pose
+    return x + offset * math.sin(h), y - offset * math.cos(h), h - yaw
+
+
+def _error(a, b, rows):
+    return float(np.mean(np.abs(a[rows].astype(np.float64) - b[rows].astype(np.float64))))
+
+
+@pytest.fixture(scope="module")
+def scene():
+    track = generate_track(7, "lake")
+    return track, Renderer(track, "lake", 7), Reprojector(SIM_V0)
+
+
+@pytest.mark.parametrize("offset,yaw", [(0.6, 0.0), (-0.8, 0.0), (0.0, 0.08), (0.5, -0.06)])
+def test_reprojection_recovers_a_known_pose_from_rendered_frames(scene, offset, yaw):
+    """Frames drawn at a known pose off the path: the reprojection of the on-path frame matches them far better than
+    the unwarped frame, and a search over poses finds the true one (the mirrored pose is worse than none)."""
+    track, renderer, rp = scene
+    pose = track.pose_at(150.0)
+    recorded, truth = renderer.render(pose), renderer.render(_moved(pose, offset, yaw))
+    ground = slice(rp.horizon + 2, 160)
+    warped = _error(rp.warp(recorded, offset, yaw), truth, ground)
+    assert warped < 0.35 * _error(recorded, truth, ground)
+    assert _error(rp.warp(recorded, -offset, -yaw), truth, ground) > _error(recorded, truth, ground)
+    offsets, yaws = np.round(np.arange(-1.0, 1.01, 0.1), 2), np.round(np.arange(-0.1, 0.101, 0.02), 2)
+    errors = {(o, y): _error(rp.warp(recorded, o, y), truth, ground) for o in offsets for y in yaws}
+    best = min(errors, key=errors.get)
+    assert abs(best[0] - offset) <= 0.1 + 1e-9 and abs(best[1] - yaw) <= 0.02 + 1e-9
+
+
+def test_hood_rows_are_kept_and_never_sampled():
+    rp = Reprojector(SIM_V0.__class__(**{**SIM_V0.to_dict(), "hood_row": 140}))
+    frame = np.zeros((160, 320, 3), np.uint8)
+    frame[140:] = 200  # the hood
+    out = rp.warp(frame, 0.9, 0.1)
+    assert (out[140:] == 200).all() and (out[:140] == 0).all()
+
+
+def test_vehicle_stays_on_the_path_with_the_recorded_steering_and_drifts_with_another():
+    v = PathVehicle(2.5, 25.0, steer_tau_s=0.08)
+    pose = PathPose()
+    for _ in range(50):
+        pose = v.step(pose, 0.3, 0.3, 10.0, 0.1)
+    assert pose.offset == 0.0 and pose.yaw == 0.0
+    pose = PathVehicle(2.5, 25.0).step(PathPose(), 0.2, 0.0, 10.0, 0.1)  # no lag: yaw grows by v dt tan(0.2 * 25 deg) / L
+    assert pose.yaw == pytest.approx(1.0 * math.tan(math.radians(5.0)) / 2.5)
+    assert pose.offset == pytest.approx(1.0 * math.sin(pose.yaw / 2))
+    assert count_interventions(v, np.zeros(100), np.full(100, 0.3), np.full(100, 10.0), np.full(100, 0.1), 1.0, 0.5) > 0
+
+
+def test_path_controller_steers_as_recorded_on_the_path_and_back_towards_it_off_it():
+    c = PathController(PathVehicle(2.5, 25.0))
+    assert c.steer(0.0, 0.0, 0.37, 10.0) == pytest.approx(0.37)
+    assert c.steer(0.8, 0.0, 0.0, 10.0) < 0 < c.steer(-0.8, 0.0, 0.0, 10.0)  # right of the path: steer left
+    assert c.steer(0.0, 0.1, 0.0, 10.0) < 0  # pointing right: steer left
+
+
+@pytest.fixture(scope="module")
+def drive(tmp_path_factory):
+    """The udacity expert's drive on one track without noise, as collect.py records it."""
+    out = tmp_path_factory.mktemp("replay") / "drive"
+    assert collect_cli.main(["--env", "udacity", "--episodes", "1", "--max-steps", str(STEPS), "--noise", "0",
+                             "--seed", "3000001", "--workers", "1", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_recorded_steering_scores_100_and_always_straight_leaves_a_curved_road(drive, tmp_path):
+    out = tmp_path / "expert"
+    results = evaluate(EvalArgs(replay=str(drive), policy="expert", out=str(out), workers=1, video_episodes=1,
+                                progress=False, tensorboard=False))
+    s = results["expert"]
+    assert s["autonomy"] == 100.0 and s["total_interventions"] == 0 and s["max_abs_cte"] == 0.0
+    assert s["straight_interventions"] >= 1 and s["straight_autonomy"] < 100.0
+    assert s["interventions_per_100s"] == 0.0 and s["straight_interventions_per_100s"] > 0
+    assert s["elapsed_s"] == pytest.approx(STEPS * 0.1, rel=0.02)
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["replay"]["geometry"]["cam_height_m"] == SIM_V0.cam_height_m
+    assert "path_trace" not in saved["episodes"][0]
+    assert (out / "paths" / "part_0.png").stat().st_size > 1000 and (out / "videos" / "seed_0.mp4").is_file()
+
+
+def test_students_of_both_worlds_drive_the_replay_and_get_a_comparison(drive, tmp_path):
+    out = tmp_path / "students"
+    results = evaluate(EvalArgs(replay=str(drive), checkpoint=["checkpoints/udacity_nac.pt",
+                                                               "checkpoints/udacity-hard_nac.pt"],
+                                out=str(out), workers=1, video_episodes=0, progress=False, tensorboard=False,
+                                replay_span="0.5:1"))
+    assert set(results) == {"udacity_nac", "udacity-hard_nac"}
+    for s in results["udacity_nac"], results["udacity-hard_nac"]:
+        assert s["episodes"][0]["length"] == STEPS - STEPS // 2 and s["mean_mean_abs_cte"] >= 0
+        assert "straight_autonomy" in s
+    text = (out / "comparison.md").read_text()
+    assert "always-straight (reference)" in text and "interventions_per_100s" in text
+
+
+def test_the_replay_env_is_a_gym_env_with_the_recorded_time(drive):
+    spec = get_spec("replay:" + str(drive.resolve()))
+    env = spec.make(max_episode_steps=30)
+    frame, info = env.reset(seed=0)
+    assert frame.shape == (160, 320, 3) and info["time"] == 0.0 and spec.parts(None) == 1
+    frame, _, terminated, truncated, info = env.step(np.array([1.0], np.float32))
+    assert info["time"] == pytest.approx(0.1, abs=0.02) and info["cte"] != 0.0 and not terminated and not truncated
+    with pytest.raises(ValueError, match="outside the recording's parts"):
+        env.reset(seed=1)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--replay", "does/not/exist"], "does not exist"),
+    (["--replay-span", "0.8:1"], "--replay-span chooses"),
+    (["--replay", "{drive}", "--replay-span", "0.9:0.2"], "0 <= A < B <= 1"),
+    (["--replay", "{drive}", "--replay-span", "last"], "--replay-span takes A:B"),
+    (["--replay", "{drive}", "--env", "udacity"], "drop --env"),
+    (["--replay", "{drive}", "--data", "{drive}"], "give one of them"),
+    (["--replay", "{drive}", "--seed", "1", "--episodes", "1"], "has 1 part(s)"),
+    (["--replay", "{drive}", "--expert-drives", "--expert", "checkpoints/expert_udacity.zip"], "built in"),
+])
+def test_bad_replay_flags_are_one_line_errors(drive, tmp_path, capsys, argv, needle):
+    argv = [a.replace("{drive}", str(drive)) for a in argv]
+    code = evaluate_cli.main([*argv, "--out", str(tmp_path / "x"), "--workers", "1", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and len(err.splitlines()) == 1, err
+
+
+def test_a_recording_of_other_frames_is_refused(drive, tmp_path):
+    from agent.data.dataset import open_dataset
+    from envs.replay.spec import replay_spec
+
+    ds = open_dataset(drive)
+    assert ds.card["frame_shape"] == [160, 320, 3]
+    with pytest.raises(ValueError, match="0 <= A < B <= 1"):
+        parse_span("0.5:1.5")
+    with pytest.raises(ValueError, match="frames are 96x96"):
+        replay_spec(str(_carracing_like(tmp_path)))
+
+
+def _carracing_like(tmp_path):
+    from agent.data.dataset import CARD_NAME, FORMAT, write_episode
+
+    root = tmp_path / "cr"
+    T = 12
+    write_episode(root, 0, {"frames": np.zeros((T, 96, 96, 3), np.uint8), "action": np.zeros((T, 1), np.float32),
+                            "expert_action": np.zeros((T, 1), np.float32), "speed": np.ones(T, np.float32),
+                            "reward": np.zeros(T, np.float32), "time": np.arange(T) * 0.1,
+                            "privileged": np.zeros((T, 0), np.float32)},
+                  {"env": "udacity", "action_space": "continuous"})
+    (root / CARD_NAME).write_text(json.dumps({"format": FORMAT, "env": "udacity", "action_space": "continuous"}))
+    return root
