@@ -32,7 +32,8 @@ def plot_replay_path(trace: dict[str, Any], path: Path, title: str, geometry: An
         return path
     t, offset, steer, speed = rows[:, 0], rows[:, 1], rows[:, 3], rows[:, 4]
     dt = np.asarray(trace["dt"], dtype=np.float64)[:len(rows)]
-    x, y, heading = recorded_path(steer, speed, dt, geometry.wheelbase_m, geometry.max_steer_deg)
+    x, y, heading = recorded_path(steer, speed * geometry.distance_scale, dt, geometry.wheelbase_m,
+                                  geometry.max_steer_deg)
     # + offset = right of the path: the right normal of heading h is (sin h, -cos h)
     cx, cy = x + offset * np.sin(heading), y - offset * np.cos(heading)
     fig, (top, side) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1.3, 1]})

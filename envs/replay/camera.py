@@ -40,6 +40,7 @@ class CameraGeometry:
     wheelbase_m: float = 2.5
     max_steer_deg: float = 25.0  # wheel angle of a steering command of 1
     steer_tau_s: float = 0.0  # first-order lag of the wheel behind the command (0: none)
+    distance_scale: float = 1.0  # metres the view moves per metre of recorded speed x time (measured on recordings)
     source: str = ""  # where the numbers come from
 
     def model(self) -> CameraModel:

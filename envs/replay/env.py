@@ -56,7 +56,8 @@ class ReplayEnv(gym.Env):
         self.max_steps = max_episode_steps
         self.render_mode = render_mode
         self.reprojector = Reprojector(geometry)
-        self.vehicle = PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s)
+        self.vehicle = PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s,
+                                   geometry.distance_scale)
         h, w = geometry.height, geometry.width
         self.observation_space = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -104,7 +105,7 @@ class ReplayEnv(gym.Env):
         k = self._k
         self._trace.append((self._time[k], self._pose.offset, self._pose.yaw, self._steer[k], self._speed[k]))
         self._pose = self.vehicle.step(self._pose, steer, self._steer[k], self._speed[k], self._dt[k])
-        self._distance += self._speed[k] * self._dt[k]
+        self._distance += self._speed[k] * self._dt[k] * self.vehicle.distance_scale
         self._k = k + 1
         truncated = self._k >= self._limit
         if truncated:
@@ -150,7 +151,8 @@ class PathExpert:
     def __init__(self, spec: Any, geometry: CameraGeometry) -> None:
         self.spec, self.action_space, self.path = spec, "continuous", None
         self.card = {"driver": "pure pursuit onto the recorded path plus the recorded steering (envs.replay)"}
-        self.controller = PathController(PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s))
+        self.controller = PathController(PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s,
+                                                     geometry.distance_scale))
 
     def act(self, privileged: np.ndarray) -> np.ndarray:
         offset, yaw, steer_rec, speed = (float(x) for x in np.asarray(privileged).reshape(-1)[:4])

@@ -10,7 +10,8 @@ wheelbase`` (+ = turning right) of the car and ``k_rec`` of the recorded steerin
 
 (small offsets: the path's own curvature does not change the distance travelled beside it). Where the recorded
 steering is the car's, the state stays at zero: the recorded driver never leaves its own path. An optional
-first-order lag of the wheel behind the command applies to both steerings alike.
+first-order lag of the wheel behind the command applies to both steerings alike; ``distance_scale`` corrects the
+recorded speed where the recorded frames show the car moving less per step than speed x dt says.
 """
 from __future__ import annotations
 
@@ -36,10 +37,12 @@ class PathPose:
 class PathVehicle:
     """Integrates a ``PathPose`` (see the module docstring)."""
 
-    def __init__(self, wheelbase_m: float, max_steer_deg: float, steer_tau_s: float = 0.0) -> None:
+    def __init__(self, wheelbase_m: float, max_steer_deg: float, steer_tau_s: float = 0.0,
+                 distance_scale: float = 1.0) -> None:
         self.wheelbase = float(wheelbase_m)
         self.max_steer = math.radians(max_steer_deg)
         self.tau = float(steer_tau_s)
+        self.distance_scale = float(distance_scale)  # metres driven per metre of recorded speed x dt
 
     def wheel_angle(self, steer: float) -> float:
         return max(-1.0, min(1.0, float(steer))) * self.max_steer
@@ -54,7 +57,7 @@ class PathVehicle:
             wheel, wheel_rec = pose.wheel + (target - pose.wheel) * a, pose.wheel_rec + (target_rec - pose.wheel_rec) * a
         else:
             wheel, wheel_rec = target, target_rec
-        ds = max(float(speed), 0.0) * dt
+        ds = max(float(speed), 0.0) * dt * self.distance_scale
         yaw = pose.yaw + ds * (self.curvature(wheel) - self.curvature(wheel_rec))
         offset = pose.offset + ds * math.sin(0.5 * (pose.yaw + yaw))
         return PathPose(offset, yaw, wheel, wheel_rec)
