@@ -172,3 +172,20 @@ def _carracing_like(tmp_path):
                   {"env": "udacity", "action_space": "continuous"})
     (root / CARD_NAME).write_text(json.dumps({"format": FORMAT, "env": "udacity", "action_space": "continuous"}))
     return root
+
+
+def test_a_real_recording_is_scored_and_replayed_by_students_of_both_worlds(drive, tmp_path):
+    """A raw simulator recording imports as `udacity`; a udacity-hard student reads its frames too (offline and in
+    replay), and the replay of a real recording uses the real simulator's camera."""
+    from agent.udacity.recordings import export_udacity
+
+    rec = tmp_path / "rec"
+    export_udacity(drive, rec)
+    hard = "checkpoints/udacity-hard_nac.pt"
+    offline = evaluate(EvalArgs(data=[str(rec)], checkpoint=[hard], out=str(tmp_path / "off"), progress=False))
+    assert offline["udacity-hard_nac"]["pooled"]["frames"] == STEPS
+    closed = evaluate(EvalArgs(replay=str(rec), checkpoint=[hard], out=str(tmp_path / "loop"), workers=1,
+                               video_episodes=0, progress=False, tensorboard=False))
+    saved = json.loads((tmp_path / "loop" / "metrics.json").read_text())
+    assert closed["udacity-hard_nac"]["num_episodes"] == 1
+    assert saved["replay"]["geometry"]["cam_height_m"] == 1.2 and (tmp_path / "loop" / "imported_data").is_dir()

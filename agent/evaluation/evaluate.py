@@ -580,7 +580,7 @@ def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: di
 def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     """--data: score every checkpoint on recorded driving (agent.evaluation.offline): steering, or a discrete
     student's actions at the temperature it samples at (its own, or --action-temperature)."""
-    from agent.evaluation.offline import evaluate_recorded, offline_markdown, recorded_data
+    from agent.evaluation.offline import camera_students, evaluate_recorded, offline_markdown, recorded_data
 
     root = Path(args.out) if args.out else Path("eval") / "offline"
     data = recorded_data(args.data, root)
@@ -614,19 +614,6 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
                                            f"{', '.join(args.data)}\n\n{table}")
     tqdm.write(f"outputs in {root}/: offline.md, offline.json" + ("" if discrete else ", steering_<session>.png"))
     return results
-
-
-def camera_students(data: Any) -> tuple[str, ...]:
-    """Gym ids of the envs whose students can steer a real recording's frames: every first-person env whose camera
-    frames have the recording's shape (a recording imports as `udacity`, but a udacity-hard student reads it too)."""
-    from agent.data.dataset import is_recording
-    from envs.registry import ENV_NAMES
-
-    if not any(is_recording(m) for m in data.episodes):
-        return ()
-    shape = tuple(data.card.get("frame_shape") or ())
-    specs = [get_spec(n) for n in ENV_NAMES]
-    return tuple(s.gym_id for s in specs if s.first_person and tuple(s.frame_shape) == shape)
 
 
 def summary_line(name: str, s: dict[str, Any]) -> str:

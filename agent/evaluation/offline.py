@@ -148,12 +148,25 @@ def _evaluate_discrete(policy: Any, data: DemoDataset, out_dir: Path, name: str,
     return summary
 
 
+def camera_students(data: Any) -> tuple[str, ...]:
+    """Gym ids of the envs whose students can steer a real recording's frames: every first-person env whose camera
+    frames have the recording's shape (a recording imports as `udacity`, but a udacity-hard student reads it too)."""
+    from agent.data.dataset import is_recording
+    from envs.registry import ENV_NAMES, get_spec
+
+    if not any(is_recording(m) for m in data.episodes):
+        return ()
+    shape = tuple(data.card.get("frame_shape") or ())
+    specs = [get_spec(n) for n in ENV_NAMES]
+    return tuple(s.gym_id for s in specs if s.first_person and tuple(s.frame_shape) == shape)
+
+
 def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, progress: bool = False,
                       temperature: float = 1.0, spared: Sequence[int] = ()) -> dict[str, Any]:
     """Score one policy on every episode of ``data``; writes OUT/offline.json and (steering) OUT/steering_<k>.png.
     ``temperature``, ``spared``: a discrete student's softmax temperature and the actions it leaves alone."""
     env = dataset_env(data.card, data.episodes)
-    if policy.config.env != env.gym_id:
+    if policy.config.env != env.gym_id and policy.config.env not in camera_students(data):
         raise ValueError(f"checkpoint {name!r} drives {policy.config.env!r}; the data was recorded in {env.gym_id!r}")
     spaces = dataset_action_spaces(data.card, data.episodes)
     if spaces and spaces != {policy.config.action_space}:
