@@ -540,7 +540,7 @@ def _common_meta(args: EvalArgs, expert: Any, action_space: str, expert_source: 
                                 f"{spec.stall[2]} m/s, counted in stalls)" if spec.stall else "")
                              + "; it was put back on the centre line and drove on; "
                                "autonomy = 100 * (1 - interventions * cost / elapsed s)"}
-           if spec.recover is not None else {}),
+           if spec.recover is not None and spec.parts is None else {}),
         "max_steps": args.max_steps, "device": args.device, "torch_threads": torch.get_num_threads(),
         "expert": expert_source,
         "steer_units": (f"env steer command (action[0]); full scale ±{spec.steer_limit[action_space]}"
