@@ -33,7 +33,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import json
+import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -330,7 +334,7 @@ def _session_arrays(part: list[LogRow], times: np.ndarray, where: str, frame_sha
 
 def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: int | None = None,
                    episode_gap_s: float = 1.0, frame_period: float | None = None, strict_images: bool = False,
-                   warn: Callable[[str], None] | None = None) -> Path:
+                   warn: Callable[[str], None] | None = None, source: dict | None = None) -> Path:
     """Turn a simulator recording into a dataset (agent.data.dataset) in ``out_dir`` (new or empty); returns it.
 
     ``log_dir`` is the recording folder or its CSV. ``jpeg_quality`` None (default) stores the
@@ -341,6 +345,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     apart (or going back in time) start a new episode. Rows whose images are missing are skipped, counted
     in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``.
     The whole CSV is validated before anything is written; a failed import leaves no ``out_dir`` behind.
+    The card records ``recording_fingerprint`` (or ``source``, taken by the caller) under import.source.
     """
     if jpeg_quality is not None:
         jpeg_quality = check_jpeg_quality(jpeg_quality)
@@ -350,6 +355,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
         raise ValueError(f"frame_period must be > 0, got {frame_period}")
     period = DEFAULT_FRAME_PERIOD_S if frame_period is None else float(frame_period)
     csv_path, img_dir = locate_log(log_dir)
+    source = source or recording_fingerprint(log_dir)
     out_dir = Path(out_dir)
     refuse_nonempty(out_dir)
     log = read_log(csv_path, img_dir, strict_images=strict_images)
@@ -389,7 +395,8 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             "frame_codec": f"jpeg{jpeg_quality}" if jpeg_quality else "jpeg (the recording's files, byte for byte)",
             "dt": dt,
             "counts": {"episodes": len(episodes), "steps": steps, "hours_of_driving": steps * dt / 3600},
-            "import": {"csv": str(csv_path.resolve()), "images": str(img_dir.resolve()), "time_from": time_from,
+            "import": {"csv": str(csv_path.resolve()), "images": str(img_dir.resolve()), "source": source,
+                       "time_from": time_from,
                        "episode_gap_s": episode_gap_s, "jpeg_quality": jpeg_quality,
                        "speed": "logged in mph, stored in m/s (mph / 2.23694)",
                        "skipped_rows": len(log.skipped),
@@ -399,16 +406,53 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     return out_dir
 
 
+def recording_fingerprint(log_dir: str | Path) -> dict[str, object]:
+    """What an import was made from: the CSV's path, size and modification time, and a hash over the name, size and
+    modification time of every file in IMG/. A later run compares it to tell a changed or another recording from
+    the one it imported (stat only: cheap for tens of thousands of images)."""
+    csv_path, img_dir = locate_log(log_dir)
+    digest = hashlib.sha256()
+    with os.scandir(img_dir) as entries:
+        for name, st in sorted((e.name, _stat(e.path)) for e in entries):
+            digest.update(f"{name}\0{st[0]}\0{st[1]}\n".encode(errors="surrogateescape"))
+    size, mtime = _stat(csv_path)
+    return {"csv": str(csv_path.resolve()), "csv_size": size, "csv_mtime_ns": mtime,
+            "images": str(img_dir.resolve()), "images_sha256": digest.hexdigest()}
+
+
+def _stat(path: str | Path) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:  # a dangling symlink: its own stat
+        st = os.lstat(path)
+    return st.st_size, st.st_mtime_ns
+
+
 def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, strict_images: bool = False,
                       warn: Callable[[str], None] | None = None) -> list[str]:
     """Each path as a dataset folder: a raw simulator recording (driving_log.csv + IMG/, no dataset card) is
-    imported once into its target and the target stands in for it; datasets pass through as they are."""
+    imported into its target and the target stands in for it; datasets pass through as they are. A target is
+    reused only while it holds an import of this very recording, unchanged (``recording_fingerprint``); an
+    import of another or a changed recording is replaced, with one line saying so."""
+    say = warn or print
     out = []
     for path, target in zip(paths, targets):
         if (Path(path) / CSV_NAME).is_file() and not (Path(path) / CARD_NAME).is_file():
-            if not (target / CARD_NAME).is_file():
-                (warn or print)(f"{path} is a Udacity simulator recording: importing it into {target}")
-                import_udacity(path, target, strict_images=strict_images, warn=warn)
+            source = recording_fingerprint(path)
+            if (target / CARD_NAME).is_file():
+                done = (json.loads((target / CARD_NAME).read_text()).get("import") or {})
+                if done.get("source") == source:
+                    out.append(str(target))
+                    continue
+                if "csv" not in done:
+                    raise ValueError(f"{str(target)!r} holds a dataset that is not an import of a recording; "
+                                     f"move it away to import {str(path)!r} there")
+                what = "has changed since" if done["csv"] == source["csv"] else "is another recording than"
+                say(f"{path} {what} the import in {target} (of {done['csv']}): importing it again")
+                shutil.rmtree(target)
+            else:
+                say(f"{path} is a Udacity simulator recording: importing it into {target}")
+            import_udacity(path, target, strict_images=strict_images, warn=warn, source=source)
             out.append(str(target))
         else:
             out.append(str(path))
