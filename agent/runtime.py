@@ -217,6 +217,16 @@ def write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(Path(path), json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
+MIN_REFERENCE_MSE = 1e-6  # steering units squared: an RMS of 0.001 (0.025 degrees) is no error to divide by
+NO_STRAIGHT_RATIO = ("no ratio to always-straight: the steering scored against is always straight (0), so "
+                     "always-straight's MSE is 0")
+
+
+def mse_ratio(mse: float, reference_mse: float) -> float | None:
+    """``mse / reference_mse``, or None when the reference's MSE is (near) zero and the quotient would be noise."""
+    return None if reference_mse < MIN_REFERENCE_MSE else mse / reference_mse
+
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

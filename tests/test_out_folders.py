@@ -114,3 +114,26 @@ def test_a_re_run_of_evaluate_replaces_the_last_run_s_videos_and_tensorboard_fil
     assert [p.name for p in (out / "videos").glob("*.mp4")] == ["seed_1000.mp4"]
     assert len(list((out / "tb").rglob("events.*"))) == 1
     assert len(json.loads((out / "metrics.json").read_text())["episodes"]) == 1
+
+
+def _straight_recording(root):
+    """A recording whose steering is always 0: always-straight's MSE is 0."""
+    def zero_steering(lines):
+        return [", ".join([*line.split(", ")[:3], "0", *line.split(", ")[4:]]) for line in lines]
+
+    _sim_recording(root, offsets_s=tuple(round(0.1 * k, 1) for k in range(12)), rows=zero_steering)
+
+
+def test_no_ratio_to_a_reference_whose_mse_is_zero_is_printed(tmp_path, capsys):
+    _straight_recording(tmp_path / "rec")
+    assert train.main(["--data", str(tmp_path / "rec"), "--out", str(tmp_path / "run"), *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "val_steer_vs_straight" not in out and "always-straight's MSE is 0" in out
+    ckpt = str(_steering_checkpoint(tmp_path / "c.pt"))
+    assert evaluate.main(["--data", str(tmp_path / "rec"), "--checkpoint", ckpt, "--out", str(tmp_path / "eval"),
+                          "--no-progress"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "steering MSE" in x)
+    assert "x always-straight's" not in line and "always-straight's MSE is 0" in line
+    result = json.loads((tmp_path / "eval" / "offline.json").read_text())
+    assert result["pooled"]["policy_vs_straight_mse_avg"] is None
+    assert "| always straight | 0.0000 | 0.0000 | 0.0000 | 0.0000 | - |" in (tmp_path / "eval" / "offline.md").read_text()
