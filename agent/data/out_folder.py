@@ -123,15 +123,26 @@ def run_folder(out: Path, who: str, *, lock: bool = True) -> Iterator[None]:
     if not lock:
         yield
         return
-    made = not out.exists()
+    top = None  # the outermost folder this makes
+    for folder in (out, *out.parents):
+        if folder.exists():
+            break
+        top = folder
     check_writable(out)
     try:
         with folder_lock(out, who):
             remove_stale_temp(out)
             yield
     finally:
-        if made and {p.name for p in out.iterdir()} <= {".lock"}:
-            shutil.rmtree(out, ignore_errors=True)
+        if top is not None and {p.name for p in out.iterdir()} <= {".lock"}:
+            (out / ".lock").unlink(missing_ok=True)
+            for folder in (out, *out.parents):
+                try:
+                    folder.rmdir()  # only while empty
+                except OSError:
+                    break
+                if folder == top:
+                    break
 
 
 RESULT_FOLDERS = ("videos", "tb")  # evaluate.py's outputs that a re-run would otherwise add to, not replace
