@@ -1,6 +1,8 @@
 """Runs into an --out folder: imports tied to the recording they came from, one run per folder at a time, a folder
 that cannot be written refused at the start, and a re-run's results replacing the last run's."""
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -137,3 +139,15 @@ def test_no_ratio_to_a_reference_whose_mse_is_zero_is_printed(tmp_path, capsys):
     result = json.loads((tmp_path / "eval" / "offline.json").read_text())
     assert result["pooled"]["policy_vs_straight_mse_avg"] is None
     assert "| always straight | 0.0000 | 0.0000 | 0.0000 | 0.0000 | - |" in (tmp_path / "eval" / "offline.md").read_text()
+
+
+def test_results_that_cannot_be_written_at_the_end_are_kept_elsewhere(tmp_path, capsys):
+    out = tmp_path / "eval"
+    (out / "metrics.json").mkdir(parents=True)  # the folder is writable at the start; the last write fails
+    assert evaluate.main(["--expert-drives", "--episodes", "2", "--max-steps", "5", "--out", str(out), "--no-progress",
+                          "--renderer", "fast", "--workers", "1", "--no-video"]) == 2
+    line = _err_line(capsys)
+    assert line.startswith(f"error: cannot write the results into {str(out)!r}") and "2 driven episode(s)" in line
+    kept = line.rsplit("saved in ", 1)[1].strip("'")
+    assert len(json.loads((Path(kept) / "metrics.json").read_text())["episodes"]) == 2
+    shutil.rmtree(kept)
