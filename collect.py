@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from agent.data.config import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError, parse_shard
+from agent.runtime import check_writable
 from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES, get_spec
 from policies.actions import DISCRETE_ACTION_RULES
@@ -163,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         args.validate()
+        check_writable(args.out_dir)  # at the start, not when the first episode is saved
         from agent.data.collection import collect
 
         result = collect(args, command="python collect.py " + shlex.join(argv), log=lambda m: print(m, file=sys.stderr))

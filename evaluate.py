@@ -28,12 +28,15 @@ import argparse
 import os
 import sys
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, NoReturn, get_type_hints
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame for the rendered env
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
-from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate
+from agent.controllers import shipped_checkpoint
+from agent.data.out_folder import clear_results, run_folder
+from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate, run_names, safe_name
 from agent.runtime import cli_exit_code
 from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES  # noqa: E402
@@ -182,7 +185,26 @@ def parse_args(argv: list[str] | None = None) -> EvalArgs:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = " ".join(["python evaluate.py", *(argv if argv is not None else sys.argv[1:])])
-    return cli_exit_code(lambda: evaluate(args, command=command), Interrupted)  # kill keeps finished episodes
+    return cli_exit_code(lambda: _evaluate_in_folder(args, command), Interrupted)  # kill keeps finished episodes
+
+
+def _evaluate_in_folder(args: EvalArgs, command: str) -> None:
+    """The evaluation, with its --out checked writable and locked first; a re-run's results replace the last's."""
+    args.validate()  # a bad flag is the likelier mistake: say that before anything about the folder
+    args.out = str(_default_out(args)) if args.out is None else args.out
+    with run_folder(Path(args.out), "evaluate.py"):
+        clear_results(Path(args.out))
+        evaluate(args, command=command)
+
+
+def _default_out(args: EvalArgs) -> Path:
+    """eval/offline for --data; else eval/<name> of the one policy that drives, eval/compare for several."""
+    if args.data:
+        return Path("eval") / "offline"
+    names = [] if args.policy == "expert" else (
+        [safe_name(n) for n in args.name] if args.name else run_names(list(args.checkpoint) or [str(shipped_checkpoint(args.env))]))
+    names += ["expert"] if args.policy == "expert" or args.with_expert else []
+    return Path("eval") / (names[0] if len(names) == 1 else "compare")
 
 
 if __name__ == "__main__":

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import re
 import sys
 from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import Any, NoReturn, get_type_hints
 
+from agent.data.out_folder import run_folder
 from agent.runtime import cli_exit_code
-from agent.training.config import RENAMED, TrainArgs
+from agent.training.config import RENAMED, TrainArgs, check_args, default_out
 from agent.training.experiment import run
 from agent.training.loop import Interrupted
 
@@ -94,7 +97,14 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # the run installs its own stop-signal handling around the training (agent.training.distributed.joined)
-    return cli_exit_code(lambda: run(args), Interrupted, stop_signals=False)
+    return cli_exit_code(lambda: _run_in_folder(args), Interrupted, stop_signals=False)
+
+
+def _run_in_folder(args: TrainArgs) -> None:
+    """The run, with its --out checked writable and locked first (by torchrun's rank 0 alone: it alone writes)."""
+    check_args(args)  # a bad flag is the likelier mistake: say that before anything about the folder
+    with run_folder(Path(args.out or default_out(args)), "train.py", lock=int(os.environ.get("RANK", "0")) == 0):
+        run(args)
 
 
 if __name__ == "__main__":

@@ -129,14 +129,14 @@ class PolicyController:
 def load_policy(path: str | Path, env: str, action_space: str | None, device: str, also: Sequence[str] = ()) -> Any:
     """Load a checkpoint and check it was made for ``env`` (or an env whose gym id is in ``also``, or one whose
     students ``env`` can feed: EnvSpec.feeds), and for ``action_space`` when given."""
-    from policies.policy import load_checkpoint
+    from policies.policy import load_checkpoint, not_a_checkpoint_file
 
     spec = get_spec(env)
     p = resolve_path(path)
     if not p.is_file():
         hint = (" (the shipped student; train one with train.py, or pass --checkpoint CKPT or --expert-drives)"
                 if Path(path) == shipped_checkpoint(env) else "")
-        raise FileNotFoundError(f"--checkpoint {str(path)!r} does not exist{hint}")
+        raise FileNotFoundError(not_a_checkpoint_file(p, "--checkpoint") + hint)
     policy = load_checkpoint(p, map_location=device)
     cfg = policy.config
     if cfg.env != spec.gym_id and cfg.env not in spec.feeds and cfg.env not in also:

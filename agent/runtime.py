@@ -113,6 +113,34 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
+def check_writable(out: Path, flag: str = "--out") -> None:
+    """ValueError (one line) unless ``out``, or the folder it would be made in, can be written into: a run learns
+    it at its start, not when it saves what it did. Creates nothing."""
+    where = Path(out)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise ValueError(f"cannot write into {flag} {str(out)!r}: {str(where)!r} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=where, prefix=".write-check.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ValueError(f"cannot write into {flag} {str(out)!r}: {e.strerror or e} ({str(where)!r})") from None
+
+
+def remove_stale_temp(out: Path) -> list[Path]:
+    """Remove the hidden ``.NAME.*.tmp`` files and folders (atomic_write, StagingFolder) that a killed run left
+    anywhere under ``out``; only safe while holding ``out``'s lock. Returns what was removed."""
+    stale = [p for p in out.rglob(".*.tmp") if p.name.count(".") >= 3]
+    for p in stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return stale
+
+
 def refuse_nonempty(out_dir: Path) -> None:
     """ValueError unless out_dir is absent or an empty folder: a new dataset never lands on old files."""
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -187,6 +215,16 @@ def _jsonable(x: Any) -> Any:
 
 def write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(Path(path), json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
+
+
+MIN_REFERENCE_MSE = 1e-6  # steering units squared: an RMS of 0.001 (0.025 degrees) is no error to divide by
+NO_STRAIGHT_RATIO = ("no ratio to always-straight: the steering scored against is always straight (0), so "
+                     "always-straight's MSE is 0")
+
+
+def mse_ratio(mse: float, reference_mse: float) -> float | None:
+    """``mse / reference_mse``, or None when the reference's MSE is (near) zero and the quotient would be noise."""
+    return None if reference_mse < MIN_REFERENCE_MSE else mse / reference_mse
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

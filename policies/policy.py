@@ -433,13 +433,23 @@ def _what_the_file_is(path: Path, error: Exception) -> str:
     return f"{str(path)!r} {unreadable}; {todo}"
 
 
+def not_a_checkpoint_file(path: Path, what: str) -> str:
+    """Why ``path`` cannot be read as a checkpoint: missing, or a folder (a run folder given instead of its best.pt)."""
+    if not path.is_dir():
+        return f"{what} {str(path)!r} does not exist"
+    found = sorted(p.name for p in path.glob("*.pt"))
+    pick = "best.pt" if "best.pt" in found else (found[0] if found else None)
+    hint = f": pass a file in it, e.g. {str(path / pick)!r}" if pick else " (and holds no .pt file)"
+    return f"{what} {str(path)!r} is a folder, not a checkpoint file{hint}"
+
+
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """The checkpoint's dict, checked to be a policy checkpoint (clear errors otherwise).
 
     Loads with ``weights_only=True`` only: a file that needs arbitrary Python objects is refused, never unpickled."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+        raise FileNotFoundError(not_a_checkpoint_file(path, "checkpoint"))
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:

@@ -232,7 +232,8 @@ def test_rows_with_missing_images_are_skipped_and_counted(tmp_path):
     warnings = []
     back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 4 and [m["csv_lines"] for m in back.episodes] == [[1, 4], [5, 5]]
-    assert len(warnings) == 1 and warnings[0].startswith("warning: skipped 2 of 6 rows") and "line 3" in warnings[0]
+    assert len(warnings) == 2 and warnings[0].startswith("warning: skipped 2 of 6 rows") and "line 3" in warnings[0]
+    assert "1 of the 2 sessions of driving_log.csv are a single frame" in warnings[1], "said, not silent"
     assert back.card["import"]["skipped_rows"] == 2 and back.card["import"]["skipped_examples"][0]["line"] == 3
     assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "strict"), "--strict-images"]) == 2
     for f in (tmp_path / "rec" / "IMG").iterdir():

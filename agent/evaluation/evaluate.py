@@ -580,7 +580,8 @@ def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: di
 def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     """--data: score every checkpoint on recorded driving (agent.evaluation.offline): steering, or a discrete
     student's actions at the temperature it samples at (its own, or --action-temperature)."""
-    from agent.evaluation.offline import camera_students, evaluate_recorded, offline_markdown, recorded_data
+    from agent.evaluation.offline import (camera_students, evaluate_recorded, offline_markdown, recorded_data,
+                                          vs_straight)
 
     root = Path(args.out) if args.out else Path("eval") / "offline"
     data = recorded_data(args.data, root)
@@ -605,7 +606,7 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
                            f"{a} {x:.3f}" for a, x in zip(p["action_names"], p["mean_probs"])))
         else:
             tqdm.write(f"{name}: steering MSE {p['policy_avg']['mse']:.4f} vs the 0.5 s average "
-                       f"({p['policy_vs_straight_mse_avg']:.2f} x always-straight's {p['straight_avg']['mse']:.4f}), "
+                       f"{vs_straight(p)}, "
                        f"{p['policy_raw']['mse']:.4f} vs the recorded values ({p['straight_raw']['mse']:.4f} straight), "
                        f"{p['frames']} frames")
     discrete = "accuracy" in next(iter(results.values()))["pooled"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -308,10 +309,18 @@ def write_tensorboard(logdir: str | Path, summary: dict[str, Any]) -> Path:
 
 
 def write_run(out_dir: str | Path, summary: dict[str, Any], *, tensorboard: bool = True) -> None:
-    """metrics.json + episodes.csv (+ tb/) for one evaluated policy."""
+    """metrics.json + episodes.csv (+ tb/) for one evaluated policy. When ``out_dir`` can no longer be written (a
+    full disk), the two files go to a new temp folder and a one-line ValueError names it: driven episodes are kept."""
     out_dir = Path(out_dir)
-    write_json(out_dir / "metrics.json", summary)
-    write_episodes_csv(out_dir / "episodes.csv", summary["episodes"])
+    try:
+        write_json(out_dir / "metrics.json", summary)
+        write_episodes_csv(out_dir / "episodes.csv", summary["episodes"])
+    except OSError as e:
+        fallback = Path(tempfile.mkdtemp(prefix="evaluate-unsaved-"))
+        write_json(fallback / "metrics.json", summary)
+        write_episodes_csv(fallback / "episodes.csv", summary["episodes"])
+        raise ValueError(f"cannot write the results into {str(out_dir)!r} ({e.strerror or e}); the "
+                         f"{len(summary['episodes'])} driven episode(s) are saved in {str(fallback)!r}") from None
     if tensorboard:
         write_tensorboard(out_dir / "tb", summary)
 

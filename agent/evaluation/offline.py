@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, open_datasets
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
-from agent.runtime import atomic_write, write_json
+from agent.runtime import NO_STRAIGHT_RATIO, atomic_write, mse_ratio, write_json
 from policies.actions import at_temperature
 
 PREDICTORS = ("policy", "straight", "mean")
@@ -69,7 +69,7 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for key in (f"{p}_{t}" for p in PREDICTORS for t in ("raw", "avg")):
         out[key] = {m: float(np.dot(n, [r[key][m] for r in rows]) / n.sum()) for m in ("mse", "mae")}
     for t in ("raw", "avg"):
-        out[f"policy_vs_straight_mse_{t}"] = out[f"policy_{t}"]["mse"] / max(out[f"straight_{t}"]["mse"], 1e-12)
+        out[f"policy_vs_straight_mse_{t}"] = mse_ratio(out[f"policy_{t}"]["mse"], out[f"straight_{t}"]["mse"])
     return out
 
 
@@ -206,10 +206,19 @@ def offline_markdown(results: dict[str, dict[str, Any]]) -> str:
     rows = [(n, r["pooled"], "policy") for n, r in results.items()] + [
         ("always straight", first, "straight"), ("training mean", first, "mean")]
     for label, p, key in rows:
-        ratio = p[f"{key}_avg"]["mse"] / max(first["straight_avg"]["mse"], 1e-12)
+        ratio = mse_ratio(p[f"{key}_avg"]["mse"], first["straight_avg"]["mse"])
         lines.append(f"| {label} | {p[f'{key}_avg']['mse']:.4f} | {p[f'{key}_avg']['mae']:.4f} | "
-                     f"{p[f'{key}_raw']['mse']:.4f} | {p[f'{key}_raw']['mae']:.4f} | {ratio:.2f} |")
-    return "\n".join(lines) + f"\n\n{first['frames']} frames in {first['sessions']} session(s).\n"
+                     f"{p[f'{key}_raw']['mse']:.4f} | {p[f'{key}_raw']['mae']:.4f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+    return ("\n".join(lines) + f"\n\n{first['frames']} frames in {first['sessions']} session(s)."
+            + ("" if first["policy_vs_straight_mse_avg"] is not None else f" MSE / straight's: {NO_STRAIGHT_RATIO}.") + "\n")
+
+
+def vs_straight(p: dict[str, Any]) -> str:
+    """'(0.52 x always-straight's 0.0123)', or why there is no such ratio."""
+    ratio = p["policy_vs_straight_mse_avg"]
+    if ratio is None:
+        return f"({NO_STRAIGHT_RATIO})"
+    return f"({ratio:.2f} x always-straight's {p['straight_avg']['mse']:.4f})"
 
 
 def _discrete_markdown(results: dict[str, dict[str, Any]]) -> str:

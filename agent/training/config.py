@@ -102,8 +102,11 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
     if not 0.0 < a.val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in (0, 1), got {a.val_fraction}")
-    if not (a.lr > 0 and a.weight_decay >= 0 and 0 <= a.warmup < 1 and a.grad_clip > 0):
-        raise ValueError("--lr and --grad-clip must be > 0, --weight-decay >= 0, --warmup in [0, 1)")
+    for flag, value, ok, rule in (("--lr", a.lr, a.lr > 0, "> 0"), ("--grad-clip", a.grad_clip, a.grad_clip > 0, "> 0"),
+                                  ("--weight-decay", a.weight_decay, a.weight_decay >= 0, ">= 0"),
+                                  ("--warmup", a.warmup, 0 <= a.warmup < 1, "in [0, 1)")):
+        if not ok:  # NaN fails every rule
+            raise ValueError(f"{flag} must be {rule}, got {value}")
     if a.smooth_labels != "auto":
         try:
             assert 0 <= float(a.smooth_labels) < 60

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from agent.data.dataset import open_datasets
-from agent.runtime import write_json_atomic
+from agent.runtime import NO_STRAIGHT_RATIO, write_json_atomic
 from agent.training import distributed
 from agent.training.config import (
     TrainArgs,
@@ -163,5 +163,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
 def one_line(summary: dict[str, Any], runs: list[dict[str, Any]], a: TrainArgs) -> str:
     metrics = " ".join(f"{k} {fmt(summary[k])}" for k in SUMMARY_KEYS if k in summary)
     where = runs[0]["run_dir"] + "/best.pt" if len(runs) == 1 else f"{len(runs)} folds"
+    if "val_steer_mse" in summary and "val_steer_vs_straight" not in summary:
+        metrics += f" ({NO_STRAIGHT_RATIO})"
     return (f"{summary['policy']}: {metrics} | {summary['param_count']:,} params | "
             f"{fmt(summary['train_time_s'], 0)} s | {fmt(summary['samples_per_sec'], 0)} samples/s -> {where}")

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from agent.runtime import raise_if_stopped, show_progress, stops_at_safe_points, write_json_atomic
+from agent.runtime import (NO_STRAIGHT_RATIO, mse_ratio, raise_if_stopped, show_progress, stops_at_safe_points,
+                           write_json_atomic)
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
 from agent.training.config import TrainArgs, core_options
@@ -122,7 +123,9 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArg
             metrics["val_steer_mse"] = err[:, i].pow(2).mean().item()
             metrics["val_steer_straight_mse"] = tgt[:, i].pow(2).mean().item()
             metrics["val_steer_mean_mse"] = (tgt[:, i] - policy.target_mean[i].cpu()).pow(2).mean().item()
-            metrics["val_steer_vs_straight"] = metrics["val_steer_mse"] / max(metrics["val_steer_straight_mse"], 1e-12)
+            ratio = mse_ratio(metrics["val_steer_mse"], metrics["val_steer_straight_mse"])
+            if ratio is not None:  # else left out, and the epoch line says why
+                metrics["val_steer_vs_straight"] = ratio
     return metrics
 
 
@@ -446,7 +449,8 @@ class Trainer:
         self.save_last(done=state["epoch"] >= self.a.epochs)
         if self.world.main:
             tqdm.write(f"{self.desc} epoch {epoch + 1}/{self.a.epochs}: train {train_loss:.4f} "
-                       + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows"))
+                       + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows")
+                       + (f" ({NO_STRAIGHT_RATIO})" if "val_steer_mse" in val and "val_steer_vs_straight" not in val else ""))
 
     def stop(self, e: BaseException) -> None:
         """Ctrl-C, SIGTERM or a failed peer process: save last.pt and raise Interrupted."""

@@ -31,6 +31,11 @@ def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], l
     (a real simulator recording of one session) and episodes otherwise. When a person's recordings are trained
     with simulator data (``--data REC SIM``), only the recordings validate (real driving is what is measured);
     the simulator's episodes always train."""
+    longest = max((len(f) for f in data.frames), default=0)
+    if window_span(a.window, a.frame_stride) > longest:  # each window would be the first frame repeated
+        raise ValueError(f"--window {a.window} at --frame-stride {a.frame_stride} spans "
+                         f"{window_span(a.window, a.frame_stride)} steps, more than the longest episode ({longest} "
+                         "steps); lower --window or --frame-stride, or record longer episodes")
     seed = a.seed if a.split_seed is None else a.split_seed
     held = validation_candidates(data)
     episode_split = None if a.folds else split_episodes(len(held), a.val_fraction, seed) if len(held) > 1 else None

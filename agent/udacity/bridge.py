@@ -11,7 +11,9 @@ With the real simulator: start the bridge first, then the simulator; pick a trac
 **Autonomous Mode**. The simulator connects by itself to ``ws://127.0.0.1:4567`` (its port is fixed,
 so ``--port`` only helps forks and tests); when the bridge runs inside a VM, WSL or a container,
 forward port 4567 and start it with ``--host 0.0.0.0`` (it binds 127.0.0.1 unless asked). The car
-moves as soon as the first steer answer arrives; Ctrl-C stops the bridge and prints a summary.
+moves as soon as the first steer answer arrives; Ctrl-C (or SIGTERM) stops the bridge and prints a summary.
+The policy runs on one torch thread (``--threads``): a single frame gains nothing from more, and on a busy CPU
+extra threads wait on each other, which the simulator sees as a lower frame rate.
 
 Protocol (one socket.io connection, the simulator is the client)::
 
@@ -48,8 +50,8 @@ network.
 
 ``--record DIR`` keeps what the policy saw in the simulator's own format: ``IMG/center_<time>.jpg``
 (the received JPEG bytes as they are) and ``driving_log.csv`` rows ``center, , , steering, throttle,
-0, speed`` (left and right empty: the simulator sends the center camera only; for the same reason
-``python -m agent.udacity.recordings import``, which wants all three cameras, does not read such a recording).
+0, speed`` (left and right empty: the simulator sends the center camera only); ``python -m
+agent.udacity.recordings import`` and ``train.py --data`` read it as a center-camera recording.
 """
 from __future__ import annotations
 
@@ -71,7 +73,9 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import cv2
 import numpy as np
+import torch
 
+from agent.runtime import sigterm_as_interrupt
 from policies.policy import WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
 
 log = logging.getLogger(__name__)
@@ -360,6 +364,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _threads(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"threads must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"threads must be an integer >= 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m agent.udacity.bridge",
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -367,7 +381,7 @@ def _parser() -> argparse.ArgumentParser:
                             "(telemetry in, steer out), one policy stream step per frame. Start this, then the "
                             "simulator, pick a track and press Autonomous Mode. Needs: " + INSTALL_HINT + ".",
                 epilog="throttle = clip(1 - steering^2 - (speed / speed-limit)^2, 0, 1); steering and throttle are "
-                       "sent as strings. Ctrl-C stops and prints frames served and the median latency.")
+                       "sent as strings. Ctrl-C or SIGTERM stops and prints frames served and the median latency.")
     p.add_argument("checkpoint", type=Path, metavar="CKPT",
                    help="a continuous steering policy checkpoint (.pt from train.py, e.g. runs/train/nac/best.pt)")
     p.add_argument("--host", default=DEFAULT_HOST,
@@ -381,6 +395,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="how the policy picks its window from the frames received: time (the newest frames at or "
                         "before the trained offsets in seconds: the simulator's frame rate varies) | steps (the last frames, "
                         "every frame_stride-th)")
+    p.add_argument("--threads", type=_threads, default=1, metavar="N",
+                   help="torch threads for the policy (one frame at a time: 1 is fastest, above all on a busy CPU)")
     p.add_argument("--record", type=Path, default=argparse.SUPPRESS, metavar="DIR",
                    help="also save the received frames as a simulator recording in DIR (IMG/ + driving_log.csv, "
                         "appended if it exists; steering column = the policy's); default: no recording")
@@ -412,9 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    print(f"serving {args.checkpoint} on {bridge.url} (Ctrl-C to stop)", flush=True)
+    torch.set_num_threads(args.threads)
+    print(f"serving {args.checkpoint} on {bridge.url} with {args.threads} torch thread(s) (Ctrl-C to stop)", flush=True)
     try:
-        bridge.serve_forever()
+        with sigterm_as_interrupt():  # `kill PID` stops as Ctrl-C does: with the summary
+            bridge.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:

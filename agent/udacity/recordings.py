@@ -33,7 +33,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import json
+import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -57,6 +61,8 @@ DEFAULT_FRAME_PERIOD_S = 0.1  # published recordings log about 10 rows per secon
 EXPORT_START = datetime(2020, 1, 1, 12, 0, 0)  # fake recording date of exported file names
 EXPORT_EPISODE_GAP_S = 10.0  # exported episodes are this far apart, far above the importer's 1 s split
 LABELS = ("expert_action", "action")
+CONVERT_HINT = "convert other image formats with python -m agent.udacity.recordings import --jpeg-quality Q"
+PROGRESS_ROWS = 2000  # recordings this long show a bar while their images are checked (on a terminal)
 
 
 
@@ -181,10 +187,10 @@ def locate_log(log_dir: str | Path) -> tuple[Path, Path]:
 
 @dataclass
 class Log:
-    """The usable rows of a driving_log.csv, and the rows skipped because an image they name is missing."""
+    """The usable rows of a driving_log.csv, and the rows skipped because an image they name is missing or bad."""
 
     rows: list[LogRow]
-    skipped: list[tuple[int, str]]  # (CSV line, the missing file's name)
+    skipped: list[tuple[int, str, str]]  # (CSV line, the image's file name, what is wrong with it)
 
     @property
     def cameras(self) -> list[tuple[str, str]]:
@@ -217,7 +223,7 @@ def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> L
                 images, missing = _row_images(fields, where, n, files, lower, img_dir, strict_images)
                 values = _row_values(fields, where, n)
                 if missing is not None:
-                    log.skipped.append((n, missing))
+                    log.skipped.append((n, missing, "missing"))
                     continue
                 steering, throttle, brake, speed = values
                 log.rows.append(LogRow(n, images, steering, throttle, brake, speed, parse_stamp(images[0].name)))
@@ -267,6 +273,71 @@ def _row_values(fields: list[str], where: str, n: int) -> tuple[float, float, fl
     return float(np.clip(steering, -1, 1)), throttle, brake, speed
 
 
+def drop_bad_images(log: Log, cameras: list[tuple[str, str]], jpeg: bool, strict: bool, where: str) -> None:
+    """Decode every image the import will store: a row with one that cannot be read or decoded (a truncated
+    JPEG, which keeps its header, included) moves to ``log.skipped``, or is refused with ``strict``. ``jpeg``: the
+    files are stored byte for byte, so each must be a JPEG (other formats are refused, with how to convert them)."""
+    from tqdm import tqdm
+
+    from agent.runtime import show_progress
+
+    bar = tqdm(log.rows, desc="checking images", unit="row", leave=False,
+               disable=len(log.rows) < PROGRESS_ROWS or not show_progress(True))
+    good = []
+    for r in bar:
+        problem = next((p for c in range(len(cameras)) if (p := _image_problem(r, c, jpeg, where))), None)
+        if problem is None:
+            good.append(r)
+            continue
+        name, text = problem
+        if strict:
+            raise ValueError(f"{where} line {r.line}: image {name!r} {text} (without --strict-images such rows are "
+                             "skipped and counted)")
+        log.skipped.append((r.line, name, text))
+    log.rows = good
+    log.skipped.sort()
+
+
+def _image_problem(row: LogRow, cam: int, jpeg: bool, where: str) -> tuple[str, str] | None:
+    """(file name, what is wrong) when camera ``cam``'s image of ``row`` cannot be read or decoded, else None."""
+    path = row.images[cam]
+    assert path is not None
+    try:
+        b = path.read_bytes()
+    except OSError as e:  # a dangling link, a folder, no permission
+        return path.name, f"cannot be read ({e.strerror or e})"
+    if b[:2] == b"\xff\xd8":  # a JPEG, maybe a broken one
+        if b"\xff\xd9" not in b[-16:]:  # libjpeg decodes a cut-off file, greying the rest
+            return path.name, f"is cut off (a JPEG of {len(b)} bytes without its end marker)"
+        try:
+            jpeg_shape(b)
+        except ValueError as e:
+            return path.name, f"is a broken JPEG ({e})"
+    elif jpeg:  # another format: the whole recording needs converting, not one row skipped
+        try:
+            jpeg_shape(b)
+        except ValueError as e:
+            raise ValueError(f"{where} line {row.line}: image {path.name!r} is {e}; {CONVERT_HINT}") from None
+    if cv2.imdecode(np.frombuffer(b, dtype=np.uint8), cv2.IMREAD_COLOR) is None:
+        return path.name, "cannot be decoded"
+    return None
+
+
+def in_time_order(rows: list[LogRow], where: str, say: Callable[[str], None]) -> list[LogRow]:
+    """The rows sorted by the time in their file names when the CSV lists some out of order (logs edited or
+    merged by hand), said in one line; as they are otherwise, or when names carry no time. Left unsorted, each
+    step back in time would start a new episode."""
+    if any(r.stamp is None for r in rows):
+        return rows
+    back = [k for k in range(1, len(rows)) if rows[k].stamp < rows[k - 1].stamp]  # type: ignore[operator]
+    if not back:
+        return rows
+    first = rows[back[0]]
+    say(f"warning: {len(back)} rows of {where} are dated before the row above them (first: line {first.line}, "
+        f"{first.images[0].name!r}); importing the rows in the order of the times in their file names")
+    return sorted(rows, key=lambda r: r.stamp)  # type: ignore[arg-type, return-value]
+
+
 def split_sessions(times: np.ndarray, gap_s: float) -> list[tuple[int, int]]:
     """[start, stop) row ranges: a new episode starts where time jumps forward by more than ``gap_s``
     (the simulator appends every recording session to the same log) or goes backwards."""
@@ -286,8 +357,7 @@ def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, qu
             try:
                 shape = jpeg_shape(b)
             except ValueError as e:
-                raise ValueError(f"{where} line {r.line}: image {path.name!r} is {e}; pass jpeg_quality "
-                                 f"(--jpeg-quality) to convert other image formats") from None
+                raise ValueError(f"{where} line {r.line}: image {path.name!r} is {e}; {CONVERT_HINT}") from None
         else:
             img = cv2.imdecode(np.frombuffer(b, dtype=np.uint8), cv2.IMREAD_COLOR)
             if img is None:
@@ -330,7 +400,7 @@ def _session_arrays(part: list[LogRow], times: np.ndarray, where: str, frame_sha
 
 def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: int | None = None,
                    episode_gap_s: float = 1.0, frame_period: float | None = None, strict_images: bool = False,
-                   warn: Callable[[str], None] | None = None) -> Path:
+                   warn: Callable[[str], None] | None = None, source: dict | None = None) -> Path:
     """Turn a simulator recording into a dataset (agent.data.dataset) in ``out_dir`` (new or empty); returns it.
 
     ``log_dir`` is the recording folder or its CSV. ``jpeg_quality`` None (default) stores the
@@ -341,6 +411,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     apart (or going back in time) start a new episode. Rows whose images are missing are skipped, counted
     in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``.
     The whole CSV is validated before anything is written; a failed import leaves no ``out_dir`` behind.
+    The card records ``recording_fingerprint`` (or ``source``, taken by the caller) under import.source.
     """
     if jpeg_quality is not None:
         jpeg_quality = check_jpeg_quality(jpeg_quality)
@@ -350,16 +421,26 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
         raise ValueError(f"frame_period must be > 0, got {frame_period}")
     period = DEFAULT_FRAME_PERIOD_S if frame_period is None else float(frame_period)
     csv_path, img_dir = locate_log(log_dir)
+    source = source or recording_fingerprint(log_dir)
     out_dir = Path(out_dir)
     refuse_nonempty(out_dir)
+    say = warn or (lambda m: print(m, file=sys.stderr))
     log = read_log(csv_path, img_dir, strict_images=strict_images)
+    cameras = log.cameras
+    drop_bad_images(log, cameras, jpeg_quality is None, strict_images, csv_path.name)
     if log.skipped:
-        line, name = log.skipped[0]
-        (warn or (lambda m: print(m, file=sys.stderr)))(
-            f"warning: skipped {len(log.skipped)} of {len(log.rows) + len(log.skipped)} rows of {csv_path} whose images "
-            f"are missing from {img_dir} (first: line {line}, {name!r}); --strict-images refuses such a recording")
-    rows, cameras = log.rows, log.cameras
+        line, name, problem = log.skipped[0]
+        say(f"warning: skipped {len(log.skipped)} of {len(log.rows) + len(log.skipped)} rows of {csv_path} whose images "
+            f"are missing from {img_dir} or cannot be decoded (first: line {line}, {name!r}, {problem}); "
+            "--strict-images refuses such a recording")
+    if not log.rows:
+        raise ValueError(f"{str(csv_path)!r} holds no usable rows: every row names a missing or broken image")
+    rows = in_time_order(log.rows, csv_path.name, say)
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
+    singles = [a for a, b in sessions if b - a == 1]
+    if singles:
+        say(f"warning: {len(singles)} of the {len(sessions)} sessions of {csv_path.name} are a single frame, more than "
+            f"{episode_gap_s:g} s from the rows around it (first: line {rows[singles[0]].line}); each is an episode")
     frame_shape: list[int] = []
     episodes = []
     with StagingFolder(out_dir) as tmp:
@@ -389,26 +470,65 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             "frame_codec": f"jpeg{jpeg_quality}" if jpeg_quality else "jpeg (the recording's files, byte for byte)",
             "dt": dt,
             "counts": {"episodes": len(episodes), "steps": steps, "hours_of_driving": steps * dt / 3600},
-            "import": {"csv": str(csv_path.resolve()), "images": str(img_dir.resolve()), "time_from": time_from,
+            "import": {"csv": str(csv_path.resolve()), "images": str(img_dir.resolve()), "source": source,
+                       "time_from": time_from,
                        "episode_gap_s": episode_gap_s, "jpeg_quality": jpeg_quality,
                        "speed": "logged in mph, stored in m/s (mph / 2.23694)",
                        "skipped_rows": len(log.skipped),
-                       "skipped_examples": [{"line": n, "missing": name} for n, name in log.skipped[:5]]},
+                       "skipped_examples": [{"line": n, "image": name, "problem": problem}
+                                            for n, name, problem in log.skipped[:5]]},
             "episodes": episodes,
         })
     return out_dir
 
 
+def recording_fingerprint(log_dir: str | Path) -> dict[str, object]:
+    """What an import was made from: the CSV's path, size and modification time, and a hash over the name, size and
+    modification time of every file in IMG/. A later run compares it to tell a changed or another recording from
+    the one it imported (stat only: cheap for tens of thousands of images)."""
+    csv_path, img_dir = locate_log(log_dir)
+    digest = hashlib.sha256()
+    with os.scandir(img_dir) as entries:
+        for name, st in sorted((e.name, _stat(e.path)) for e in entries):
+            digest.update(f"{name}\0{st[0]}\0{st[1]}\n".encode(errors="surrogateescape"))
+    size, mtime = _stat(csv_path)
+    return {"csv": str(csv_path.resolve()), "csv_size": size, "csv_mtime_ns": mtime,
+            "images": str(img_dir.resolve()), "images_sha256": digest.hexdigest()}
+
+
+def _stat(path: str | Path) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:  # a dangling symlink: its own stat
+        st = os.lstat(path)
+    return st.st_size, st.st_mtime_ns
+
+
 def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, strict_images: bool = False,
                       warn: Callable[[str], None] | None = None) -> list[str]:
     """Each path as a dataset folder: a raw simulator recording (driving_log.csv + IMG/, no dataset card) is
-    imported once into its target and the target stands in for it; datasets pass through as they are."""
+    imported into its target and the target stands in for it; datasets pass through as they are. A target is
+    reused only while it holds an import of this very recording, unchanged (``recording_fingerprint``); an
+    import of another or a changed recording is replaced, with one line saying so."""
+    say = warn or print
     out = []
     for path, target in zip(paths, targets):
         if (Path(path) / CSV_NAME).is_file() and not (Path(path) / CARD_NAME).is_file():
-            if not (target / CARD_NAME).is_file():
-                (warn or print)(f"{path} is a Udacity simulator recording: importing it into {target}")
-                import_udacity(path, target, strict_images=strict_images, warn=warn)
+            source = recording_fingerprint(path)
+            if (target / CARD_NAME).is_file():
+                done = (json.loads((target / CARD_NAME).read_text()).get("import") or {})
+                if done.get("source") == source:
+                    out.append(str(target))
+                    continue
+                if "csv" not in done:
+                    raise ValueError(f"{str(target)!r} holds a dataset that is not an import of a recording; "
+                                     f"move it away to import {str(path)!r} there")
+                what = "has changed since" if done["csv"] == source["csv"] else "is another recording than"
+                say(f"{path} {what} the import in {target} (of {done['csv']}): importing it again")
+                shutil.rmtree(target)
+            else:
+                say(f"{path} is a Udacity simulator recording: importing it into {target}")
+            import_udacity(path, target, strict_images=strict_images, warn=warn, source=source)
             out.append(str(target))
         else:
             out.append(str(path))
