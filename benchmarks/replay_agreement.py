@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 # (name, core, epochs) of the one-minute students, trained on STUDENT_EPISODES short expert episodes with DART noise
-STUDENTS = (("nac_e1", "nac", 1), ("nac_e3", "nac", 3), ("gru_e3", "gru", 3), ("lstm_e2", "lstm", 2),
-            ("mlp_e1", "mlp", 1), ("mha_e2", "mha", 2))
+STUDENTS = (("nac_e1", "nac", 1), ("nac_e3", "nac", 3), ("nac_e6", "nac", 6), ("gru_e3", "gru", 3),
+            ("gru_e6", "gru", 6), ("lstm_e2", "lstm", 2), ("mlp_e1", "mlp", 1), ("mha_e2", "mha", 2))
 STUDENT_EPISODES, STUDENT_STEPS = 4, 400
 DRIVE_SEED, STUDENT_SEED = 3_000_000, 3_000_100  # collection seeds (>= 3,000,000): unseen by every shipped model
 
@@ -37,15 +37,17 @@ def run(cmd: list[str], done: Path) -> None:
 
 
 def straight_checkpoint(source: Path, out: Path) -> Path:
-    """A checkpoint of `source`'s architecture whose head always outputs 0 (every action component): the
-    always-straight driver as a policy, for true closed loop."""
+    """A checkpoint of `source`'s architecture whose head always steers 0 and gives every other component its
+    training mean (a throttle of 0 would park the car): the always-straight driver as a policy, for true closed loop."""
     from policies.policy import load_checkpoint, save_checkpoint
 
     if not out.exists():
         policy = load_checkpoint(source)
         with torch.no_grad():
             policy.head.weight.zero_()
-            policy.head.bias.copy_(-policy.target_mean / policy.target_std)
+            policy.head.bias.zero_()  # the normalised training mean of every component
+            col = list(policy.config.action_names).index("steer")
+            policy.head.bias[col] = -policy.target_mean[col] / policy.target_std[col]
         save_checkpoint(out, policy)
     return out
 
