@@ -201,6 +201,8 @@ def _default_out(args: EvalArgs) -> Path:
     """eval/offline for --data; else eval/<name> of the one policy that drives, eval/compare for several."""
     if args.data:
         return Path("eval") / "offline"
+    if args.replay:
+        return Path("eval") / "replay"
     names = [] if args.policy == "expert" else (
         [safe_name(n) for n in args.name] if args.name else run_names(list(args.checkpoint) or [str(shipped_checkpoint(args.env))]))
     names += ["expert"] if args.policy == "expert" or args.with_expert else []

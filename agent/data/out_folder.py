@@ -145,7 +145,7 @@ def run_folder(out: Path, who: str, *, lock: bool = True) -> Iterator[None]:
                     break
 
 
-RESULT_FOLDERS = ("videos", "tb")  # evaluate.py's outputs that a re-run would otherwise add to, not replace
+RESULT_FOLDERS = ("videos", "tb", "paths")  # evaluate.py's outputs that a re-run would otherwise add to, not replace
 RESULT_FILES = "steering_*.png"
 RESULT_MARKS = ("metrics.json", "episodes.csv", "comparison.json", "offline.json")  # a folder evaluate.py wrote
 

@@ -119,8 +119,10 @@ class EvalArgs:
     replay_span: str | None = None  # "A:B": the part of every session replayed (fractions; default all)
 
     def validate(self) -> "EvalArgs":
+        """Check and resolve every flag. With --replay before the recording is imported (replay_env), only the
+        replay's own flags: the rest needs the env that the import makes."""
         if self.replay is not None and not self.env.startswith(REPLAY_PREFIX):
-            raise ValueError("--replay builds its env from the recording: resolve it with replay_env() first")
+            return self._check_replay_flags()
         if self.replay is None and self.replay_span is not None:
             raise ValueError("--replay-span chooses the part of a --replay recording; give --replay REC")
         spec = get_spec(self.env)  # ValueError naming the valid envs
@@ -183,6 +185,19 @@ class EvalArgs:
         if self.data and not timing.regular:
             raise ValueError("--drop-prob, --jitter and --latency-steps are conditions of driving in closed loop; "
                              "--data scores recorded frames offline (drop one or the other)")
+        return self
+
+    def _check_replay_flags(self) -> "EvalArgs":
+        if self.env != EvalArgs.env:
+            raise ValueError(f"--replay builds its env from the recording; drop --env {self.env}")
+        if self.data:
+            raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
+        if not Path(self.replay).exists():
+            raise FileNotFoundError(f"--replay {self.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
+                                    "or a dataset of the udacity envs)")
+        from envs.replay.spec import parse_span
+
+        parse_span(self.replay_span)
         return self
 
     def _resolve_seeds(self, spec: Any) -> None:
@@ -403,13 +418,7 @@ def replay_env(args: EvalArgs) -> None:
 
     if args.replay is None or args.env.startswith(REPLAY_PREFIX):
         return
-    if args.env != EvalArgs.env:
-        raise ValueError(f"--replay builds its env from the recording; drop --env {args.env}")
-    if args.data:
-        raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
-    if not Path(args.replay).exists():
-        raise FileNotFoundError(f"--replay {args.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
-                                "or a dataset of the udacity envs)")
+    args._check_replay_flags()
     root = Path(args.out) if args.out else Path("eval") / "replay"
     [folder] = import_recordings([args.replay], [root / "imported_data"], warn=tqdm.write)
     args.env = REPLAY_PREFIX + str(Path(folder).resolve())
