@@ -114,13 +114,15 @@ HELP = {
               "are the recording's sessions (--seed, --episodes pick some); --expert-drives replays the recorded "
               "steering; metrics.json gives autonomy and interventions per 100 s beside always-straight's, "
               "paths/part_K.png the driven path (default OUT: eval/replay)",
+    "replay_max_offset": "with --replay: metres from the recorded driver's line beyond which the car is put back "
+                         "(an intervention; NVIDIA's rule is 1 m)",
     "replay_span": "with --replay: A:B, the part of every session that is replayed, as fractions (0.8:1 = its last "
                    "20 %%, what train.py holds out of a recording) (default: 0:1)",
     "workers": "episodes driven at the same time, one process each; metrics and videos are those of a single "
                f"process (default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; "
                "1 = everything in this process)",
 }
-METAVARS = {"replay": "REC", "replay_span": "A:B", "action_temperature": "T", "temperature_spares": "ACTIONS", "drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
+METAVARS = {"replay": "REC", "replay_span": "A:B", "replay_max_offset": "M", "action_temperature": "T", "temperature_spares": "ACTIONS", "drop_prob": "P", "jitter": "K1:K2", "latency_steps": "D"}
 CHOICES = {"window_clock": list(WINDOW_CLOCKS), "discrete_actions": list(DISCRETE_ACTION_RULES),
            "env": list(ENV_NAMES), "action_space": ["continuous", "discrete"],
            "saliency_method": ["gradcam", "visualbackprop"]}

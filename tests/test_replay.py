@@ -133,7 +133,8 @@ def test_the_replay_env_is_a_gym_env_with_the_recorded_time(drive):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--replay", "does/not/exist"], "does not exist"),
-    (["--replay-span", "0.8:1"], "--replay-span chooses"),
+    (["--replay-span", "0.8:1"], "options of a --replay recording"),
+    (["--replay", "{drive}", "--replay-max-offset", "0"], "--replay-max-offset must be a distance > 0"),
     (["--replay", "{drive}", "--replay-span", "0.9:0.2"], "0 <= A < B <= 1"),
     (["--replay", "{drive}", "--replay-span", "last"], "--replay-span takes A:B"),
     (["--replay", "{drive}", "--env", "udacity"], "drop --env"),
@@ -189,3 +190,20 @@ def test_a_real_recording_is_scored_and_replayed_by_students_of_both_worlds(driv
     saved = json.loads((tmp_path / "loop" / "metrics.json").read_text())
     assert closed["udacity-hard_nac"]["num_episodes"] == 1
     assert saved["replay"]["geometry"]["cam_height_m"] == 1.2 and (tmp_path / "loop" / "imported_data").is_dir()
+
+
+def test_a_wider_intervention_limit_counts_fewer_interventions(drive):
+    spec = get_spec("replay:" + str(drive.resolve()))
+    counts = []
+    for limit in (0.5, 1.0, 3.0):
+        env = spec.make(max_offset=limit)
+        env.reset(seed=0)
+        for _ in range(STEPS):
+            *_, truncated, info = env.step(np.zeros(1, np.float32))
+            if info["lane_departure"]:
+                env.recenter()
+            if truncated:
+                break
+        counts.append((len(env._interventions), info["straight_interventions"]))
+    assert [c[0] for c in counts] == [c[1] for c in counts], "a straight driver's replay matches the reference count"
+    assert counts[0][0] > counts[1][0] >= counts[2][0]

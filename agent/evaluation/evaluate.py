@@ -117,14 +117,15 @@ class EvalArgs:
     pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
     replay: str | None = None  # a recording (or udacity dataset) to drive in closed loop (envs/replay)
     replay_span: str | None = None  # "A:B": the part of every session replayed (fractions; default all)
+    replay_max_offset: float = 1.0  # metres from the recorded path that make an intervention in a replay
 
     def validate(self) -> "EvalArgs":
         """Check and resolve every flag. With --replay before the recording is imported (replay_env), only the
         replay's own flags: the rest needs the env that the import makes."""
         if self.replay is not None and not self.env.startswith(REPLAY_PREFIX):
             return self._check_replay_flags()
-        if self.replay is None and self.replay_span is not None:
-            raise ValueError("--replay-span chooses the part of a --replay recording; give --replay REC")
+        if self.replay is None and (self.replay_span is not None or self.replay_max_offset != EvalArgs.replay_max_offset):
+            raise ValueError("--replay-span and --replay-max-offset are options of a --replay recording; give --replay REC")
         spec = get_spec(self.env)  # ValueError naming the valid envs
         if self.max_steps is None:
             self.max_steps = spec.default_max_steps
@@ -198,6 +199,8 @@ class EvalArgs:
         from envs.replay.spec import parse_span
 
         parse_span(self.replay_span)
+        if isinstance(self.replay_max_offset, bool) or not self.replay_max_offset > 0:
+            raise ValueError(f"--replay-max-offset must be a distance > 0 in metres, got {self.replay_max_offset!r}")
         return self
 
     def _resolve_seeds(self, spec: Any) -> None:
@@ -231,7 +234,7 @@ class EvalArgs:
     def make_kwargs(self) -> dict[str, Any]:
         """The env options of the run beyond the spec's defaults: its scenes and the PI speed control."""
         return {**get_spec(self.env).scene(self.theme, self.condition), **({"pi_speed": True} if self.pi_speed else {}),
-                **({"span": self.replay_span} if self.replay else {})}
+                **({"span": self.replay_span, "max_offset": self.replay_max_offset} if self.replay else {})}
 
     @property
     def spared(self) -> tuple[int, ...]:
@@ -567,11 +570,11 @@ def _common_meta(args: EvalArgs, expert: Any, action_space: str, expert_source: 
 
 def _replay_meta(args: EvalArgs, spec: Any) -> dict[str, Any]:
     """What a replay's figures rest on: the recording, its parts, the camera and car, the intervention rule."""
-    from envs.replay.vehicle import DEFAULT_MAX_OFFSET_M, DEFAULT_MAX_YAW_RAD
+    from envs.replay.vehicle import DEFAULT_MAX_YAW_RAD
 
     return {"recording": args.replay, "dataset": spec.name[len(REPLAY_PREFIX):], "span": args.replay_span or "0:1",
             "geometry": spec.geometry.to_dict(),
-            "intervention": f"more than {DEFAULT_MAX_OFFSET_M} m from the recorded path or more than "
+            "intervention": f"more than {args.replay_max_offset:g} m from the recorded path or more than "
                             f"{math.degrees(DEFAULT_MAX_YAW_RAD):.0f} degrees off its direction (measured from the "
                             "recorded driver's line, not the road's edges); the car is put back on the path",
             "straight": "straight_*: the always-straight driver on the same parts (the trivial reference)"}
