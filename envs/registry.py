@@ -175,10 +175,8 @@ REPLAY_PREFIX = "replay:"  # "replay:FOLDER": the recording in FOLDER as an env 
 
 def get_spec(name: str) -> EnvSpec:
     """The spec of env `name` (a --env value, or "replay:FOLDER"); ValueError listing the valid names otherwise."""
-    if name.startswith(REPLAY_PREFIX):
-        from envs.replay.spec import replay_spec
-
-        return replay_spec(name[len(REPLAY_PREFIX):])
+    if name.startswith(REPLAY_PREFIX):  # built from the folder's dataset, like the named envs imported on first use
+        return importlib.import_module("envs.replay.spec").replay_spec(name[len(REPLAY_PREFIX):])
     if name not in _MODULES:
         raise ValueError(f"--env must be one of {list(ENV_NAMES)}, got {name!r}")
     return importlib.import_module(_MODULES[name]).SPEC

@@ -425,17 +425,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     out_dir = Path(out_dir)
     refuse_nonempty(out_dir)
     say = warn or (lambda m: print(m, file=sys.stderr))
-    log = read_log(csv_path, img_dir, strict_images=strict_images)
-    cameras = log.cameras
-    drop_bad_images(log, cameras, jpeg_quality is None, strict_images, csv_path.name)
-    if log.skipped:
-        line, name, problem = log.skipped[0]
-        say(f"warning: skipped {len(log.skipped)} of {len(log.rows) + len(log.skipped)} rows of {csv_path} whose images "
-            f"are missing from {img_dir} or cannot be decoded (first: line {line}, {name!r}, {problem}); "
-            "--strict-images refuses such a recording")
-    if not log.rows:
-        raise ValueError(f"{str(csv_path)!r} holds no usable rows: every row names a missing or broken image")
-    rows = in_time_order(log.rows, csv_path.name, say)
+    log, rows, cameras = _usable_rows(csv_path, img_dir, jpeg_quality, strict_images, say)
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
     singles = [a for a, b in sessions if b - a == 1]
     if singles:
@@ -480,6 +470,23 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             "episodes": episodes,
         })
     return out_dir
+
+
+def _usable_rows(csv_path: Path, img_dir: Path, jpeg_quality: int | None, strict_images: bool,
+                 say: Callable[[str], None]) -> tuple[Log, list[LogRow], list[tuple[str, str]]]:
+    """The log, its rows whose images exist and decode, in time order (one warning for each repair), and the
+    cameras every logged row has."""
+    log = read_log(csv_path, img_dir, strict_images=strict_images)
+    cameras = log.cameras
+    drop_bad_images(log, cameras, jpeg_quality is None, strict_images, csv_path.name)
+    if log.skipped:
+        line, name, problem = log.skipped[0]
+        say(f"warning: skipped {len(log.skipped)} of {len(log.rows) + len(log.skipped)} rows of {csv_path} whose images "
+            f"are missing from {img_dir} or cannot be decoded (first: line {line}, {name!r}, {problem}); "
+            "--strict-images refuses such a recording")
+    if not log.rows:
+        raise ValueError(f"{str(csv_path)!r} holds no usable rows: every row names a missing or broken image")
+    return log, in_time_order(log.rows, csv_path.name, say), cameras
 
 
 def recording_fingerprint(log_dir: str | Path) -> dict[str, object]:
