@@ -102,7 +102,7 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
         targets.append(arrays["expert_action"])
         if geometry is not None and "speed" not in arrays:
             raise ValueError(f"--recovery-views labels need the recorded speed; dataset {a.data!r} has no speed array")
-        speeds.append(np.asarray(arrays["speed"], np.float32) if "speed" in arrays else np.zeros(len(arrays["time"]), np.float32))
+        speeds.append(np.asarray(arrays["speed"] if "speed" in arrays else np.zeros(len(arrays["time"])), np.float32))
     if len(side_frames) == 1:  # one side camera alone would bias the steering: use both or none
         side_frames = {}
     first_target = targets[0]
@@ -201,7 +201,8 @@ def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
 def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:
     """(head, continuous action names, target columns) for --head and the dataset's action space."""
     head = a.head if a.head != "auto" else data.action_space
-    if a.recovery_views > 0 and (head == "discrete" or data.action_space == "discrete" or data.action_names[:1] != ["steer"]):
+    if a.recovery_views > 0 and (head == "discrete" or data.action_space == "discrete"
+                                 or data.action_names[:1] != ["steer"]):
         raise ValueError(f"--recovery-views relabels the steering: it needs continuous labels whose first column is "
                          f"'steer'; {a.data!r} has {data.action_space} actions {data.action_names}")
     if head == "discrete":

@@ -28,11 +28,11 @@ from tqdm import tqdm
 from agent.runtime import raise_if_stopped, show_progress, stops_at_safe_points, write_json_atomic
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
-from agent.training.recovery import RecoveryViews
 from agent.training.config import TrainArgs, core_options
 from agent.training.data import Data, episode_targets, resolve_head
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
+from agent.training.recovery import RecoveryViews
 from agent.training.windows import batch_plan, gather_segments
 from policies.actions import check_temperature
 from policies.policy import (
