@@ -56,6 +56,19 @@ def test_warp_of_a_prepared_frame_is_the_prepared_full_frame_warp(udacity_ds, ge
     np.testing.assert_array_equal(views.warp(prepared, 0.0, 0.0), prepared)
 
 
+def test_the_center_frame_warped_to_a_side_cameras_pose_looks_like_that_camera(udacity_ds):
+    """The sign of the offset: the left camera (1 m left) is the center frame warped to -1 m, on prepared frames."""
+    ep = open_dataset(udacity_ds).load(0)
+    views = RecoveryViews(SIM_V0, [60, 135], [66, 200], 1.0, 1.0, 10.0)
+    prep = lambda f: prepare_frames(f, [60, 135], [66, 200]).astype(int)  # noqa: E731
+    for t in (10, 30, 50):
+        center = prepare_frames(ep["frames"][t], [60, 135], [66, 200])
+        for side, offset in (("left", -SIM_V0.side_offset_m), ("right", SIM_V0.side_offset_m)):
+            recorded = prep(ep[f"frames_{side}"][t])
+            assert np.abs(views.warp(center, offset, 0.0) - recorded).mean() < 0.4 * np.abs(center - recorded).mean()
+            assert np.abs(views.warp(center, -offset, 0.0) - recorded).mean() > np.abs(center - recorded).mean()
+
+
 def test_labels_steer_back_onto_the_path():
     views = RecoveryViews(REAL_UDACITY, [60, 135], [66, 200], 1.0, 1.0, 10.0)
     steer = np.array([-0.4, -0.05, 0.0, 0.1, 0.3], np.float32)
