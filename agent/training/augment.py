@@ -8,8 +8,9 @@ is a little off for a while):
 * first-person envs (udacity; ``augment_first_person``), the PilotNet/Udacity recipe, each switchable:
   left/right cameras with a steering correction (``--side-correction``), mirrors with negated steering
   (``--flip``), sideways shifts with a steering shift per pixel (``--shift-steer``), brightness, and
-  random shadows (``--shadows``), and colour jitter (``--color-jitter``: hue, saturation, grey). Validation always
-  scores the center camera, unaugmented.
+  random shadows (``--shadows``), and colour jitter (``--color-jitter``: hue, saturation, grey); recovery views
+  (``--recovery-views``, agent/training/recovery.py) come first. Validation always scores the center camera,
+  unaugmented.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 
 from agent.training.config import TrainArgs
 from agent.training.data import Data
+from agent.training.recovery import RecoveryViews
 from agent.training.windows import gather_segments
 from policies.policy import _YUV, frames_to_float, to_color_space
 
@@ -76,14 +78,16 @@ def augment(frames: torch.Tensor, slices: list[tuple[int, int]], image_size: lis
 
 
 def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: TrainArgs, cols: slice | None,
-                         color: str, device: torch.device
+                         color: str, device: torch.device, recovery: RecoveryViews | None = None
                          ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
     """The Udacity/PilotNet recipe, one draw per segment (every window of a segment sees the same camera):
     a random camera of the three (left: steering + side_correction, right: - side_correction), a mirror
     with probability 0.5 (steering negated), a sideways shift of up to 50 camera pixels (steering +=
     shift_steer per pixel; a road shifted right means the car sits left of its line) and up to 5 rows,
     brightness x[0.8, 1.2], a random slanted shadow darkening one side of the frame to 50-80 % and, with
-    ``a.color_jitter`` > 0, a colour map per segment (``color_jitter_matrices``).
+    ``a.color_jitter`` > 0, a colour map per segment (``color_jitter_matrices``). With ``recovery``
+    (--recovery-views), a share of the segments is first reprojected off the path and relabelled
+    (agent.training.recovery; a side camera from its own pose, in place of the side correction).
     Returns the network input, the window index and times (as gather_segments) and the adjusted targets."""
     cams = ["center", *data.side_frames]
     n_seg = len(segments)
@@ -92,6 +96,8 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: Tr
     frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, cols, cameras,
                                                            a.window_gaps)
     target = target.copy()
+    recovered = (recovery.apply_(frames, target, segments, slices, data.speeds, cameras) if recovery is not None
+                 else [False] * n_seg)  # its own draws, so runs without it keep their random stream
     frames = torch.from_numpy(frames)
     h, w = frames.shape[1:3]
     px = w / max(data.camera_width, 1)  # encoder pixels per camera pixel
@@ -101,7 +107,7 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: Tr
     shadow_side = torch.zeros(n_seg, dtype=torch.bool)
     for k, ((s, e), cam, rr) in enumerate(zip(slices, cameras, r.tolist())):
         delta = 0.0
-        if cam != "center":
+        if cam != "center" and not recovered[k]:  # a reprojected side camera is labelled from its own pose
             delta += a.side_correction if cam == "left" else -a.side_correction
         dx = round((2 * rr[2] - 1) * 50 * px) if a.shift_steer > 0 else 0
         dy = round((2 * rr[3] - 1) * 5 * px) if a.shift_steer > 0 else 0

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 
 from agent.data.dataset import dataset_env, is_recording, open_datasets
+from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
+from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
 from policies.policy import TIME_INPUTS, PolicyConfig, read_checkpoint
@@ -60,6 +62,9 @@ class TrainArgs:
     shift_steer: float | None = None  # first-person: shift up to 50 camera px sideways, steering += this per px (0 = off); default: 0.002 for simulator data, 0 for real recordings
     shadows: bool = True  # first-person: darken a random slanted region of the frame (tree and building shadows)
     color_jitter: float | None = None  # first-person, J in [0, 1]: per segment, hues turned by up to +-J*180 degrees, saturation x[1-J, 1+J], a J/2 share in grey (so scenes in colours never seen still read as roads); default: the env's (udacity-hard 0.5, else 0)
+    recovery_views: float = 0.0  # first-person, P in [0, 1]: a P share of the training segments is seen from the car moved off the recorded path (one pose per segment: --recovery-offset, --recovery-yaw; the frames reprojected as evaluate.py --replay does) and labelled with the steering back onto it (the replay's path controller at the recorded speed), as PilotNet trains recoveries; 0 = off
+    recovery_offset: float = 1.0  # --recovery-views: the offset is drawn uniformly within +-this many metres of the recorded path
+    recovery_yaw: float = 10.0  # --recovery-views: the yaw is drawn uniformly within +-this many degrees of the recorded direction
     crop: str = "auto"  # rows of the camera frame kept, "top:bottom" | none | auto (the env's: udacity 60:135)
     color: str = "auto"  # rgb | yuv | auto (the env's: udacity yuv, carracing rgb)
     encoder: str = "auto"  # auto (the env's own) | carracing (paper CNN) | pilotnet
@@ -149,6 +154,12 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--color must be auto, rgb or yuv, got {a.color!r}")
     if not ((a.side_correction is None or 0 <= a.side_correction <= 1) and (a.shift_steer is None or 0 <= a.shift_steer <= 0.02)):
         raise ValueError("--side-correction must be in [0, 1] and --shift-steer in [0, 0.02] (steering per pixel)")
+    if not 0 <= a.recovery_views <= 1:
+        raise ValueError(f"--recovery-views must be in [0, 1] (a share of the training segments), got {a.recovery_views}")
+    if not (0 <= a.recovery_offset <= RECOVERY_MAX_OFFSET_M and 0 <= a.recovery_yaw <= RECOVERY_MAX_YAW_DEG):
+        raise ValueError(f"--recovery-offset must be in [0, {RECOVERY_MAX_OFFSET_M:g}] m and --recovery-yaw in "
+                         f"[0, {RECOVERY_MAX_YAW_DEG:g}] degrees (the flat-ground view synthesis breaks down beyond), "
+                         f"got {a.recovery_offset} and {a.recovery_yaw}")
     if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
         raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
     return specs

@@ -19,7 +19,9 @@ from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
 from agent.training.config import TrainArgs, data_paths, parse_crop, parse_image_size
 from agent.training.distributed import SINGLE, World, barrier
+from agent.training.recovery import dataset_geometry
 from envs.registry import EnvSpec
+from envs.replay.camera import CameraGeometry
 from policies.actions import check_discrete_options
 from policies.policy import prepare_frames
 
@@ -49,6 +51,8 @@ class Data:
     pieces: list[tuple[int, int, int]] | None = None  # time blocks: episode k here is (dataset episode, start, stop)
     smoothing_s: float = 0.0  # the targets are the labels averaged over this centred window (--smooth-labels)
     recorded: list[bool] = field(default_factory=list)  # per episode: a person's real simulator session (not an expert's)
+    speeds: list[np.ndarray] = field(default_factory=list)  # per episode: float32 [T] recorded speed, m/s (recovery labels)
+    geometry: CameraGeometry | None = None  # the camera of --recovery-views (envs.replay.spec), when they are on
 
 
 def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> Data:
@@ -61,8 +65,9 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
         raise ValueError(f"dataset {a.data!r} mixes action spaces {sorted(spaces)}")
     crop = parse_crop(a.crop) if a.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
     size = parse_image_size(a.image_size) if a.image_size else encoder_size(env, crop, dataset.array_shape(0, "frames"))
+    geometry = dataset_geometry(dataset, env, crop) if a.recovery_views > 0 else None  # refuses before loading
     sides = [s for s in ("left", "right") if (a.side_correction or 0) > 0 and env.first_person]
-    frames, times, targets = [], [], []
+    frames, times, targets, speeds = [], [], [], []
     camera_width = 0
     side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in sides}
     lazy = use_lazy_loading(a, dataset, size, sides, world)
@@ -79,7 +84,7 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
             names = dataset.array_names(i)
             if "expert_action" not in names:
                 raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(names)}")
-            arrays = dataset.load(i, keys=["time", "expert_action"])
+            arrays = dataset.load(i, keys=["time", "expert_action"] + (["speed"] if "speed" in names else []))
             frame_shape = dataset.array_shape(i, "frames")
         else:
             arrays = dataset.load(i)
@@ -95,6 +100,9 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
             side_frames[s].append(cache(i, f"frames_{s}") if lazy else prepare_frames(arrays[f"frames_{s}"], crop, size))
         times.append(arrays["time"].astype(np.float64))
         targets.append(arrays["expert_action"])
+        if geometry is not None and "speed" not in arrays:
+            raise ValueError(f"--recovery-views labels need the recorded speed; dataset {a.data!r} has no speed array")
+        speeds.append(np.asarray(arrays["speed"] if "speed" in arrays else np.zeros(len(arrays["time"])), np.float32))
     if len(side_frames) == 1:  # one side camera alone would bias the steering: use both or none
         side_frames = {}
     first_target = targets[0]
@@ -111,7 +119,8 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
         targets = [centred_average(t, y, smoothing).astype(np.float32) if r or a.smooth_labels != "auto" else y
                    for t, y, r in zip(times, targets, recorded)]
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
-                camera_width, len(dataset), lazy, smoothing_s=smoothing, recorded=recorded)
+                camera_width, len(dataset), lazy, smoothing_s=smoothing, recorded=recorded, speeds=speeds,
+                geometry=geometry)
 
 
 def label_smoothing_s(a: TrainArgs, dataset: DemoDataset) -> float:
@@ -192,6 +201,10 @@ def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
 def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:
     """(head, continuous action names, target columns) for --head and the dataset's action space."""
     head = a.head if a.head != "auto" else data.action_space
+    if a.recovery_views > 0 and (head == "discrete" or data.action_space == "discrete"
+                                 or data.action_names[:1] != ["steer"]):
+        raise ValueError(f"--recovery-views relabels the steering: it needs continuous labels whose first column is "
+                         f"'steer'; {a.data!r} has {data.action_space} actions {data.action_names}")
     if head == "discrete":
         if data.action_space != "discrete":
             raise ValueError(f"--head discrete needs a discrete dataset; {a.data!r} is {data.action_space}")
@@ -224,5 +237,6 @@ def take_pieces(data: Data, pieces: list[tuple[int, int, int]]) -> Data:
     return replace(data, frames=[rows(data.frames[e], a, b) for e, a, b in pieces],
                    side_frames={cam: [rows(eps[e], a, b) for e, a, b in pieces] for cam, eps in data.side_frames.items()},
                    times=[data.times[e][a:b] for e, a, b in pieces], targets=[data.targets[e][a:b] for e, a, b in pieces],
+                   speeds=[data.speeds[e][a:b] for e, a, b in pieces] if data.speeds else [],
                    num_episodes=len(pieces), pieces=list(pieces),
                    recorded=[data.recorded[e] for e, _, _ in pieces] if data.recorded else [])

@@ -33,6 +33,7 @@ from agent.training.config import TrainArgs, core_options
 from agent.training.data import Data, episode_targets, resolve_head
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
+from agent.training.recovery import RecoveryViews
 from agent.training.windows import batch_plan, gather_segments
 from policies.actions import check_temperature
 from policies.policy import (
@@ -290,6 +291,8 @@ class Trainer:
         self.policy.to(device)
         self.class_weight = (inverse_frequency_weights(train_targets, device)
                              if head_kind == "discrete" and a.class_weights else None)
+        self.recovery = (RecoveryViews(data.geometry, data.crop, data.image_size, a.recovery_views, a.recovery_offset,
+                                       a.recovery_yaw) if a.recovery_views > 0 and data.geometry is not None else None)
         self.lengths = {e: len(data.frames[e]) for e in self.train_eps}
         self.turns = None  # |steering label| per training step, for --oversample-turns
         if a.oversample_turns > 1:
@@ -411,9 +414,12 @@ class Trainer:
         """The (augmented) input frames of ``segments``, each window's frame indexes and times, and the targets."""
         a, data, config = self.a, self.data, self.policy.config
         if a.augment and data.env.first_person:  # picks a camera per segment, adjusts the targets
-            return augment_first_person(data, segments, a, self.cols, config.color, self.device)
+            return augment_first_person(data, segments, a, self.cols, config.color, self.device, self.recovery)
         frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, self.cols,
                                                                max_gap=a.window_gaps)
+        if self.recovery is not None:  # --no-augment keeps the recovery views: they are data, not noise
+            target = target.copy()
+            self.recovery.apply_(frames, target, segments, slices, data.speeds)
         frames = torch.from_numpy(frames)
         x = (augment(frames, slices, config.image_size, self.device, config.color) if a.augment
              else frames_to_float(frames, config.image_size, self.device, config.color))
