@@ -22,3 +22,16 @@ def constant_policy_checkpoint(path: Path, action=(0.3, 0.2, 0.0), action_space:
         if head == "continuous":
             policy.head.bias.copy_(torch.tensor(action, dtype=torch.float32))
     return save_checkpoint(path, policy)
+
+
+def steering_checkpoint(path: Path, steer: float = 0.1) -> Path:
+    """A udacity steering student (PilotNet + a small GRU) that answers ``steer`` on every frame."""
+    torch.manual_seed(0)
+    policy = DrivingPolicy(PolicyConfig.for_actions("continuous", ["steer"], encoder="pilotnet", core="gru",
+                                                    core_options={"hidden": 8}, window=3, frame_stride=1, feature_dim=8,
+                                                    image_size=[66, 200], crop=[60, 135], env="UdacityStyle-v0",
+                                                    target_mean=[0.02], target_std=[0.1]))
+    with torch.no_grad():
+        policy.head.weight.zero_()
+        policy.head.bias.fill_((steer - 0.02) / 0.1)  # the head regresses the normalised target
+    return save_checkpoint(path, policy)

@@ -5,14 +5,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 import collect
 import evaluate
 import train
+from tests.helpers import steering_checkpoint
 from agent.data.dataset import open_dataset
 from agent.data.out_folder import folder_lock
-from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
 from tests.test_udacity_format import _sim_recording
 
 TINY = ["--epochs", "1", "--batch-size", "8", "--segment", "8", "--window", "2", "--frame-stride", "1",
@@ -21,15 +20,7 @@ TINY = ["--epochs", "1", "--batch-size", "8", "--segment", "8", "--window", "2",
 
 def _steering_checkpoint(path):
     """A udacity steering student that always answers 0.1."""
-    torch.manual_seed(0)
-    policy = DrivingPolicy(PolicyConfig.for_actions("continuous", ["steer"], encoder="pilotnet", core="gru",
-                                                    core_options={"hidden": 8}, window=3, frame_stride=1, feature_dim=8,
-                                                    image_size=[66, 200], crop=[60, 135], env="UdacityStyle-v0",
-                                                    target_mean=[0.02], target_std=[0.1]))
-    with torch.no_grad():
-        policy.head.weight.zero_()
-        policy.head.bias.fill_((0.1 - 0.02) / 0.1)
-    return save_checkpoint(path, policy)
+    return steering_checkpoint(path, 0.1)
 
 
 def _err_line(capsys):

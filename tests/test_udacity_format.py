@@ -329,23 +329,14 @@ def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors
     import json
 
     import cv2
-    import torch
 
     import evaluate
     from agent.data.labels import centred_average
-    from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+    from tests.helpers import steering_checkpoint
 
     offsets = tuple(round(0.1 * k, 1) for k in range(12)) + (5.0, 5.1, 5.2)
     _sim_recording(tmp_path / "rec", offsets_s=offsets)
-    torch.manual_seed(0)
-    policy = DrivingPolicy(PolicyConfig.for_actions("continuous", ["steer"], encoder="pilotnet", core="gru",
-                                                    core_options={"hidden": 8}, window=3, frame_stride=1, feature_dim=8,
-                                                    image_size=[66, 200], crop=[60, 135], env="UdacityStyle-v0",
-                                                    target_mean=[0.02], target_std=[0.1]))
-    with torch.no_grad():
-        policy.head.weight.zero_()
-        policy.head.bias.fill_((0.1 - 0.02) / 0.1)  # outputs 0.1 after the target normalisation
-    save_checkpoint(tmp_path / "const.pt", policy)
+    steering_checkpoint(tmp_path / "const.pt", 0.1)
     out = tmp_path / "eval"
     assert evaluate.main(["--data", str(tmp_path / "rec"), "--checkpoint", str(tmp_path / "const.pt"),
                           "--out", str(out), "--no-progress"]) == 0
