@@ -32,7 +32,7 @@ SIM_V1 = CameraGeometry(cam_height_m=1.5, pitch_deg=6.0, hfov_deg=65.0, side_off
 # 320x160); the distance scale is measured on public recordings by `python -m envs.replay.calibrate` (consecutive
 # frames show the car moving 0.8 x speed x dt on four of them; docs/results.md).
 REAL_UDACITY = CameraGeometry(cam_height_m=1.2, pitch_deg=9.4, hfov_deg=CameraGeometry.hfov_from_vfov(60.0),
-                              side_offset_m=0.81, hood_row=142, wheelbase_m=2.87, max_steer_deg=25.0, steer_tau_s=0.0,
+                              side_offset_m=0.81, hood_row=137, wheelbase_m=2.87, max_steer_deg=25.0, steer_tau_s=0.0,
                               distance_scale=0.8,
                               source="the Unity simulator's public source; distance scale measured on recordings")
 GEOMETRIES = {"UdacityStyle-v0": SIM_V0, "UdacityStyle-v1": SIM_V1, "recording": REAL_UDACITY}
