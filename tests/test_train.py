@@ -167,6 +167,37 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(data_dir, tmp_path,
         [h["val_loss"] for h in reference["train_state"]["history"]], rel=1e-4)
 
 
+def test_a_resumed_run_shows_no_training_step_twice_in_tensorboard(data_dir, tmp_path, monkeypatch):
+    """What a killed run logged after its last checkpoint is hidden once the run resumes from that checkpoint."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    calls = {"n": 0}
+    real_loss = loop.loss_fn
+
+    def interrupting_loss(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt
+        return real_loss(*a, **kw)
+
+    monkeypatch.setattr(loop, "loss_fn", interrupting_loss)
+    out = tmp_path / "killed"
+    with pytest.raises(Interrupted):
+        run(tiny_args(data_dir, out, policy="mlp", epochs=2, log_every=1))
+    saved = read_checkpoint(out / "last.pt")["train_state"]["global_step"]
+    late = SummaryWriter(str(out))  # a process killed with -9 after the checkpoint kept on logging
+    for k in range(1, 4):
+        late.add_scalar("losses/train", 99.0, saved + k)
+    late.close()
+    monkeypatch.setattr(loop, "loss_fn", real_loss)
+    run(TrainArgs(out=str(out), resume=True, threads=1))
+    acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("losses/train")]
+    assert len(steps) == len(set(steps)) and 99.0 not in [e.value for e in acc.Scalars("losses/train")]
+
+
 def test_comparison_and_folds(data_dir, tmp_path):
     out = tmp_path / "cmp"
     run(tiny_args(data_dir, out, policy="mlp,nac-steady", epochs=1, folds=2))

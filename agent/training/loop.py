@@ -310,7 +310,10 @@ class Trainer:
                          "args": asdict(a)}
         if world.main:
             run_dir.mkdir(parents=True, exist_ok=True)
-        self.writer = SummaryWriter(str(run_dir)) if world.main else _NoWriter()
+        # a resumed run hides what a killed process logged after its last checkpoint (TensorBoard's purge_step),
+        # so the curves show no step twice
+        purge = self.state["global_step"] + 1 if resumed else None
+        self.writer = SummaryWriter(str(run_dir), purge_step=purge) if world.main else _NoWriter()
         if not resumed:
             self.writer.add_text("config", "```\n" + json.dumps({"args": asdict(a), "policy": self.policy.config.to_dict()},
                                                               indent=2) + "\n```")
