@@ -75,3 +75,16 @@ def test_a_non_jpeg_image_names_the_command_that_converts_it(tmp_path):
     sorted((tmp_path / "rec" / "IMG").glob("right_*"))[2].write_bytes(b"\x89PNG not really")
     with pytest.raises(ValueError, match="python -m agent.udacity.recordings import --jpeg-quality Q"):
         uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+
+
+
+def test_an_import_the_disk_cannot_hold_is_refused_in_one_line(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    _sim_recording(tmp_path / "rec", offsets_s=OFFSETS)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9, 1000))
+    with pytest.raises(ValueError, match=r"not enough disk space for the import of .* MB free$"):
+        uf.import_udacity(tmp_path / "rec", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

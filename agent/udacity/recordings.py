@@ -49,6 +49,7 @@ import numpy as np
 
 from agent.data.dataset import CARD_NAME, FORMAT, open_dataset, write_episode
 from agent.data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality, jpeg_shape
+from agent.data.out_folder import check_room
 from agent.runtime import StagingFolder, refuse_nonempty, write_json_atomic
 
 CSV_NAME = "driving_log.csv"
@@ -424,6 +425,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     source = source or recording_fingerprint(log_dir)
     out_dir = Path(out_dir)
     refuse_nonempty(out_dir)
+    check_room(out_dir, int(source.get("images_bytes", 0)), "the import of " + str(csv_path.parent))
     say = warn or (lambda m: print(m, file=sys.stderr))
     log, rows, cameras = _usable_rows(csv_path, img_dir, jpeg_quality, strict_images, say)
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
@@ -495,12 +497,14 @@ def recording_fingerprint(log_dir: str | Path) -> dict[str, object]:
     the one it imported (stat only: cheap for tens of thousands of images)."""
     csv_path, img_dir = locate_log(log_dir)
     digest = hashlib.sha256()
+    total = 0
     with os.scandir(img_dir) as entries:
         for name, st in sorted((e.name, _stat(e.path)) for e in entries):
             digest.update(f"{name}\0{st[0]}\0{st[1]}\n".encode(errors="surrogateescape"))
+            total += st[0]
     size, mtime = _stat(csv_path)
     return {"csv": str(csv_path.resolve()), "csv_size": size, "csv_mtime_ns": mtime,
-            "images": str(img_dir.resolve()), "images_sha256": digest.hexdigest()}
+            "images": str(img_dir.resolve()), "images_sha256": digest.hexdigest(), "images_bytes": total}
 
 
 def _stat(path: str | Path) -> tuple[int, int]:
