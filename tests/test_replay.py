@@ -207,3 +207,18 @@ def test_a_wider_intervention_limit_counts_fewer_interventions(drive):
         counts.append((len(env._interventions), info["straight_interventions"]))
     assert [c[0] for c in counts] == [c[1] for c in counts], "a straight driver's replay matches the reference count"
     assert counts[0][0] > counts[1][0] >= counts[2][0]
+
+
+def test_dagger_data_is_recorded_in_the_replay(drive, tmp_path):
+    """collect.py --driver in a replay: the student drives, the path controller labels the states it reaches."""
+    out = tmp_path / "dagger"
+    env = "replay:" + str(drive.resolve())
+    assert collect_cli.main(["--env", env, "--episodes", "1", "--seed", "0", "--max-steps", "40", "--driver",
+                             "checkpoints/udacity_nac.pt", "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+    from agent.data.dataset import open_dataset
+
+    ds = open_dataset(out)
+    ep = ds.load(0, keys=["action", "expert_action", "privileged"])
+    assert ep["action"].shape == ep["expert_action"].shape == (40, 1) and ep["privileged"].shape == (40, 4)
+    assert not np.allclose(ep["action"], ep["expert_action"]), "the student drove, the controller labelled"
+    assert ds.card["expert"]["path"] is None and "recorded path" in ds.card["expert"]["driver"]

@@ -25,9 +25,11 @@ def expert_summary(expert: Any) -> dict[str, Any]:
     """What the dataset card keeps about the expert: identity and its own card's headline numbers."""
     card = expert.card or {}
     ev = card.get("evaluation", {})
+    built_in = expert.path is None  # a replay's path controller: no file
     return {
-        "path": str(expert.path),
-        "sha256": file_sha256(Path(expert.path)),
+        "path": None if built_in else str(expert.path),
+        "sha256": None if built_in else file_sha256(Path(expert.path)),
+        **({"driver": card.get("driver")} if built_in else {}),
         "action_space": expert.action_space,
         "algorithm": card.get("algorithm"),
         "train_seeds": card.get("train_seeds"),

@@ -90,6 +90,7 @@ class EpisodeRecorder:
         self._slow_steps = 0  # consecutive steps below spec.stall's speed
         self.terminated = False
         self.truncated = False
+        self.path_trace: dict[str, Any] | None = None  # a replay's driven path (info["path_trace"] of its last step)
 
     @property
     def steps(self) -> int:
@@ -119,6 +120,8 @@ class EpisodeRecorder:
             self.wrong_way_steps += bool(self.spec.wrong_way(info))
         if self.spec.stall is not None:
             self._slow_steps = self._slow_steps + 1 if float(info["speed"]) < self.spec.stall[0] else 0
+        if "path_trace" in info:
+            self.path_trace = info["path_trace"]
 
     @property
     def stalled(self) -> bool:
@@ -162,6 +165,7 @@ class EpisodeRecorder:
             **{k: v for k, v in self.env_meta.items() if k != "lap_complete"},
             **({"wrong_way_steps": self.wrong_way_steps} if self.spec.wrong_way is not None else {}),
             **self._lane_keeping(n),
+            **({"path_trace": self.path_trace} if self.path_trace is not None else {}),
         }
 
     def _lane_keeping(self, n: int) -> dict[str, Any]:

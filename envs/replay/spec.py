@@ -89,6 +89,7 @@ def replay_spec(folder: str) -> EnvSpec:
         raise ValueError(f"{folder!r}: frames are {frame_shape[0]}x{frame_shape[1]}; the replay's camera models are "
                          f"{geometry.height}x{geometry.width} (first-person Udacity frames)")
     feeds = tuple(s.gym_id for s in (get_spec(n) for n in ("udacity", "udacity-hard")) if s.frame_shape == frame_shape)
+    recipe = get_spec("udacity-hard" if geometry is SIM_V1 else "udacity")  # a student's crop, size and colours
     longest = max((int(m["length"]) for m in ds.episodes), default=1)
     dt = float(ds.card.get("dt") or 0.1)
 
@@ -130,12 +131,16 @@ def replay_spec(folder: str) -> EnvSpec:
         progress=lambda info: float(info["progress"]),
         lap_complete=lambda info: float(info["progress"]) >= 1.0,
         on_road=lambda info: not info["lane_departure"],
-        episode_meta=lambda info: {k: info[k] for k in ("distance", "elapsed_s", "straight_interventions", "path_trace")
-                                   if k in info},
+        episode_meta=lambda info: {"lap_complete": float(info["progress"]) >= 1.0,
+                                   **{k: info[k] for k in ("distance", "elapsed_s", "straight_interventions") if k in info}},
         first_person=True,
+        default_crop=recipe.default_crop,
+        default_image_size=recipe.default_image_size,
+        default_color=recipe.default_color,
+        default_color_jitter=recipe.default_color_jitter,
         recover=lambda env, speed=None: env.unwrapped.recenter(),
         lateral_error=lambda info: abs(float(info["cte"])),
-        seeds=SeedRanges(evaluate=0),
+        seeds=SeedRanges(evaluate=0, reserved_below=0),  # seeds are the recording's parts, not tracks
         builtin_expert=lambda: PathExpert(spec, geometry),
         feeds=feeds,
         parts=lambda span: len(replay_parts(ds, parse_span(span))),
