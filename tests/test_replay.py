@@ -132,14 +132,15 @@ def test_the_replay_env_is_a_gym_env_with_the_recorded_time(drive):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--replay", "does/not/exist"], "does not exist"),
+    (["--replay", "does/not/exist", "--expert-drives"], "does not exist"),
+    (["--replay", "{drive}"], "pass --checkpoint CKPT"),
     (["--replay-span", "0.8:1"], "options of a --replay recording"),
-    (["--replay", "{drive}", "--replay-max-offset", "0"], "--replay-max-offset must be a distance > 0"),
-    (["--replay", "{drive}", "--replay-span", "0.9:0.2"], "0 <= A < B <= 1"),
-    (["--replay", "{drive}", "--replay-span", "last"], "--replay-span takes A:B"),
-    (["--replay", "{drive}", "--env", "udacity"], "drop --env"),
-    (["--replay", "{drive}", "--data", "{drive}"], "give one of them"),
-    (["--replay", "{drive}", "--seed", "1", "--episodes", "1"], "has 1 part(s)"),
+    (["--replay", "{drive}", "--replay-max-offset", "0", "--expert-drives"], "--replay-max-offset must be a distance > 0"),
+    (["--replay", "{drive}", "--replay-span", "0.9:0.2", "--expert-drives"], "0 <= A < B <= 1"),
+    (["--replay", "{drive}", "--replay-span", "last", "--expert-drives"], "--replay-span takes A:B"),
+    (["--replay", "{drive}", "--env", "udacity", "--expert-drives"], "drop --env"),
+    (["--replay", "{drive}", "--data", "{drive}", "--expert-drives"], "give one of them"),
+    (["--replay", "{drive}", "--seed", "1", "--episodes", "1", "--expert-drives"], "has 1 part(s)"),
     (["--replay", "{drive}", "--expert-drives", "--expert", "checkpoints/expert_udacity.zip"], "built in"),
 ])
 def test_bad_replay_flags_are_one_line_errors(drive, tmp_path, capsys, argv, needle):

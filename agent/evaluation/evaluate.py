@@ -193,6 +193,9 @@ class EvalArgs:
             raise ValueError(f"--replay builds its env from the recording; drop --env {self.env}")
         if self.data:
             raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
+        if not self.checkpoint and self.policy != "expert":
+            raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
+                             "best.pt that train.py --data REC made), or --expert-drives to replay the recorded steering")
         if not Path(self.replay).exists():
             raise FileNotFoundError(f"--replay {self.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
                                     "or a dataset of the udacity envs)")
