@@ -636,9 +636,11 @@ def summary_line(name: str, s: dict[str, Any]) -> str:
     def f(x: float, fmt: str) -> str:
         return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
-    return (f"{name}: return {f(s['mean_return'], '.1f')} ± {f(s['std_return'], '.1f')} over "
-            f"{s['num_episodes']} episodes, completion {f(s['mean_completion'], '.3f')}, laps "
-            f"{s['laps_completed']}/{s['num_episodes']}, steer MAE {f(s['mean_steer_mae'], '.3f')}, "
+    driven = (f"{s['num_episodes']} recorded session(s), {f(s['mean_return'] * s['num_episodes'], '.0f')} m driven"
+              if "straight_autonomy" in s else  # a replay: its return is metres driven, every session is driven to its end
+              f"return {f(s['mean_return'], '.1f')} ± {f(s['std_return'], '.1f')} over {s['num_episodes']} episodes, "
+              f"completion {f(s['mean_completion'], '.3f')}, laps {s['laps_completed']}/{s['num_episodes']}")
+    return (f"{name}: {driven}, steer MAE {f(s['mean_steer_mae'], '.3f')}, "
             f"smoothness {f(s['mean_steer_smoothness'], '.3f')}, latency {f(s['latency_median_ms'], '.2f')} / "
             f"{f(s['latency_p95_ms'], '.2f')} ms (median / p95)" + _timing_note(s.get("timing"))
             + _replay_note(s)
