@@ -1,0 +1,79 @@
+"""How strongly a student steers back when its view is moved off the recorded path: its feedback gains.
+
+For frames of a recording's held-out part, the whole window the student sees is reprojected (envs.replay) to a
+lateral offset (or a yaw) off the recorded path, and the student's steering is compared with its steering on the
+recorded frames. The slope over offsets -1..1 m is its gain in steering per metre of offset (negative: steers back
+to the left when it is right of the path), over yaws -8..8 degrees its gain per radian of heading error. The path
+controller that labels recovery views has, at 10 m/s (a 10 m lookahead), -0.13 per metre and -1.3 per radian.
+
+    python -m benchmarks.feedback_gains --data REC_OR_DATASET --checkpoint A.pt B.pt [--span 0.8:1] [--frames 300]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from benchmarks import run_main
+
+
+def gains(policy, dataset, geometry, span: tuple[float, float], frames: int) -> tuple[float, float]:
+    """(steer per metre of offset, steer per radian of yaw), averaged over the dataset's episodes' spans."""
+    from envs.replay.camera import Reprojector
+
+    rp = Reprojector(geometry)
+    col = list(policy.config.action_names).index("steer")
+    offsets, yaws = np.array([-1.0, -0.5, 0.5, 1.0]), np.radians([-8.0, -4.0, 4.0, 8.0])
+    per_m, per_rad = [], []
+    for i in range(len(dataset)):
+        n = int(dataset.episodes[i]["length"])
+        a, b = int(span[0] * n), int(span[1] * n)
+        if b - a < 20:
+            continue
+        idx = np.arange(a, min(b, a + frames))
+        recorded = dataset.jpeg_frames(i, "frames").decode(idx)
+        times = dataset.load(i, keys="time")["time"][idx]
+
+        def steer(views):
+            return policy.predict_episode(views, times)[:, col]
+
+        base = steer(recorded)
+        d_off = [np.mean(steer(np.stack([rp.warp(f, o, 0.0) for f in recorded])) - base) for o in offsets]
+        d_yaw = [np.mean(steer(np.stack([rp.warp(f, 0.0, y) for f in recorded])) - base) for y in yaws]
+        per_m.append(np.polyfit(offsets, d_off, 1)[0])
+        per_rad.append(np.polyfit(yaws, d_yaw, 1)[0])
+    return float(np.mean(per_m)), float(np.mean(per_rad))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.feedback_gains", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="a recording (driving_log.csv + IMG/) or a udacity dataset")
+    p.add_argument("--checkpoint", nargs="+", required=True)
+    p.add_argument("--span", default="0.8:1", help="part of every session probed (default 0.8:1, the held-out part)")
+    p.add_argument("--frames", type=int, default=300, help="frames probed per session at most (default 300)")
+    p.add_argument("--work", default="eval/feedback", help="where a raw recording is imported")
+    a = p.parse_args()
+    from pathlib import Path
+
+    import torch
+
+    from agent.data.dataset import open_dataset
+    from agent.udacity.recordings import import_recordings
+    from envs.replay.spec import geometry_of, parse_span
+    from policies.policy import load_checkpoint
+
+    torch.set_num_threads(1)
+    [folder] = import_recordings([a.data], [Path(a.work) / "imported_data"])
+    ds = open_dataset(folder)
+    geometry = geometry_of(ds)
+    print("| checkpoint | steer per m of offset (+ = right of the path) | steer per rad of heading (+ = pointing right) |")
+    print("|---|---|---|")
+    for path in a.checkpoint:
+        g_m, g_rad = gains(load_checkpoint(path).eval(), ds, geometry, parse_span(a.span), a.frames)
+        print(f"| {path} | {g_m:+.3f} | {g_rad:+.3f} ({g_rad * math.radians(1):+.4f} per degree) |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
