@@ -78,6 +78,9 @@ def test_labels_steer_back_onto_the_path():
     assert (views.label(-0.5, 0.0, steer, speed) > steer).all(), "left of the path: steer more right"
     assert (views.label(0.0, math.radians(5), steer, speed) < steer).all(), "pointing right: steer more left"
     assert (np.abs(views.label(1.0, math.radians(10), steer, speed)) <= 1).all()
+    firm = RecoveryViews(REAL_UDACITY, [60, 135], [66, 200], 1.0, 1.0, 10.0, return_s=0.4)
+    gentle, hard = views.label(0.5, 0.0, steer, speed), firm.label(0.5, 0.0, steer, speed)
+    assert (hard <= gentle).all() and (hard[2:] < gentle[2:]).all(), "rejoining the path sooner steers back harder"
 
 
 def test_side_cameras_are_labelled_from_their_own_pose_and_other_columns_stay():
@@ -142,7 +145,8 @@ def test_train_with_recovery_views_end_to_end(udacity_ds, tmp_path, monkeypatch,
 
 def test_bad_recovery_requests_are_one_line_errors(udacity_ds, tmp_path, capsys):
     for flags in (["--recovery-views", "1.5"], ["--recovery-views", "-0.1"], ["--recovery-views", "0.5",
-                                                                               "--recovery-yaw", "45"]):
+                                                                               "--recovery-yaw", "45"],
+                  ["--recovery-views", "0.5", "--recovery-return", "0"]):
         assert train_cli.main(["--data", str(udacity_ds), "--out", str(tmp_path / "x"), *flags]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: --recovery-") and "\n" not in err

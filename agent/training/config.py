@@ -65,6 +65,7 @@ class TrainArgs:
     recovery_views: float = 0.0  # first-person, P in [0, 1]: a P share of the training segments is seen from the car moved off the recorded path (one pose per segment: --recovery-offset, --recovery-yaw; the frames reprojected as evaluate.py --replay does) and labelled with the steering back onto it (the replay's path controller at the recorded speed), as PilotNet trains recoveries; 0 = off
     recovery_offset: float = 1.0  # --recovery-views: the offset is drawn uniformly within +-this many metres of the recorded path
     recovery_yaw: float = 10.0  # --recovery-views: the yaw is drawn uniformly within +-this many degrees of the recorded direction
+    recovery_return: float = 1.0  # --recovery-views: seconds ahead (at the recorded speed, at least 4 m) where the label's pure pursuit rejoins the path; shorter steers back harder
     crop: str = "auto"  # rows of the camera frame kept, "top:bottom" | none | auto (the env's: udacity 60:135)
     color: str = "auto"  # rgb | yuv | auto (the env's: udacity yuv, carracing rgb)
     encoder: str = "auto"  # auto (the env's own) | carracing (paper CNN) | pilotnet
@@ -160,6 +161,9 @@ def check_args(a: TrainArgs) -> list[str]:
         raise ValueError(f"--recovery-offset must be in [0, {RECOVERY_MAX_OFFSET_M:g}] m and --recovery-yaw in "
                          f"[0, {RECOVERY_MAX_YAW_DEG:g}] degrees (the flat-ground view synthesis breaks down beyond), "
                          f"got {a.recovery_offset} and {a.recovery_yaw}")
+    if not 0.2 <= a.recovery_return <= 5:
+        raise ValueError(f"--recovery-return must be in [0.2, 5] seconds (where the label rejoins the path), "
+                         f"got {a.recovery_return}")
     if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
         raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
     return specs

@@ -292,7 +292,8 @@ class Trainer:
         self.class_weight = (inverse_frequency_weights(train_targets, device)
                              if head_kind == "discrete" and a.class_weights else None)
         self.recovery = (RecoveryViews(data.geometry, data.crop, data.image_size, a.recovery_views, a.recovery_offset,
-                                       a.recovery_yaw) if a.recovery_views > 0 and data.geometry is not None else None)
+                                       a.recovery_yaw, a.recovery_return)
+                         if a.recovery_views > 0 and data.geometry is not None else None)
         self.lengths = {e: len(data.frames[e]) for e in self.train_eps}
         self.turns = None  # |steering label| per training step, for --oversample-turns
         if a.oversample_turns > 1:

@@ -68,12 +68,13 @@ class RecoveryViews:
     """The warp of prepared frames and the labels of one dataset's camera (see the module docstring)."""
 
     def __init__(self, geometry: CameraGeometry, crop: list[int] | None, image_size: list[int],
-                 fraction: float, max_offset_m: float, max_yaw_deg: float) -> None:
+                 fraction: float, max_offset_m: float, max_yaw_deg: float, return_s: float = 1.0) -> None:
         self.geometry = geometry
         self.fraction, self.max_offset, self.max_yaw = float(fraction), float(max_offset_m), math.radians(max_yaw_deg)
         self.reprojector = Reprojector(geometry)
         self.controller = PathController(PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg,
-                                                     geometry.steer_tau_s, geometry.distance_scale))
+                                                     geometry.steer_tau_s, geometry.distance_scale),
+                                         lookahead_s=return_s)
         top, bottom = crop if crop is not None else (0, geometry.height)
         h, w = int(image_size[0]), int(image_size[1])
         self.size = (w, h)
