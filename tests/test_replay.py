@@ -223,3 +223,14 @@ def test_dagger_data_is_recorded_in_the_replay(drive, tmp_path):
     assert ep["action"].shape == ep["expert_action"].shape == (40, 1) and ep["privileged"].shape == (40, 4)
     assert not np.allclose(ep["action"], ep["expert_action"]), "the student drove, the controller labelled"
     assert ds.card["expert"]["path"] is None and "recorded path" in ds.card["expert"]["driver"]
+
+
+def test_calibration_recovers_the_simulators_side_cameras_and_forward_scale(drive, capsys):
+    """python -m envs.replay.calibrate on a drive of this project's simulator finds its 1.0 m side cameras and a
+    forward scale of 1 (the frames move as speed x dt says)."""
+    from envs.replay import calibrate
+
+    assert calibrate.main([str(drive), "--frames", "8", "--pairs", "12"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("at 1.00 m") == 2 and "forward scale median 1.00" in text
+    assert calibrate.main(["does/not/exist"]) == 2
