@@ -220,7 +220,9 @@ class EvalArgs:
         except ValueError as e:
             raise ValueError(str(e)) from None
         if parts == 0:
-            raise ValueError(f"--replay {self.replay!r} has no session of at least 10 frames in the span "
+            from envs.replay.spec import MIN_PART_FRAMES
+
+            raise ValueError(f"--replay {self.replay!r} has no session of at least {MIN_PART_FRAMES} frames in the span "
                              f"{self.replay_span or '0:1'}")
         if isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.episodes is None:
             self.episodes = max(parts - self.seed, 0)

@@ -9,7 +9,6 @@ path controller (``env.PathExpert``): no file to load.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -147,12 +146,3 @@ def replay_spec(folder: str) -> EnvSpec:
         geometry=geometry,
     )
     return spec
-
-
-def folder_of(env_name: str) -> str | None:
-    """The dataset folder of a replay env name, None for any other env."""
-    return env_name[len(PREFIX):] if env_name.startswith(PREFIX) else None
-
-
-def resolve(folder: str | Path) -> str:
-    return str(Path(folder).resolve())
