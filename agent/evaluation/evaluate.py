@@ -317,7 +317,7 @@ def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: Eval
     for row in rows:  # a replay's driven path: a plot per part, not a column
         trace = row.pop("path_trace", None)
         if trace is not None:
-            from agent.evaluation.path_plot import plot_replay_path
+            from agent.evaluation.plots import plot_replay_path
 
             plot_replay_path(trace, out_dir / "paths" / f"part_{row['seed']}.png", f"{meta['name']}, part {row['seed']}",
                              get_spec(args.env).geometry)

@@ -17,17 +17,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-import cv2
 import numpy as np
 from tqdm import tqdm
 
 from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, open_datasets
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
-from agent.runtime import NO_STRAIGHT_RATIO, atomic_write, mse_ratio, write_json
+from agent.evaluation.plots import steering_plot
+from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, write_json
 from policies.actions import at_temperature
 
 PREDICTORS = ("policy", "straight", "mean")
-PLOT_W, PLOT_H, MARGIN = 1400, 360, 48
 
 
 def recorded_data(paths: list[str], out: Path, warn: Any = tqdm.write) -> DemoDataset:
@@ -71,30 +70,6 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for t in ("raw", "avg"):
         out[f"policy_vs_straight_mse_{t}"] = mse_ratio(out[f"policy_{t}"]["mse"], out[f"straight_{t}"]["mse"])
     return out
-
-
-def steering_plot(path: Path, times: np.ndarray, steer: np.ndarray, smooth: np.ndarray, predicted: np.ndarray,
-                  title: str) -> None:
-    """Recorded (grey), its centred average (blue) and predicted (orange) steering over time, as a PNG."""
-    img = np.full((PLOT_H, PLOT_W, 3), 255, np.uint8)
-    t0, t1 = float(times[0]), float(max(times[-1], times[0] + 1e-6))
-    lim = max(0.25, float(np.abs(np.concatenate([steer, predicted])).max()) * 1.05)
-
-    def xy(t: np.ndarray, v: np.ndarray) -> np.ndarray:
-        x = MARGIN + (t - t0) / (t1 - t0) * (PLOT_W - 2 * MARGIN)
-        y = PLOT_H / 2 - v / lim * (PLOT_H / 2 - MARGIN)
-        return np.stack([x, y], 1).round().astype(np.int32)
-
-    cv2.line(img, (MARGIN, PLOT_H // 2), (PLOT_W - MARGIN, PLOT_H // 2), (200, 200, 200), 1)
-    for v in (-lim, lim):
-        y = int(PLOT_H / 2 - v / lim * (PLOT_H / 2 - MARGIN))
-        cv2.putText(img, f"{v:+.2f}", (2, y + 4), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (90, 90, 90), 1, cv2.LINE_AA)
-    for values, color, width in ((steer, (170, 170, 170), 1), (smooth, (200, 90, 20), 2), (predicted, (20, 120, 240), 2)):
-        cv2.polylines(img, [xy(times, values)], False, color, width, cv2.LINE_AA)  # BGR
-    legend = f"{title}   grey: recorded   blue: {DEFAULT_SMOOTHING_S} s average   orange: predicted   ({t1 - t0:.0f} s)"
-    cv2.putText(img, legend, (MARGIN, 24), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (40, 40, 40), 1, cv2.LINE_AA)
-    ok, buf = cv2.imencode(".png", img)
-    atomic_write(path, lambda f: f.write(buf.tobytes()))
 
 
 def score_discrete_episode(labels: np.ndarray, logits: np.ndarray, temperature: float = 1.0,
@@ -189,7 +164,7 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
                **score_episode(steer, times, predicted, mean)}
         rows.append(row)
         steering_plot(out_dir / f"steering_{i}.png", times, steer, centred_average(times, steer), predicted,
-                      f"{name}, session {i}")
+                      f"{name}, session {i}", DEFAULT_SMOOTHING_S)
     summary = {"name": name, "data": str(data.root), "smoothing_s": DEFAULT_SMOOTHING_S, "mean_predictor": mean,
                "pooled": pooled(rows), "sessions": rows}
     write_json(out_dir / "offline.json", summary)

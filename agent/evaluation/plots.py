@@ -1,11 +1,54 @@
-"""The path a replayed car drove against the recorded one, seen from above (one PNG per replayed part)."""
+"""Evaluation's plots, drawn with matplotlib (labelled axes, written atomically): a student's steering against a
+recording over time (offline scores), and the path a replayed car drove against the recorded one."""
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from agent.runtime import atomic_write
+
+STEERING_SIZE_IN, DPI = (14.0, 3.6), 100  # the offline steering plot: 1400 x 360 pixels
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path, dpi: int) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    _pyplot().close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+    return path
+
+
+def steering_plot(path: Path, times: np.ndarray, steer: np.ndarray, smooth: np.ndarray, predicted: np.ndarray,
+                  title: str, smoothing_s: float) -> Path:
+    """Recorded (grey), its centred average (blue) and predicted (orange) steering over time, as a PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=STEERING_SIZE_IN)
+    t = np.asarray(times, np.float64) - float(times[0])
+    ax.plot(t, steer, color="0.65", lw=0.8, label="recorded")
+    ax.plot(t, smooth, color="tab:blue", lw=1.6, label=f"recorded, {smoothing_s:g} s average")
+    ax.plot(t, predicted, color="tab:orange", lw=1.6, label="predicted")
+    ax.axhline(0.0, color="0.8", lw=0.8)
+    ax.set_xlabel("time in the session (s)")
+    ax.set_ylabel("steering (-1 left .. 1 right)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper right", fontsize=8, ncol=3)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path, DPI)
 
 
 def recorded_path(steer: np.ndarray, speed: np.ndarray, dt: np.ndarray, wheelbase: float, max_steer_deg: float
@@ -22,11 +65,7 @@ def recorded_path(steer: np.ndarray, speed: np.ndarray, dt: np.ndarray, wheelbas
 
 def plot_replay_path(trace: dict[str, Any], path: Path, title: str, geometry: Any) -> Path:
     """Draw the recorded path and the driven one (recorded + offset along the normal), interventions marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     rows = np.asarray(trace["trace"], dtype=np.float64)
     if len(rows) == 0:
         return path
@@ -54,7 +93,4 @@ def plot_replay_path(trace: dict[str, Any], path: Path, title: str, geometry: An
     side.set_ylabel("offset from the recorded path (m, + right)")
     side.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 90)
