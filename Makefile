@@ -36,18 +36,19 @@ demo: $(STAMP)
 	@echo "  metrics     $(DEMO)/eval/*/metrics.json, $(DEMO)/train/metrics.json"
 	@echo "  TensorBoard $(VENV)/bin/tensorboard --logdir $(DEMO)"
 
-# The same three commands on the Udacity-style simulator (three cameras, PilotNet + NAC, autonomy).
+# The same three commands on the Udacity-style simulator's hard world (hills, hairpins, three cameras, PilotNet + NAC,
+# steering and throttle, NVIDIA's autonomy): a student trained for a minute against the shipped one on unseen tracks.
 demo-udacity: $(STAMP)
 	rm -rf $(DEMO)-udacity
-	$(PY) collect.py --env udacity --episodes 4 --max-steps 400 --out $(DEMO)-udacity/data
+	$(PY) collect.py --env udacity-hard --episodes 4 --max-steps 400 --out $(DEMO)-udacity/data
 	$(PY) train.py --data $(DEMO)-udacity/data --core nac --epochs 3 --out $(DEMO)-udacity/train
-	$(PY) evaluate.py --env udacity --checkpoint $(DEMO)-udacity/train/best.pt checkpoints/udacity_nac.pt \
-		--name trained_now_on_4_short_episodes shipped_udacity_nac --episodes 2 --max-steps 600 --video-episodes 1 \
+	$(PY) evaluate.py --env udacity-hard --checkpoint $(DEMO)-udacity/train/best.pt checkpoints/udacity-hard_nac.pt \
+		--name trained_now_on_4_short_episodes shipped_udacity-hard_nac --episodes 2 --max-steps 600 --video-episodes 1 \
 		--out $(DEMO)-udacity/eval
 	@echo
-	@echo "demo-udacity done:"
-	@echo "  comparison  $(DEMO)-udacity/eval/comparison.md (trained just now on 4 short episodes vs the shipped NAC)"
-	@echo "  the fresh one saw 4 x 400 steps for 3 epochs, the shipped one 20,000 steps for 4 epochs"
+	@echo "demo-udacity done (the hard world, udacity-hard):"
+	@echo "  comparison  $(DEMO)-udacity/eval/comparison.md (trained just now on 4 short episodes vs the shipped NAC, unseen tracks)"
+	@echo "  the fresh one saw 4 x 400 steps for 3 epochs; the shipped one 80 expert episodes and a DAgger round"
 	@echo "  videos      $(DEMO)-udacity/eval/*/videos/*.mp4"
 	@echo "  TensorBoard $(VENV)/bin/tensorboard --logdir $(DEMO)-udacity"
 
