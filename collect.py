@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from agent.data.config import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError, parse_shard
-from agent.runtime import check_writable
+from common.files import check_writable
 from agent.workers import MAX_WORKERS
 from envs.registry import ENV_NAMES, get_spec
 from policies.actions import DISCRETE_ACTION_RULES

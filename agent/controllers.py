@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from agent.runtime import resolve_path
+from common.files import resolve_path
 from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
 from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser, check_discrete_options, check_temperature
 

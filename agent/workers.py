@@ -29,7 +29,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from agent.runtime import stop_handler
+from common.stops import stop_handler
 
 MAX_WORKERS = 8  # the default's cap: past this, the machine's memory and disk, not cores, set the pace
 CHECK_EVERY = 25  # steps between a worker's progress reports (and its check that the caller still lives)

@@ -39,7 +39,7 @@ EPISODE = 1000
 def make_dataset(out: Path, frames: int, seed: int = 0, episode: int = EPISODE) -> Path:
     """``frames`` steps of synthetic driving in ``episode``-step episodes (the last one shorter), one card."""
     from agent.data.dataset import write_episode
-    from agent.runtime import write_json_atomic
+    from common.files import write_json
 
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty")
@@ -65,7 +65,7 @@ def make_dataset(out: Path, frames: int, seed: int = 0, episode: int = EPISODE) 
                   "privileged": np.zeros((T, 4), np.float32), "time": np.arange(T) * 0.02}
         write_episode(out, e, arrays, {"env": "carracing", "action_space": "continuous", "track_seed": 5_000_000 + e,
                                        "return": 0.0, "terminated": False, "truncated": True})
-    write_json_atomic(out / "dataset.json", {"env": "carracing", "action_space": "continuous",
+    write_json(out / "dataset.json", {"env": "carracing", "action_space": "continuous",
                                              "action_names": ["steer", "gas", "brake"], "synthetic": True,
                                              "counts": {"episodes": e + 1, "steps": frames}})
     return out

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from agent.runtime import atomic_write
+from common.files import atomic_write
 from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_temperature
 from policies.cores import CORES, build_core
 from policies.encoders import ENCODERS, build_encoder

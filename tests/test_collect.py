@@ -17,7 +17,7 @@ from agent.data.config import DEFAULT_SEED, CollectConfig, CollectError
 from agent.data.dataset import CARD_NAME, open_dataset, temp_files
 from agent.data.recorder import DartNoise, record_episode
 from agent.experts.expert import Expert
-from agent.runtime import REPO_ROOT
+from common.files import REPO_ROOT
 from envs.carracing import FEATURE_NAMES, N_FEATURES, make_carracing
 from envs.carracing import SPEC as CARRACING
 from tests.helpers import constant_policy_checkpoint

@@ -6,7 +6,7 @@ import pytest
 
 from agent.data.dataset import open_dataset, temp_files, write_episode
 from agent.data.frames import JpegFrames, encode_jpeg
-from agent.runtime import write_json_atomic
+from common.files import write_json
 from agent.training.windows import WindowDataset, kfold_episodes, split_episodes
 
 
@@ -90,7 +90,7 @@ def test_splits_are_by_episode_and_disjoint():
 
 
 def test_json_atomic(tmp_path):
-    write_json_atomic(tmp_path / "a.json", {"x": 1})
+    write_json(tmp_path / "a.json", {"x": 1})
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
 
 

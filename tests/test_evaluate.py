@@ -250,7 +250,7 @@ def test_a_stop_while_tensorboard_is_written_waits_until_the_writer_is_closed(tm
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from agent.evaluation.metrics import write_tensorboard
-    from agent.runtime import raise_if_stopped, sigterm_as_interrupt, stop_handled
+    from common.stops import raise_if_stopped, sigterm_as_interrupt, stop_handled
 
     summary = {"episodes": [{"return": float(i)} for i in range(5)], "mean_return": 2.0}
     add_scalar = SummaryWriter.add_scalar

@@ -334,7 +334,7 @@ def test_a_stop_signal_swallowed_by_a_destructor_is_raised_at_the_next_step():
     SIGTERM landing there must still stop the command at the next step (a clean-clone CI run saw collect.py run on)."""
     import gc
 
-    from agent.runtime import raise_if_stopped, sigterm_as_interrupt
+    from common.stops import raise_if_stopped, sigterm_as_interrupt
 
     class SlowToDie:
         def __del__(self):
@@ -354,7 +354,7 @@ def test_inside_safe_points_a_first_stop_waits_for_the_loop_and_a_second_stops_a
     """Training defers the first stop to its next step: an exception raised inside TensorBoard's writer queue left
     SummaryWriter.close() waiting (a clean-clone CI run of test_sigterm_saves_a_resumable_checkpoint timed out).
     A second signal, or the block's end, still delivers it."""
-    from agent.runtime import raise_if_stopped, sigterm_as_interrupt, stops_at_safe_points
+    from common.stops import raise_if_stopped, sigterm_as_interrupt, stops_at_safe_points
 
     with sigterm_as_interrupt():
         waited = []
@@ -386,8 +386,9 @@ def test_errors_python_cannot_raise_are_quiet_only_after_a_stop(capsys):
     """A stop landing inside Box2D leaves half-built objects whose __del__ fails: not printed once stopping,
     printed as usual otherwise."""
     import gc
+    import signal
 
-    import agent.runtime as runtime
+    from common.stops import stop_handler, stops_at_safe_points
 
     class Breaks:
         def __del__(self):
@@ -396,10 +397,17 @@ def test_errors_python_cannot_raise_are_quiet_only_after_a_stop(capsys):
     Breaks()
     gc.collect()
     assert "half-built" in capsys.readouterr().err
-    runtime._stop_requested = True
-    try:
-        Breaks()
-        gc.collect()
-        assert "half-built" not in capsys.readouterr().err
-    finally:
-        runtime._stop_requested = False
+    with pytest.raises(KeyboardInterrupt):
+        with stops_at_safe_points():  # the stop is requested here and raised at the block's end
+            stop_handler(signal.SIGTERM, None)
+            Breaks()
+            gc.collect()
+    assert "half-built" not in capsys.readouterr().err
+
+
+def test_importing_a_policy_or_the_pipeline_changes_no_process_wide_hook():
+    code = ("import sys; hook = sys.unraisablehook; import policies.policy, agent.runtime, common.stops, "
+            "agent.evaluation.evaluate; assert sys.unraisablehook is hook")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -43,7 +43,8 @@ from agent.data.recorder import (
     record_episode,
     recovery_start,
 )
-from agent.runtime import sigterm_as_interrupt, write_json_atomic
+from common.files import write_json
+from common.stops import sigterm_as_interrupt
 from agent.workers import default_workers, warm_up
 from envs.registry import EnvSpec, get_spec
 
@@ -399,7 +400,7 @@ class Recording:
             self.bar.refresh()
 
     def write_card(self) -> None:
-        write_json_atomic(self.out / CARD_NAME, build_card(self.plan.config, self.exp, self.plan.runs, self.metas,
+        write_json(self.out / CARD_NAME, build_card(self.plan.config, self.exp, self.plan.runs, self.metas,
                                                            self.spec))
 
     def saved(self, meta: dict) -> None:

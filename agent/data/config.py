@@ -142,7 +142,7 @@ class CollectConfig:
         if out.exists() and not out.is_dir():
             raise CollectError(f"--out {str(out)!r} is a file; expected a dataset folder (new or from collect.py)")
         if self.expert is not None:
-            from agent.runtime import REPO_ROOT  # Expert.load also tries relative paths from the repo root
+            from common.files import REPO_ROOT
 
             p = Path(self.expert)
             if not (p.is_file() or (not p.is_absolute() and (REPO_ROOT / p).is_file())):

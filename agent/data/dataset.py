@@ -59,7 +59,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from agent.data.frames import JPEG_SUFFIX, OFFSETS_SUFFIX, FrameFile, JpegFrames, check_jpeg_quality, npy_header
-from agent.runtime import atomic_write
+from common.files import atomic_write
 from envs.registry import EnvSpec, get_spec
 
 FORMAT = "agent.demos v1 (see the agent/data/dataset.py docstring)"  # the card's "format": the name this format has always had

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.data.dataset import CARD_NAME, DemoDataset, episode_path, join_datasets, open_dataset, read_episode_meta
-from agent.runtime import StagingFolder, atomic_write, write_json_atomic
+from common.files import StagingFolder, atomic_write, write_json
 
 
 def _copy_episode(src: Path, dst: Path, meta: dict) -> None:
@@ -63,7 +63,7 @@ def merge_datasets(roots: Sequence[str | Path], out: str | Path, *, command: str
     with StagingFolder(out) as tmp:
         for (_, _, src), meta in zip(rows, metas):
             _copy_episode(src, episode_path(tmp, meta["episode_id"]), meta)
-        write_json_atomic(tmp / CARD_NAME, _merged_card(parts, rows, metas, base, command))
+        write_json(tmp / CARD_NAME, _merged_card(parts, rows, metas, base, command))
     return open_dataset(out)
 
 

@@ -12,7 +12,7 @@ from typing import Iterator
 
 from agent.data.config import CollectConfig, CollectError
 from agent.data.dataset import CARD_NAME, EPISODE_DIR, open_dataset
-from agent.runtime import check_writable, remove_stale_temp
+from common.files import check_writable, remove_stale_temp
 
 
 @dataclass

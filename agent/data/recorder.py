@@ -57,7 +57,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from agent.runtime import raise_if_stopped
+from common.stops import raise_if_stopped
 from envs.registry import EnvSpec
 
 STUCK_SPEED, STUCK_SECONDS = 1.0, 1.0  # env speed units, seconds: a stopped car

@@ -64,7 +64,9 @@ from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
-from agent.runtime import atomic_write_text, show_progress, stop_handled, write_json
+from agent.runtime import show_progress
+from common.files import atomic_write_text, write_json
+from common.stops import stop_handled
 from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import REPLAY_PREFIX, SeedRanges, get_spec
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,

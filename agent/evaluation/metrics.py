@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.runtime import atomic_write_text, stops_at_safe_points, write_json
+from common.files import atomic_write_text, write_json
+from common.stops import stops_at_safe_points
 
 # The per-episode keys, in CSV column order. Every value is a plain int/float/bool/str.
 EPISODE_KEYS: tuple[str, ...] = (

@@ -23,7 +23,8 @@ from tqdm import tqdm
 from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, open_datasets
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.evaluation.plots import steering_plot
-from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, write_json
+from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio
+from common.files import write_json
 from policies.actions import at_temperature
 
 PREDICTORS = ("policy", "straight", "mean")

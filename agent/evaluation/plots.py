@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.runtime import atomic_write
+from common.files import atomic_write
 
 STEERING_SIZE_IN, DPI = (14.0, 3.6), 100  # the offline steering plot: 1400 x 360 pixels
 

@@ -38,7 +38,8 @@ import numpy as np
 
 from agent.evaluation.metrics import aggregate, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
-from agent.runtime import atomic_write_text, cli_exit_code
+from agent.runtime import cli_exit_code
+from common.files import atomic_write_text
 
 Run = dict[str, dict[str, Any]]  # policy name -> its metrics.json (episodes included)
 

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from agent.runtime import resolve_path
+from common.files import resolve_path
 from envs.registry import EnvSpec, get_spec
 
 

@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 from agent.experts.expert import EvalResult, Expert, evaluate_model, space_of
-from agent.runtime import resolve_path
+from common.files import resolve_path, write_json
 from envs.registry import ENV_NAMES, EnvSpec, get_spec
 
 
@@ -180,12 +180,6 @@ class TrainArgs:
             raise FileNotFoundError(f"--init expert file not found: {str(self.init)!r}")
 
 
-def _atomic_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def _atomic_save(model: Any, path: Path) -> None:
     tmp = path.with_name(path.stem + ".tmp.zip")
     model.save(tmp)
@@ -274,7 +268,7 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
     card = _expert_card(args, venv, model, teacher, callback, res, init_card)
     card.update(wall_time_s=round(time.time() - t0, 1), command=command or "",
                 tensorboard=str(args.logdir / f"{run_name}_1"))
-    _atomic_json(out.with_suffix(".json"), card)
+    write_json(out.with_suffix(".json"), card)
     venv.close()
     log(f"saved {out} and {out.with_suffix('.json')} ({card['wall_time_s']:.0f} s)")
     return out

@@ -20,7 +20,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from agent.runtime import cli_exit_code, write_json_atomic
+from agent.runtime import cli_exit_code
+from common.files import write_json
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
         train(args)
     summary = {"lineage": lin.name, "core": lin.core, "seed": lin.seed, "recipe": lin.recipe,
                "data": str(data), "final": str(out / f"r{len(rounds) - 1}" / "best.pt"), "rounds": steps}
-    write_json_atomic(out / "lineage.json", summary)
+    write_json(out / "lineage.json", summary)
     log(f"{lin.name}: {len(rounds)} rounds done; the student: {summary['final']} (lineage.json in {out})")
     return summary
 

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from agent.runtime import sigterm_as_interrupt
+from common.stops import sigterm_as_interrupt
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 TIMEOUT = datetime.timedelta(hours=2)  # long: ranks wait in a barrier while the frames cache of a huge dataset is prepared

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from agent.data.dataset import open_datasets
-from agent.runtime import NO_STRAIGHT_RATIO, write_json_atomic
+from agent.runtime import NO_STRAIGHT_RATIO
+from common.files import write_json
 from agent.training import distributed
 from agent.training.config import (
     TrainArgs,
@@ -133,7 +134,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
             print(describe_blocks(data, splits[0]))
         if world.main:
             out.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(args_path, asdict(a))
+            write_json(args_path, asdict(a))
 
         summaries = []
         for spec in specs:
@@ -146,7 +147,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
             summary = summarize(runs)
             summaries.append(summary)
             if a.folds and world.main:
-                write_json_atomic(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
+                write_json(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
             if world.main:
                 print(one_line(summary, runs, a))
         if (len(specs) > 1 or a.folds) and world.main:
@@ -155,7 +156,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
                 f"Behaviour cloning on `{data_label(a.data)}` (seed {a.seed}, window {a.window}, stride {a.frame_stride}, "
                 f"{a.epochs} epochs{f', {a.folds} folds' if a.folds else ''}); validation metrics at the best epoch.\n\n"
                 + table)
-            write_json_atomic(out / "comparison.json", {"args": asdict(a), "summaries": summaries})
+            write_json(out / "comparison.json", {"args": asdict(a), "summaries": summaries})
             print("\n" + table)
     return {"out": str(out), "summaries": summaries}
 

@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from agent.runtime import (NO_STRAIGHT_RATIO, mse_ratio, raise_if_stopped, show_progress, stops_at_safe_points,
-                           write_json_atomic)
+from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, show_progress
+from common.files import write_json
+from common.stops import raise_if_stopped, stops_at_safe_points
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
 from agent.training.config import TrainArgs, core_options
@@ -490,5 +491,5 @@ class Trainer:
             **({"time_blocks": [list(p) for p in self.data.pieces]} if self.data.pieces is not None else {}),
         }
         if self.world.main:
-            write_json_atomic(self.run_dir / "metrics.json", metrics)
+            write_json(self.run_dir / "metrics.json", metrics)
         return metrics

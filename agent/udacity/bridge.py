@@ -75,7 +75,7 @@ import cv2
 import numpy as np
 import torch
 
-from agent.runtime import sigterm_as_interrupt
+from common.stops import sigterm_as_interrupt
 from policies.policy import WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,7 @@ import numpy as np
 from agent.data.dataset import CARD_NAME, FORMAT, open_dataset, write_episode
 from agent.data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality, jpeg_shape
 from agent.data.out_folder import check_room
-from agent.runtime import StagingFolder, refuse_nonempty, write_json_atomic
+from common.files import StagingFolder, refuse_nonempty, write_json
 
 CSV_NAME = "driving_log.csv"
 IMG_DIR = "IMG"
@@ -451,7 +451,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
         steps = len(rows)
         diffs = np.concatenate([np.diff(times[a:b]) for a, b in sessions])
         dt = round(float(np.median(diffs)), 6) if len(diffs) else period  # seconds per row, as the collector's card
-        write_json_atomic(tmp / CARD_NAME, {
+        write_json(tmp / CARD_NAME, {
             "format": FORMAT,
             "env": "udacity",
             "source": "udacity-recording",
