@@ -12,7 +12,7 @@ each worker writes its episode files, this process writes the card (episodes in 
 the plain loop in this process. ``shard`` = (I, N) records only the I-th of N contiguous parts of the run's
 seeds (``shard_range``) into ``OUT-shard-I-of-N``, e.g. one part per machine, to be merged afterwards.
 
-Robustness: each episode file and the card are written atomically (agent.runtime); Ctrl-C or SIGTERM stops
+Robustness: each episode file and the card are written atomically (common.files); Ctrl-C or SIGTERM stops
 after discarding the unfinished episode(s); a SIGKILL can leave only a hidden ``.tmp`` that is never read and
 is removed by the next run (worker processes notice their collector died and quit). Re-running with the same
 ``out`` appends (episode ids and track seeds continue) if env, action space and expert (by SHA-256) match
