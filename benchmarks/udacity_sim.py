@@ -10,7 +10,7 @@ reset that builds a new track and its texture (per theme, median over the seeds 
     python -m benchmarks.udacity_sim                     # hard world, all themes, 3000 steps x 5 repeats
     python -m benchmarks.udacity_sim --world classic --steps 1000 --repeats 3 --themes jungle
 
-The hard world's targets (issue 21): >= 1,000 steps/s with the center camera, >= 400 with three, a reset
+The hard world's targets: >= 1,000 steps/s with the center camera, >= 400 with three, a reset
 with a new track <= 0.2 s; the last column says whether each row meets its target.
 """
 

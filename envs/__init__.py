@@ -1,1 +1,2 @@
-"""Environments: CarRacing wrappers with privileged state (and later the Udacity-style simulator)."""
+"""Environments, one description each (registry.py): CarRacing with privileged state (carracing.py), the Udacity-style
+simulator and its hard world (udacity/), and a recording replayed in closed loop (replay/)."""

@@ -10,7 +10,7 @@ DISCRETE_ACTIONS = ("noop", "right", "left", "gas", "brake")  # CarRacing's disc
 
 # How a discrete student picks its action from its softmax. argmax: the likeliest. sample: drawn from it -- the
 # discrete CarRacing expert pulses gas and steering within a fraction of a second, and in a state that does not
-# show which pulse comes next argmax takes the commoner one, gas, every time (measured: docs/results.md, issue 23).
+# show which pulse comes next argmax takes the commoner one, gas, every time (measured: docs/results.md).
 # dither: error diffusion, deterministic pulses -- over consecutive steps each action is taken as often as its
 # probability says (gas at 0.6 and brake at 0.4: gas, brake, gas, gas, brake, ...), without sampling's runs of luck.
 DISCRETE_ACTION_RULES = ("argmax", "sample", "dither")

@@ -11,7 +11,7 @@ they are compressed into a candidate list and each goes straight to its rank (th
 it), no branch per score; with AVX2 or plain C they are inserted one by one, the bound rising to the K-th
 best found so far. The right version is picked once, when the library is loaded.
 
-Fused scores and top-K (``scores_topk``, issue 11). With every key visible (no padding; causal or not: query i
+Fused scores and top-K (``scores_topk``). With every key visible (no padding; causal or not: query i
 then sees keys 0..i, a shorter row) the [B, H, T, T] score matrix (16 MB at T=1024) was written by matmul and
 read back by the top-K, which is all the work there is. Instead each thread takes 16 query rows of one head
 at a time, scores them into its own buffer (16 x T floats, in L1/L2) and takes their top K there, so the

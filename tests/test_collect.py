@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -516,3 +517,19 @@ def test_recovery_starts_need_an_env_that_can_place_its_car():
     cfg._check_recovery(cfg.spec)  # the udacity envs can (envs.udacity.env.recovery_start)
     with pytest.raises(CollectError, match="--recovery-starts needs an env that can place its car"):
         cfg._check_recovery(replace(cfg.spec, recovery_start=None))
+
+
+def test_datasets_of_the_older_format_name_open_and_unknown_formats_are_refused(tmp_path):
+    """The card's format string changed its name, not its layout: old datasets still open; a foreign one is named."""
+    import json
+
+    from agent.data.dataset import FORMAT, READABLE_FORMATS, open_dataset
+    from tests.test_replay import _carracing_like
+
+    root = _carracing_like(tmp_path)
+    for name in READABLE_FORMATS:
+        (root / "dataset.json").write_text(json.dumps({"format": name, "env": "udacity"}))
+        assert len(open_dataset(root)) == 1
+    (root / "dataset.json").write_text(json.dumps({"format": "another tool v9"}))
+    with pytest.raises(ValueError, match=re.escape(f"names the format 'another tool v9'; this version reads '{FORMAT}'")):
+        open_dataset(root)

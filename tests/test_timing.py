@@ -1,4 +1,4 @@
-"""Timing conditions in closed loop (issue 22): dropped frames, jitter and latency, on real env steps.
+"""Timing conditions in closed loop: dropped frames, jitter and latency, on real env steps.
 
 A recording controller (it returns a different action at every call and keeps the timestamps it got) drives
 through ``run_episode`` on a wrapped env that logs every action it receives, so the tests see exactly what

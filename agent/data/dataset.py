@@ -62,7 +62,8 @@ from agent.data.frames import JPEG_SUFFIX, OFFSETS_SUFFIX, FrameFile, JpegFrames
 from common.files import atomic_write
 from envs.registry import EnvSpec, get_spec
 
-FORMAT = "agent.demos v1 (see the agent/data/dataset.py docstring)"  # the card's "format": the name this format has always had
+FORMAT = "nac-drive dataset v1 (see the agent/data/dataset.py docstring)"  # the card's "format"
+READABLE_FORMATS = (FORMAT, "agent.demos v1 (see the agent/data/dataset.py docstring)")  # the same layout, older name
 CARD_NAME = "dataset.json"
 EPISODE_DIR = "episodes"
 REQUIRED_ARRAYS = ("frames", "action", "expert_action", "reward", "speed", "privileged", "time")
@@ -310,6 +311,9 @@ def open_dataset(root: str | Path) -> DemoDataset:
         card = json.loads(card_path.read_text()) if card_path.exists() else {}
     except json.JSONDecodeError as e:
         raise ValueError(f"dataset card {str(card_path)!r} is not valid JSON: {e}") from None
+    if card.get("format") is not None and card["format"] not in READABLE_FORMATS:
+        raise ValueError(f"dataset card {str(card_path)!r} names the format {card['format']!r}; this version reads "
+                         f"{FORMAT!r}")
     metas, paths = [], []
     for f in files:
         try:

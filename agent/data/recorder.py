@@ -158,7 +158,7 @@ class EarlyStop:
     flagged in its meta. ``wrong_way`` (collect.py --cut-wrong-way) also ends a DAgger episode once the car has
     pointed against the course for WRONG_WAY_SECONDS, cutting that stretch: the expert never learnt those states
     (it steers at full lock or brakes there, never gasses), and from the camera they look like driving forwards,
-    so their labels contradict the forward ones (issue 23)."""
+    so their labels contradict the forward ones."""
 
     def __init__(self, spec: EnvSpec, enabled: bool = True, wrong_way: bool = False) -> None:
         self.spec, self.enabled = spec, enabled

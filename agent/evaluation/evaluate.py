@@ -106,7 +106,7 @@ class EvalArgs:
     renderer: str | None = None  # who draws the frames (the env's renderers; default: its first, the reference)
     workers: int | None = None  # processes driving episodes; validate() resolves None (agent.workers.default_workers)
     data: list[str] = field(default_factory=list)  # recorded data to score the checkpoints on offline, instead of driving
-    # timing conditions (agent.evaluation.timing; issue 22): all off = regular timing
+    # timing conditions (agent.evaluation.timing): all off = regular timing
     drop_prob: float = 0.0  # probability that the policy gets no new frame at a step (its last action is held)
     jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
     latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)

@@ -11,7 +11,7 @@ session shows predicted and recorded steering over time (the plot users look at 
 A discrete student (CarRacing's five actions) is scored on the recorded action ids instead: how often its likeliest
 action is the recorded one (beside always taking the commonest), the negative log-likelihood of the recorded action,
 and the mean probability it puts on each action at the temperature it samples at -- e.g. how ready it is to brake,
-which decides how fast it drives in closed loop (docs/results.md, issue 23)."""
+which decides how fast it drives in closed loop (docs/results.md)."""
 from __future__ import annotations
 
 from pathlib import Path

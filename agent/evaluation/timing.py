@@ -1,4 +1,4 @@
-"""Timing conditions in closed loop (issue 22): dropped frames, irregular control steps, actuation latency.
+"""Timing conditions in closed loop: dropped frames, irregular control steps, actuation latency.
 
 ``TimingConditions`` (the options of evaluate.py: ``--drop-prob``, ``--jitter``, ``--latency-steps``) makes one
 ``EpisodeTiming`` per episode, which ``agent.evaluation.episode.run_episode`` asks two things at every env step:

@@ -95,8 +95,8 @@ def device_for(requested: str, world: World) -> torch.device:
 
 def data_parallel(module: torch.nn.Module, device: torch.device) -> DistributedDataParallel:
     """DDP over ``module``, its buffers not re-broadcast before every forward (every rank already holds the same:
-    seeded wiring, fixed statistics). The switch is ``forward_sync_buffers`` from torch 2.13, ``broadcast_buffers``
-    before (now deprecated); the project supports both (pyproject: torch>=2.3)."""
+    seeded wiring, fixed statistics). The switch is ``forward_sync_buffers`` in torch 2.13 and later, ``broadcast_buffers``
+    in earlier versions; the project supports both (pyproject: torch>=2.3)."""
     renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
     switch = {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
     return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None, **switch)
