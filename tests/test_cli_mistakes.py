@@ -5,7 +5,7 @@ import evaluate
 import train
 from tests.helpers import constant_policy_checkpoint
 from tests.test_out_folders import TINY
-from tests.test_udacity_format import _sim_recording
+from tests.test_recordings import _sim_recording
 
 
 def _err_line(capsys):

@@ -7,7 +7,7 @@ import train
 from agent.data.dataset import open_dataset
 from agent.udacity import recordings as uf
 from tests.test_out_folders import TINY
-from tests.test_udacity_format import _sim_recording
+from tests.test_recordings import _sim_recording
 
 OFFSETS = tuple(round(0.1 * k, 1) for k in range(20))
 
