@@ -91,6 +91,7 @@ def _video_frame(controller: Any, spec: EnvSpec, frame: np.ndarray, visuals: tup
                        policy_steer=steer_of(action, action_space),
                        expert_steer=None if controller.is_expert else steer_of(shadow, action_space),
                        steer_limit=spec.steer_limit[action_space], title=f"{controller.name}  seed {seed}",
+                       expert_label="to path" if spec.builtin_expert is not None else "expert",
                        lateral_error=spec.lateral_error(info) if spec.lateral_error else None,
                        interventions=rec.interventions if spec.recover is not None else None)
     return vid.compose_frame(frame, hud, *visuals)

@@ -90,7 +90,7 @@ def _steer_bar(img: np.ndarray, y: int, label: str, value: float, limit: float,
 
 
 def draw_hud(width: int, *, step: int, speed: float, ret: float, completion: float,
-             policy_steer: float, expert_steer: float | None, steer_limit: float,
+             policy_steer: float, expert_steer: float | None, steer_limit: float, expert_label: str = "expert",
              title: str = "", lateral_error: float | None = None, interventions: int | None = None) -> np.ndarray:
     """The HUD strip: step / speed / return / progress (the env spec's: tiles, laps), the lane-keeping envs'
     cross-track error and interventions, then the policy's and the expert's steering bars."""
@@ -103,7 +103,7 @@ def draw_hud(width: int, *, step: int, speed: float, ret: float, completion: flo
         _text(img, title + extra, (8, 38), scale=0.4, color=GREY)
     _steer_bar(img, 48, "policy", policy_steer, steer_limit, POLICY_COLOR)
     if expert_steer is not None:
-        _steer_bar(img, 72, "expert", expert_steer, steer_limit, EXPERT_COLOR)
+        _steer_bar(img, 72, expert_label, expert_steer, steer_limit, EXPERT_COLOR)
     return img
 
 
