@@ -41,8 +41,8 @@ def bench(folder: str, steps: int, repeats: int) -> tuple[float, float]:
         pose, t0 = PathPose(), time.perf_counter()
         for k in range(n):
             pose = env.vehicle.step(pose, steer[k] + weave[k], steer[k], speed[k], dt[k])
-            if abs(pose.offset) > 1.0:
-                pose = PathPose()
+            if pose.off_path(env.max_offset, env.max_yaw):
+                pose = pose.back_on_path()
             env.reprojector.warp(frames[k], pose.offset, pose.yaw)
         warp_rates.append(n / (time.perf_counter() - t0))
         env.reset(seed=0)

@@ -116,7 +116,7 @@ class ReplayEnv(gym.Env):
     def recenter(self) -> tuple[np.ndarray, dict[str, Any]]:
         """An intervention: the car is put back on the recorded path, aligned with it."""
         self._interventions.append(self._k)
-        self._pose = PathPose(wheel=self._pose.wheel_rec, wheel_rec=self._pose.wheel_rec)
+        self._pose = self._pose.back_on_path()
         return self._observe(), self._info()
 
     def render(self) -> np.ndarray | None:
@@ -134,7 +134,7 @@ class ReplayEnv(gym.Env):
             "speed": float(self._speed[k]), "cte": float(p.offset), "heading_error": float(p.yaw),
             "recorded_steer": float(self._steer[k]), "time": float(self._time[k]),
             "progress": (k + 1) / self._limit if final else k / self._limit, "distance": self._distance,
-            "lane_departure": abs(p.offset) > self.max_offset or abs(p.yaw) > self.max_yaw,
+            "lane_departure": p.off_path(self.max_offset, self.max_yaw),
         }
         if final:
             info["elapsed_s"] = float(np.sum(self._dt[:self._limit]))

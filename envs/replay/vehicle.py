@@ -33,6 +33,14 @@ class PathPose:
     wheel: float = 0.0  # the car's wheel angle, rad
     wheel_rec: float = 0.0  # the recording's wheel angle, rad
 
+    def off_path(self, max_offset: float, max_yaw: float) -> bool:
+        """Far enough off the recorded path for an intervention."""
+        return abs(self.offset) > max_offset or abs(self.yaw) > max_yaw
+
+    def back_on_path(self) -> "PathPose":
+        """After an intervention: on the path, aligned with it, the wheel where the recording's is."""
+        return PathPose(wheel=self.wheel_rec, wheel_rec=self.wheel_rec)
+
 
 class PathVehicle:
     """Integrates a ``PathPose`` (see the module docstring)."""
@@ -69,8 +77,8 @@ def count_interventions(vehicle: PathVehicle, steer: np.ndarray, steer_rec: np.n
     pose, n = PathPose(), 0
     for a, r, v, h in zip(steer, steer_rec, speed, dt):
         pose = vehicle.step(pose, float(a), float(r), float(v), float(h))
-        if abs(pose.offset) > max_offset or abs(pose.yaw) > max_yaw:
-            pose, n = PathPose(), n + 1
+        if pose.off_path(max_offset, max_yaw):
+            pose, n = pose.back_on_path(), n + 1
     return n
 
 
