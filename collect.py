@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from agent.data.config import DEFAULT_EPISODES, DEFAULT_SEED, CollectConfig, CollectError, parse_shard
-from common.files import check_writable
 from agent.workers import MAX_WORKERS
+from common.files import check_writable
 from envs.registry import ENV_NAMES, get_spec
 from policies.actions import DISCRETE_ACTION_RULES
 

@@ -6,8 +6,8 @@ import pytest
 
 from agent.data.dataset import open_dataset, temp_files, write_episode
 from agent.data.frames import JpegFrames, encode_jpeg
-from common.files import write_json
 from agent.training.windows import WindowDataset, kfold_episodes, split_episodes
+from common.files import write_json
 
 
 def _episode(T=12, discrete=False, seed=0):

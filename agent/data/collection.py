@@ -43,9 +43,9 @@ from agent.data.recorder import (
     record_episode,
     recovery_start,
 )
+from agent.workers import default_workers, warm_up
 from common.files import write_json
 from common.stops import sigterm_as_interrupt
-from agent.workers import default_workers, warm_up
 from envs.registry import EnvSpec, get_spec
 
 

@@ -65,9 +65,9 @@ from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
 from agent.runtime import show_progress
+from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from common.files import atomic_write_text, write_json
 from common.stops import stop_handled
-from agent.workers import EpisodePool, check_workers, default_workers, warm_up
 from envs.registry import REPLAY_PREFIX, SeedRanges, get_spec
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
                               spared_ids)
@@ -217,10 +217,7 @@ class EvalArgs:
         if spec.parts is None:
             self.episodes = 5 if self.episodes is None else self.episodes
             return
-        try:
-            parts = spec.parts(self.replay_span)
-        except ValueError as e:
-            raise ValueError(str(e)) from None
+        parts = spec.parts(self.replay_span)
         if parts == 0:
             from envs.replay.spec import MIN_PART_FRAMES
 

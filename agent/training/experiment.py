@@ -13,7 +13,6 @@ import torch
 
 from agent.data.dataset import open_datasets
 from agent.runtime import NO_STRAIGHT_RATIO
-from common.files import write_json
 from agent.training import distributed
 from agent.training.config import (
     TrainArgs,
@@ -27,6 +26,7 @@ from agent.training.data import load_data, resolve_head, use_recording
 from agent.training.distributed import barrier, device_for
 from agent.training.loop import train_run
 from agent.training.windows import describe_blocks, make_splits, validation_candidates
+from common.files import write_json
 
 SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse", "val_steer_vs_straight",
                 "attn_entropy", "attn_entropy_norm", "attn_max_weight")  # attn_*: log_nac_internals

@@ -26,8 +26,6 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, show_progress
-from common.files import write_json
-from common.stops import raise_if_stopped, stops_at_safe_points
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
 from agent.training.config import TrainArgs, core_options
@@ -36,6 +34,8 @@ from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
 from agent.training.windows import batch_plan, gather_segments
+from common.files import write_json
+from common.stops import raise_if_stopped, stops_at_safe_points
 from policies.actions import check_temperature
 from policies.policy import (
     DrivingPolicy,
