@@ -72,9 +72,7 @@ class RecoveryViews:
         self.geometry = geometry
         self.fraction, self.max_offset, self.max_yaw = float(fraction), float(max_offset_m), math.radians(max_yaw_deg)
         self.reprojector = Reprojector(geometry)
-        self.controller = PathController(PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg,
-                                                     geometry.steer_tau_s, geometry.distance_scale),
-                                         lookahead_s=return_s)
+        self.controller = PathController(PathVehicle.of(geometry), lookahead_s=return_s)
         top, bottom = crop if crop is not None else (0, geometry.height)
         h, w = int(image_size[0]), int(image_size[1])
         self.size = (w, h)

@@ -56,8 +56,7 @@ class ReplayEnv(gym.Env):
         self.max_steps = max_episode_steps
         self.render_mode = render_mode
         self.reprojector = Reprojector(geometry)
-        self.vehicle = PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s,
-                                   geometry.distance_scale)
+        self.vehicle = PathVehicle.of(geometry)
         h, w = geometry.height, geometry.width
         self.observation_space = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -151,8 +150,7 @@ class PathExpert:
     def __init__(self, spec: Any, geometry: CameraGeometry) -> None:
         self.spec, self.action_space, self.path = spec, "continuous", None
         self.card = {"driver": "pure pursuit onto the recorded path plus the recorded steering (envs.replay)"}
-        self.controller = PathController(PathVehicle(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s,
-                                                     geometry.distance_scale))
+        self.controller = PathController(PathVehicle.of(geometry))
 
     def act(self, privileged: np.ndarray) -> np.ndarray:
         offset, yaw, steer_rec, speed = (float(x) for x in np.asarray(privileged).reshape(-1)[:4])

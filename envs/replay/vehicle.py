@@ -16,6 +16,7 @@ recorded speed where the recorded frames show the car moving less per step than 
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,11 @@ class PathVehicle:
         self.max_steer = math.radians(max_steer_deg)
         self.tau = float(steer_tau_s)
         self.distance_scale = float(distance_scale)  # metres driven per metre of recorded speed x dt
+
+    @classmethod
+    def of(cls, geometry: Any) -> "PathVehicle":
+        """The car of a recording's geometry (envs.replay.camera.CameraGeometry)."""
+        return cls(geometry.wheelbase_m, geometry.max_steer_deg, geometry.steer_tau_s, geometry.distance_scale)
 
     def wheel_angle(self, steer: float) -> float:
         return max(-1.0, min(1.0, float(steer))) * self.max_steer
