@@ -182,6 +182,13 @@ def get_spec(name: str) -> EnvSpec:
     return importlib.import_module(_MODULES[name]).SPEC
 
 
+def camera_envs(frame_shape: Any) -> tuple[str, ...]:
+    """Gym ids of the first-person envs whose camera frames have ``frame_shape``: their students can steer such frames
+    (a real recording's, or a replay's)."""
+    specs = (get_spec(name) for name in ENV_NAMES)
+    return tuple(s.gym_id for s in specs if s.first_person and tuple(s.frame_shape) == tuple(frame_shape))
+
+
 def spec_for_gym_id(gym_id: str) -> EnvSpec:
     """The spec whose gymnasium id is `gym_id` (a checkpoint's PolicyConfig.env)."""
     for name in ENV_NAMES:

@@ -128,13 +128,11 @@ def camera_students(data: Any) -> tuple[str, ...]:
     """Gym ids of the envs whose students can steer a real recording's frames: every first-person env whose camera
     frames have the recording's shape (a recording imports as `udacity`, but a udacity-hard student reads it too)."""
     from agent.data.dataset import is_recording
-    from envs.registry import ENV_NAMES, get_spec
+    from envs.registry import camera_envs
 
     if not any(is_recording(m) for m in data.episodes):
         return ()
-    shape = tuple(data.card.get("frame_shape") or ())
-    specs = [get_spec(n) for n in ENV_NAMES]
-    return tuple(s.gym_id for s in specs if s.first_person and tuple(s.frame_shape) == shape)
+    return camera_envs(data.card.get("frame_shape") or ())
 
 
 def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, progress: bool = False,

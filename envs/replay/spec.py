@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from envs.registry import REPLAY_PREFIX as PREFIX
-from envs.registry import EnvSpec, SeedRanges, get_spec
+from envs.registry import EnvSpec, SeedRanges, camera_envs, get_spec
 from envs.replay.camera import CameraGeometry
 from envs.replay.env import FEATURE_NAMES, PathExpert, ReplayEnv, ReplayPart
 
@@ -87,7 +87,7 @@ def replay_spec(folder: str) -> EnvSpec:
     if frame_shape[:2] != (geometry.height, geometry.width):
         raise ValueError(f"{folder!r}: frames are {frame_shape[0]}x{frame_shape[1]}; the replay's camera models are "
                          f"{geometry.height}x{geometry.width} (first-person Udacity frames)")
-    feeds = tuple(s.gym_id for s in (get_spec(n) for n in ("udacity", "udacity-hard")) if s.frame_shape == frame_shape)
+    feeds = camera_envs(frame_shape)
     recipe = get_spec("udacity-hard" if geometry is SIM_V1 else "udacity")  # a student's crop, size and colours
     longest = max((int(m["length"]) for m in ds.episodes), default=1)
     dt = float(ds.card.get("dt") or 0.1)
