@@ -26,14 +26,17 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
-import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import run_main, timed_steps
+from common.cli import CliParser, option, parse
+
+PROG = "python -m benchmarks.carracing_render"
 
 MODES = {
     "pygame (gymnasium)": {"renderer": "pygame"},
@@ -84,25 +87,24 @@ def _fidelity(seed: int, steps: int, noise: float) -> tuple[np.ndarray, int]:
     return np.asarray(diffs), mismatches
 
 
+@dataclass
+class Args:
+    steps: int = option(1000, "timed env steps per run", group="runtime")
+    repeats: int = option(5, "runs per figure; the median is reported", group="runtime")
+    seed: int = option(0, "first track seed; run k uses seed + k", group="evaluation conditions")
+    fidelity_episodes: int = option(3, "episodes compared frame by frame, track seeds seed+1000.. (0 skips)",
+                                    group="evaluation conditions")
+    fidelity_steps: int = option(1000, "steps per compared episode", group="evaluation conditions")
+    noise: float = option(0.15, "std of the seeded noise added to the teacher's actions when comparing",
+                          group="evaluation conditions")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.carracing_render",
-        description="CarRacing-v3 steps/s with gymnasium's pygame renderer, the fast renderer and physics-only "
-                    "(one thread), then the fast frames' difference from gymnasium's over whole episodes.",
-    )
-    parser.add_argument("--steps", type=int, default=1000, help="timed env steps per run (default 1000)")
-    parser.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported (default 5)")
-    parser.add_argument("--seed", type=int, default=0, help="first track seed; run k uses seed + k (default 0)")
-    parser.add_argument("--fidelity-episodes", type=int, default=3,
-                        help="episodes compared frame by frame, track seeds seed+1000.. (default 3; 0 skips)")
-    parser.add_argument("--fidelity-steps", type=int, default=1000, help="steps per compared episode (default 1000)")
-    parser.add_argument("--noise", type=float, default=0.15,
-                        help="std of the seeded noise added to the teacher's actions when comparing (default 0.15)")
-    args = parser.parse_args(argv)
+    args = parse(Args, argv, prog=PROG, doc=__doc__)
     if args.steps <= 0 or args.repeats <= 0 or args.seed < 0:
-        parser.error("--steps and --repeats must be positive and --seed non-negative")
+        CliParser(prog=PROG).error("--steps and --repeats must be positive and --seed non-negative")
     if args.fidelity_episodes < 0 or args.fidelity_steps <= 0 or args.noise < 0:
-        parser.error("--fidelity-episodes and --noise must be non-negative and --fidelity-steps positive")
+        CliParser(prog=PROG).error("--fidelity-episodes and --noise must be non-negative and --fidelity-steps positive")
     cv2.setNumThreads(1)
 
     print(f"one thread, median of {args.repeats} runs x {args.steps} steps "

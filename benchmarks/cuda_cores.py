@@ -11,15 +11,18 @@ Forward runs under `torch.no_grad`; forward+backward takes the loss as the mean 
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn as nn
 
 from benchmarks import run_main
+from common.cli import CliParser, option, parse
+
+PROG = "python -m benchmarks.cuda_cores"
 
 
 def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
@@ -46,26 +49,38 @@ def cores(features: int, heads: int, topk: int) -> dict[str, Callable[[torch.Ten
     return {"nac": nac, "mha": lambda x: mha(x, x, x, need_weights=False)[0], "lstm": lambda x: lstm(x)[0]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seq-len", type=int, default=1024, help="sequence length T (default 1024)")
-    parser.add_argument("--batches", default="1,64", help="comma-separated batch sizes (default 1,64)")
-    parser.add_argument("--repeats", type=int, default=20, help="timed passes per figure (default 20)")
-    parser.add_argument("--topk", type=int, default=8, help="NAC's top-K (default 8)")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        parser.error("no CUDA GPU is visible to torch; the CPU figures are `python -m benchmarks.nac_runtime`")
+def _batch_sizes(text: str) -> tuple[int, ...]:
+    """'1,64' -> (1, 64): the batch sizes timed, each at least 1."""
     try:
-        batches = [int(b) for b in args.batches.split(",")]
+        sizes = tuple(int(b) for b in text.split(","))
     except ValueError:
-        parser.error(f"--batches takes comma-separated integers, not {args.batches!r}")
-    if args.seq_len < 1 or args.repeats < 1 or min(batches) < 1:
-        parser.error("--seq-len, --repeats and every batch size must be at least 1")
+        raise ValueError(f"--batches takes comma-separated integers, not {text!r}") from None
+    if min(sizes) < 1:
+        raise ValueError(f"every batch size must be at least 1, got {text!r}")
+    return sizes
+
+
+@dataclass
+class Args:
+    seq_len: int = option(1024, "sequence length T", group="model")
+    batches: tuple[int, ...] = option((1, 64), "comma-separated batch sizes (default: 1,64)", group="model",
+                                      metavar="B,B", parse=_batch_sizes)
+    repeats: int = option(20, "timed passes per figure", group="runtime")
+    topk: int = option(8, "NAC's top-K", group="model")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(Args, argv, prog=PROG, doc=__doc__)
+    if not torch.cuda.is_available():
+        CliParser(prog=PROG).error("no CUDA GPU is visible to torch; the CPU figures are "
+                                   "`python -m benchmarks.nac_runtime`")
+    if args.seq_len < 1 or args.repeats < 1:
+        CliParser(prog=PROG).error("--seq-len and --repeats must be at least 1")
     calls = cores(64, 4, args.topk)
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, T={args.seq_len}, "
           f"median of {args.repeats} passes (ms)\n")
     print("| batch | core | forward | forward+backward |\n| --- | --- | --- | --- |")
-    for batch in batches:
+    for batch in args.batches:
         x = torch.randn(batch, args.seq_len, 64, device="cuda")
         for name, call in calls.items():
             with torch.no_grad():

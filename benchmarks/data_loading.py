@@ -18,7 +18,6 @@ episodes; `run --mode lazy` adds their 13.8 GB prepared cache in DATA/.cache).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import signal
@@ -27,9 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks import parse_command
+from common.cli import CliParser, option
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 96
@@ -138,63 +141,100 @@ def data_path_ms(data: Path, mode: str, batches: int = 300) -> float:
     return (time.perf_counter() - t0) / len(plan) * 1000
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.data_loading", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("make", help="write a synthetic dataset")
-    m.add_argument("--frames", type=int, default=500_000)
-    m.add_argument("--out", type=Path, required=True)
-    r = sub.add_parser("run", help="one train.py run: peak memory and samples/s")
-    r.add_argument("--data", type=Path, required=True)
-    r.add_argument("--mode", choices=("memory", "lazy", "auto"), default="lazy")
-    r.add_argument("--seconds", type=float, default=None, help="stop it with Ctrl-C after this long (default: let it finish)")
-    r.add_argument("--epochs", type=int, default=1)
-    r.add_argument("train_args", nargs=argparse.REMAINDER, help="more train.py flags after --, e.g. -- --val-fraction 0.05")
-    c = sub.add_parser("compare", help="memory vs lazy on one dataset that fits in memory, modes taking turns")
-    c.add_argument("--frames", type=int, default=20_000)
-    c.add_argument("--repeats", type=int, default=3)
-    c.add_argument("--epochs", type=int, default=1)
-    c.add_argument("--gather-only", action="store_true", help="only the batch-building times (no train.py runs)")
-    args = p.parse_args(argv)
-    if args.command == "make":
-        t0 = time.perf_counter()
-        make_dataset(args.out, args.frames)
-        size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
-        print(f"wrote {args.frames} frames to {args.out} ({size / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f} s")
-    elif args.command == "run":
-        with tempfile.TemporaryDirectory(prefix="bench_run_") as tmp:
-            extra = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-            print(json.dumps(train(args.data, args.mode, Path(tmp) / "run", args.epochs, args.seconds, extra)))
-    else:
-        tmp = Path(tempfile.mkdtemp(prefix="bench_loading_"))
-        try:
-            data = make_dataset(tmp / "data", args.frames)
-            if args.gather_only:
-                for mode in ("memory", "lazy", "memory", "lazy"):
-                    print(f"{mode}: {data_path_ms(data, mode):.2f} ms per batch", flush=True)
-                return 0
-            rows = []
-            for k in range(args.repeats):
-                for mode in ("memory", "lazy"):  # taking turns: a busy machine slows both alike
-                    row = train(data, mode, tmp / f"run_{mode}_{k}", args.epochs)
-                    print(json.dumps(row), flush=True)
-                    rows.append(row)
-            med = {mode: {key: statistics.median(r[key] for r in rows if r["mode"] == mode)
-                          for key in ("samples_per_sec", "peak_rss_mb", "peak_hwm_mb")} for mode in ("memory", "lazy")}
-            same = len({round(r["val_loss"], 12) for r in rows}) == 1
-            print(f"\n{args.frames} frames, {args.repeats} repeats, medians:")
-            for mode in ("memory", "lazy"):
-                print(f"  {mode:6s}  {med[mode]['samples_per_sec']:7.0f} samples/s   peak RSS {med[mode]['peak_hwm_mb']:6.0f} MB")
-            print(f"  lazy / memory samples/s: {med['lazy']['samples_per_sec'] / med['memory']['samples_per_sec']:.3f}; "
-                  f"identical validation loss in every run: {same}")
-            gathers = {mode: statistics.median(data_path_ms(data, mode) for _ in range(args.repeats))
-                       for mode in ("memory", "lazy")}
-            step_ms = 1000 * 64 / med["memory"]["samples_per_sec"]
-            print(f"  building a batch alone (64 windows): memory {gathers['memory']:.2f} ms, lazy {gathers['lazy']:.2f} ms "
-                  f"(a training step here: {step_ms:.0f} ms)")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+PROG = "python -m benchmarks.data_loading"
+
+
+@dataclass
+class MakeArgs:
+    frames: int = option(500_000, "frames of the synthetic dataset", group="data")
+    out: Path | None = option(None, "the dataset folder to write (new or empty; required)", group="output")
+
+
+@dataclass
+class RunArgs:
+    data: Path | None = option(None, "the dataset folder (required)", group="input")
+    mode: str = option("lazy", "train.py --data-loading", group="data", choices=("memory", "lazy", "auto"))
+    seconds: float | None = option(None, "stop it with Ctrl-C after this long (default: let it finish)",
+                                   group="runtime")
+    epochs: int = option(1, "train.py --epochs", group="optimisation")
+    train_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CompareArgs:
+    frames: int = option(20_000, "frames of the temporary synthetic dataset", group="data")
+    repeats: int = option(3, "train.py runs per mode", group="runtime")
+    epochs: int = option(1, "train.py --epochs", group="optimisation")
+    gather_only: bool = option(False, "only the batch-building times (no train.py runs)", group="runtime")
+
+
+COMMANDS = {"make": (MakeArgs, "write a synthetic dataset"),
+            "run": (RunArgs, "one train.py run: peak memory and samples/s (more train.py flags after --, "
+                             "e.g. -- --val-fraction 0.05)"),
+            "compare": (CompareArgs, "memory vs lazy on one dataset that fits in memory, modes taking turns")}
+
+
+def _required(value: object, flag: str, command: str) -> None:
+    if value is None:
+        CliParser(prog=f"{PROG} {command}").error(f"the following arguments are required: {flag}")
+
+
+def _make(args: MakeArgs) -> int:
+    _required(args.out, "--out", "make")
+    t0 = time.perf_counter()
+    make_dataset(args.out, args.frames)
+    size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
+    print(f"wrote {args.frames} frames to {args.out} ({size / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def _run(args: RunArgs) -> int:
+    _required(args.data, "--data", "run")
+    with tempfile.TemporaryDirectory(prefix="bench_run_") as tmp:
+        print(json.dumps(train(args.data, args.mode, Path(tmp) / "run", args.epochs, args.seconds, args.train_args)))
+    return 0
+
+
+def _compare(args: CompareArgs) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="bench_loading_"))
+    try:
+        data = make_dataset(tmp / "data", args.frames)
+        if args.gather_only:
+            for mode in ("memory", "lazy", "memory", "lazy"):
+                print(f"{mode}: {data_path_ms(data, mode):.2f} ms per batch", flush=True)
+            return 0
+        rows = []
+        for k in range(args.repeats):
+            for mode in ("memory", "lazy"):  # taking turns: a busy machine slows both alike
+                row = train(data, mode, tmp / f"run_{mode}_{k}", args.epochs)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+        med = {mode: {key: statistics.median(r[key] for r in rows if r["mode"] == mode)
+                      for key in ("samples_per_sec", "peak_rss_mb", "peak_hwm_mb")} for mode in ("memory", "lazy")}
+        same = len({round(r["val_loss"], 12) for r in rows}) == 1
+        print(f"\n{args.frames} frames, {args.repeats} repeats, medians:")
+        for mode in ("memory", "lazy"):
+            print(f"  {mode:6s}  {med[mode]['samples_per_sec']:7.0f} samples/s   peak RSS {med[mode]['peak_hwm_mb']:6.0f} MB")
+        print(f"  lazy / memory samples/s: {med['lazy']['samples_per_sec'] / med['memory']['samples_per_sec']:.3f}; "
+              f"identical validation loss in every run: {same}")
+        gathers = {mode: statistics.median(data_path_ms(data, mode) for _ in range(args.repeats))
+                   for mode in ("memory", "lazy")}
+        step_ms = 1000 * 64 / med["memory"]["samples_per_sec"]
+        print(f"  building a batch alone (64 windows): memory {gathers['memory']:.2f} ms, lazy {gathers['lazy']:.2f} ms "
+              f"(a training step here: {step_ms:.0f} ms)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The train.py flags after ``--`` are set aside first: they are train.py's, not this tool's."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parse_command(COMMANDS, argv[:cut], PROG, __doc__)
+    if isinstance(args, RunArgs):
+        return _run(replace(args, train_args=argv[cut + 1:]))
+    return _make(args) if isinstance(args, MakeArgs) else _compare(args)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ controller that labels recovery views has, at 10 m/s (a 10 m lookahead), -0.13 p
 """
 from __future__ import annotations
 
-import argparse
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from benchmarks import run_main
+from common.cli import CliParser, option, parse
+
+PROG = "python -m benchmarks.feedback_gains"
 
 
 def gains(policy, dataset, geometry, span: tuple[float, float], frames: int) -> tuple[float, float]:
@@ -46,21 +49,40 @@ def gains(policy, dataset, geometry, span: tuple[float, float], frames: int) -> 
     return float(np.mean(per_m)), float(np.mean(per_rad))
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.feedback_gains", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="a recording (driving_log.csv + IMG/) or a udacity dataset")
-    p.add_argument("--checkpoint", nargs="+", required=True)
-    p.add_argument("--span", default="0.8:1", help="part of every session probed (default 0.8:1, the held-out part)")
-    p.add_argument("--frames", type=int, default=300, help="frames probed per session at most (default 300)")
-    p.add_argument("--work", default="eval/feedback", help="where a raw recording is imported")
-    a = p.parse_args()
+def _span(text: str) -> tuple[float, float]:
+    """'A:B' -> (A, B), read as evaluate.py reads --replay-span."""
+    from envs.replay.spec import parse_span
+
+    try:
+        return parse_span(text)
+    except ValueError:
+        raise ValueError(f"takes A:B, fractions 0 <= A < B <= 1 of every session, got {text!r}") from None
+
+
+@dataclass
+class Args:
+    data: str | None = option(None, "a recording (driving_log.csv + IMG/) or a udacity dataset (required)",
+                              group="input")
+    checkpoint: list[str] = option(default_factory=list, help="the students probed (required)", group="model")
+    span: tuple[float, float] = option((0.8, 1.0), "part A:B of every session probed (default: 0.8:1, the "
+                                       "held-out part)", group="evaluation conditions", metavar="A:B",
+                                       parse=_span)
+    frames: int = option(300, "frames probed per session at most", group="evaluation conditions")
+    work: str = option("eval/feedback", "where a raw recording is imported", group="output")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(Args, argv, prog=PROG, doc=__doc__)
+    for flag, value in (("--data", a.data), ("--checkpoint", a.checkpoint)):
+        if not value:
+            CliParser(prog=PROG).error(f"the following arguments are required: {flag}")
     from pathlib import Path
 
     import torch
 
     from agent.data.dataset import open_dataset
     from agent.udacity.recordings import import_recordings
-    from envs.replay.spec import geometry_of, parse_span
+    from envs.replay.spec import geometry_of
     from policies.policy import load_checkpoint
 
     torch.set_num_threads(1)
@@ -70,7 +92,7 @@ def main() -> int:
     print("| checkpoint | steer per m of offset (+ = right of the path) | steer per rad of heading (+ = pointing right) |")
     print("|---|---|---|")
     for path in a.checkpoint:
-        g_m, g_rad = gains(load_checkpoint(path).eval(), ds, geometry, parse_span(a.span), a.frames)
+        g_m, g_rad = gains(load_checkpoint(path).eval(), ds, geometry, a.span, a.frames)
         print(f"| {path} | {g_m:+.3f} | {g_rad:+.3f} ({g_rad * math.radians(1):+.4f} per degree) |", flush=True)
     return 0
 

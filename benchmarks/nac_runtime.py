@@ -35,7 +35,6 @@ the "runs" column says how many passes the median is over.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -43,82 +42,56 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
 import torch.nn as nn
 from tqdm import tqdm
 
+from common.cli import CliParser, option, parse
+
 NAC_MODELS = ("nac-exact", "nac-euler", "nac-steady", "nac-pw")
 BASELINES = ("mha", "lstm", "gru", "cfc", "ltc")
 ALL_MODELS = NAC_MODELS + BASELINES
 SWEEP_MODELS = ("nac", "mha")  # "nac" = exact mode, auto selection
+PROG = "python -m benchmarks.nac_runtime"
 PROBE_STEPS = 64  # shortest prefix used to estimate a pass before running it (T/8 when longer)
 
 
 @dataclass
 class Args:
-    """Command-line arguments (see --help)."""
-
-    seq_len: int = 1024
-    features: int = 64
-    heads: int = 4
-    batch: int = 1
-    topk: int = 8
-    repeats: int = 10
-    warmup: int = 2
-    models: str = ",".join(ALL_MODELS)
-    sweep: str = "256,1024,4096,16384"
-    sweep_models: str = ",".join(SWEEP_MODELS)
-    budget: float = 20.0
-    threads: int = 2
-    clock: str = "wall"
-    memory: bool = True
-    quick: bool = False
-    vs_mha: bool = False
-    vs_mha_threads: str = "1,2"
-    seed: int = 0
-    out: str = ""
-
-
-HELP = {
-    "seq_len": "sequence length T of table 1",
-    "features": "input features = model width (d_model, LSTM/GRU/CfC/LTC units)",
-    "heads": "attention heads (NAC, MHA)",
-    "batch": "batch size",
-    "topk": "NAC top-K (the NAC-PW row always uses topk = T)",
-    "repeats": "timed passes per measurement (median reported)",
-    "warmup": "untimed passes before timing",
-    "models": f"comma list for table 1, from {', '.join(ALL_MODELS)}; empty to skip the table",
-    "sweep": "comma list of sequence lengths for table 2; empty to skip the sweep",
-    "sweep_models": f"comma list for table 2, from {', '.join(SWEEP_MODELS + ALL_MODELS)}",
-    "budget": "seconds allowed per measurement; longer ones are skipped, slow ones get fewer repeats",
-    "threads": "torch CPU threads",
-    "clock": "wall = elapsed time; cpu = the process's CPU time (with --threads 1 it equals elapsed time on an "
-             "idle machine and is far less disturbed by other jobs on a loaded one)",
-    "memory": "measure peak memory in spawned processes (--no-memory to skip)",
-    "quick": "3 repeats, 1 warm-up, sweep 256..4096, 10 s budget",
-    "vs_mha": "print only NAC exact vs nn.MultiheadAttention at --seq-len (forward, forward+backward, ratios), "
-              "the two measured alternately, for each of --vs-mha-threads",
-    "vs_mha_threads": "comma list of torch thread counts for --vs-mha",
-    "seed": "seed for inputs and weights",
-    "out": "also write all results as JSON to this path (atomically)",
-}
+    seq_len: int = option(1024, "sequence length T of table 1", group="model")
+    features: int = option(64, "input features = model width (d_model, LSTM/GRU/CfC/LTC units)", group="model")
+    heads: int = option(4, "attention heads (NAC, MHA)", group="model")
+    batch: int = option(1, "batch size", group="model")
+    topk: int = option(8, "NAC top-K (the NAC-PW row always uses topk = T)", group="model")
+    repeats: int = option(10, "timed passes per measurement (median reported)", group="runtime")
+    warmup: int = option(2, "untimed passes before timing", group="runtime")
+    models: str = option(",".join(ALL_MODELS), f"comma list for table 1, from {', '.join(ALL_MODELS)}; empty to "
+                         "skip the table", group="model")
+    sweep: str = option("256,1024,4096,16384", "comma list of sequence lengths for table 2; empty to skip the sweep",
+                        group="model")
+    sweep_models: str = option(",".join(SWEEP_MODELS), "comma list for table 2, from "
+                               f"{', '.join(SWEEP_MODELS + ALL_MODELS)}", group="model")
+    budget: float = option(20.0, "seconds allowed per measurement; longer ones are skipped, slow ones get fewer "
+                           "repeats", group="runtime")
+    threads: int = option(2, "torch CPU threads", group="runtime")
+    clock: str = option("wall", "wall = elapsed time; cpu = the process's CPU time (with --threads 1 it equals "
+                        "elapsed time on an idle machine and is far less disturbed by other jobs on a loaded one)",
+                        group="runtime", choices=("wall", "cpu"))
+    memory: bool = option(True, "measure peak memory in spawned processes (--no-memory to skip)", group="runtime")
+    quick: bool = option(False, "3 repeats, 1 warm-up, sweep 256..4096, 10 s budget", group="runtime")
+    vs_mha: bool = option(False, "print only NAC exact vs nn.MultiheadAttention at --seq-len (forward, "
+                          "forward+backward, ratios), the two measured alternately, for each of --vs-mha-threads",
+                          group="runtime")
+    vs_mha_threads: str = option("1,2", "comma list of torch thread counts for --vs-mha", group="runtime")
+    seed: int = option(0, "seed for inputs and weights", group="runtime")
+    out: str = option("", "also write all results as JSON to this path (atomically)", group="output")
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.nac_runtime",
-                                     description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=HELP[f.name])
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type)]
-            parser.add_argument(flag, type=kind, default=f.default, help=HELP[f.name])
-    args = Args(**vars(parser.parse_args(argv)))
+    args = parse(Args, argv, prog=PROG, doc=__doc__)
     if args.quick:
         args.repeats, args.warmup, args.budget = 3, 1, 10.0
         if args.sweep == Args.sweep:
@@ -126,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     try:
         validate(args)
     except ValueError as err:
-        parser.error(str(err))
+        CliParser(prog=PROG).error(str(err))
     return args
 
 

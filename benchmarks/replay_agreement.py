@@ -13,14 +13,16 @@ interventions at the true env's lane margin instead of NVIDIA's 1 m from the dri
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from common.cli import option, parse
 
 # (name, core, epochs) of the one-minute students, trained on STUDENT_EPISODES short expert episodes with DART noise
 STUDENTS = (("nac_e1", "nac", 1), ("nac_e3", "nac", 3), ("nac_e6", "nac", 6), ("gru_e3", "gru", 3),
@@ -67,17 +69,21 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1]) if ra.std() > 0 and rb.std() > 0 else float("nan")
 
 
+@dataclass
+class Args:
+    env: str = option("udacity", "the simulator driven and replayed", group="what drives",
+                      choices=("udacity", "udacity-hard"))
+    episodes: int = option(4, "tracks driven", group="evaluation conditions")
+    max_steps: int = option(400, "steps per track (default: 400 = 40 s)", group="evaluation conditions")
+    lane_offset: float = option(2.6, "a second replay with this intervention distance (m): the true env's lane "
+                                "margin, half the narrowest road (7 m) less half the car",
+                                group="evaluation conditions")
+    out: Path | None = option(None, "the run folder (default: runs/replay_agreement/ENV)", group="output")
+    workers: int = option(2, "collection and evaluation processes", group="runtime")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.replay_agreement", description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", choices=["udacity", "udacity-hard"], default="udacity")
-    p.add_argument("--episodes", type=int, default=4, help="tracks driven (default 4)")
-    p.add_argument("--max-steps", type=int, default=400, help="steps per track (default 400 = 40 s)")
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--lane-offset", type=float, default=2.6,
-                   help="a second replay with this intervention distance (m): the true env's lane margin, half the "
-                        "narrowest road (7 m) less half the car (default 2.6)")
-    a = p.parse_args(argv)
+    a = parse(Args, argv, prog="python -m benchmarks.replay_agreement", doc=__doc__)
     from envs.registry import get_spec
 
     spec = get_spec(a.env)

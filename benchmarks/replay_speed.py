@@ -11,16 +11,17 @@ Target: >= 1,000 frames/s for the first.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
 
 from benchmarks import run_main
+from common.cli import option, parse
 
 TARGET = 1000.0
 
@@ -55,12 +56,16 @@ def bench(folder: str, steps: int, repeats: int) -> tuple[float, float]:
     return statistics.median(warp_rates), statistics.median(env_rates)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.replay_speed", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default=None, help="a recording or udacity dataset (default: record a 300-step drive)")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--repeats", type=int, default=5)
-    a = p.parse_args()
+@dataclass
+class Args:
+    data: str | None = option(None, "a recording or udacity dataset (default: record a drive of --steps steps)",
+                              group="input")
+    steps: int = option(300, "steps per run", group="runtime")
+    repeats: int = option(5, "runs per figure; the median is reported", group="runtime")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(Args, argv, prog="python -m benchmarks.replay_speed", doc=__doc__)
     cv2.setNumThreads(1)
     import torch
 

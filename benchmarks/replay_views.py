@@ -11,10 +11,12 @@ flat-ground model places far ground wrong there).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from benchmarks import run_main
+from common.cli import option, parse
 
 POSES = ((0.7, 0.0), (0.0, math.radians(4.0)))
 
@@ -49,11 +51,18 @@ def measure(world: str, seeds: tuple[int, ...], poses_per_track: int = 25) -> li
     return out
 
 
-def main() -> int:
+@dataclass
+class Args:
+    poses_per_track: int = option(25, "poses along each track where the views are compared",
+                                  group="evaluation conditions")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(Args, argv, prog="python -m benchmarks.replay_views", doc=__doc__)
     print("| world | poses | unwarped (median) | reprojected (median) | reprojected / unwarped (median) |")
     print("|---|---|---|---|---|")
     for world, seeds in (("classic", (11, 12, 13)), ("hard", (11, 12, 13, 14))):
-        a = np.asarray(measure(world, seeds))
+        a = np.asarray(measure(world, seeds, args.poses_per_track))
         groups = [("all", np.ones(len(a), bool))] if world == "classic" else [
             ("grade change < 2 % in 30 m", a[:, 0] < 0.02), ("grade change >= 2 % in 30 m", a[:, 0] >= 0.02)]
         for label, m in groups:

@@ -29,15 +29,18 @@ import os
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
-import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable  # noqa: E402
 
 from benchmarks import run_main
+from common.cli import CliParser, option, parse
+
+PROG = "python -m benchmarks.throughput"
 
 REPO = Path(__file__).resolve().parents[1]
 STUDENT = REPO / "checkpoints" / "carracing_nac.pt"
@@ -160,22 +163,25 @@ def table(rows: list[tuple[str, str, float]]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class Args:
+    quick: bool = option(False, "small sizes: a smoke test", group="runtime")
+    episodes: int | None = option(None, "episodes per collection / evaluation row (default: 4; --quick 2)",
+                                  group="evaluation conditions")
+    max_steps: int | None = option(None, "steps per episode (default: 300; --quick 60)", group="evaluation conditions")
+    repeats: int | None = option(None, "repeats per row (default: 3; --quick 1)", group="runtime")
+    out: Path | None = option(None, "also write the table to this markdown file", group="output")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.throughput", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test (default: off)")
-    parser.add_argument("--episodes", type=int, default=None, help="episodes per collection / evaluation row "
-                        "(default: 4; --quick 2)")
-    parser.add_argument("--max-steps", type=int, default=None, help="steps per episode (default: 300; --quick 60)")
-    parser.add_argument("--repeats", type=int, default=None, help="repeats per row (default: 3; --quick 1)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
-    args = parser.parse_args(argv)
+    args = parse(Args, argv, prog=PROG, doc=__doc__)
     episodes = args.episodes or (2 if args.quick else 4)
     steps = args.max_steps or (60 if args.quick else 300)
     repeats = args.repeats or (1 if args.quick else 3)
     if episodes < 2 or steps < 10 or repeats < 1:
-        parser.error("--episodes must be >= 2 (two workers need two episodes), --max-steps >= 10, --repeats >= 1")
+        CliParser(prog=PROG).error("--episodes must be >= 2 (two workers need two episodes), --max-steps >= 10, --repeats >= 1")
     if not STUDENT.is_file():
-        parser.error(f"the shipped student {STUDENT} is missing")
+        CliParser(prog=PROG).error(f"the shipped student {STUDENT} is missing")
     from agent.workers import usable_cores, warm_up
 
     warm_up(["agent.data.collection", "agent.evaluation.evaluate", "agent.experts.expert", "stable_baselines3", "envs.carracing"])

@@ -16,13 +16,16 @@ with a new track <= 0.2 s; the last column says whether each row meets its targe
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+from dataclasses import dataclass
 
 import cv2
 
 from benchmarks import run_main, timed_steps
+from common.cli import CliParser, option, parse
+
+PROG = "python -m benchmarks.udacity_sim"
 
 MODES = {
     "center camera": {"cameras": ("center",)},
@@ -53,19 +56,19 @@ def step_rate(theme: str, mode: str, steps: int, seed: int, world: str = "hard")
     return rate, reset_s
 
 
+@dataclass
+class Args:
+    steps: int = option(3000, "timed env steps per run", group="runtime")
+    repeats: int = option(5, "runs per figure; the median is reported", group="runtime")
+    world: str = option("hard", "hard = UdacityStyle-v1 (default), classic = UdacityStyle-v0",
+                        group="evaluation conditions", choices=("hard", "classic"))
+    themes: str | None = option(None, "comma-separated themes (default: lake,jungle,mountain; classic: lake,jungle)",
+                                group="evaluation conditions")
+    seed: int = option(0, "first track seed; run k uses seed + k", group="evaluation conditions")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.udacity_sim",
-        description="Steps/s of the Udacity-style simulator: center camera, three cameras, physics-only (one thread).",
-    )
-    parser.add_argument("--steps", type=int, default=3000, help="timed env steps per run (default 3000)")
-    parser.add_argument("--repeats", type=int, default=5, help="runs per figure; the median is reported (default 5)")
-    parser.add_argument("--world", default="hard", choices=("hard", "classic"),
-                        help="hard = UdacityStyle-v1 (default), classic = UdacityStyle-v0")
-    parser.add_argument("--themes", default=None,
-                        help="comma-separated themes (default: lake,jungle,mountain; classic: lake,jungle)")
-    parser.add_argument("--seed", type=int, default=0, help="first track seed; run k uses seed + k (default 0)")
-    args = parser.parse_args(argv)
+    args = parse(Args, argv, prog=PROG, doc=__doc__)
     from envs.udacity.track import CLASSIC_THEMES, THEMES
 
     if args.themes is None:
@@ -73,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     themes = [t.strip() for t in args.themes.split(",") if t.strip()]
     bad = [t for t in themes if t not in THEMES]
     if bad or not themes:
-        parser.error(f"--themes must be a comma-separated subset of {THEMES}, got {args.themes!r}")
+        CliParser(prog=PROG).error(f"--themes must be a comma-separated subset of {THEMES}, got {args.themes!r}")
     if args.steps <= 0 or args.repeats <= 0 or args.seed < 0:
-        parser.error("--steps and --repeats must be positive and --seed non-negative")
+        CliParser(prog=PROG).error("--steps and --repeats must be positive and --seed non-negative")
     cv2.setNumThreads(1)
 
     print(f"{args.world} world, one thread, median of {args.repeats} runs x {args.steps} steps "
