@@ -1,6 +1,6 @@
 """What a new user meets in the three CLIs, checked in-process and fast (no training, no env episodes):
-one-line argument errors, --help that shows every default once, the --core / --expert-drives vocabulary with
-its deprecated spellings, checkpoint errors in the user's words, and no progress bars outside a terminal."""
+one-line argument errors, --help that shows every default once, the --core / --expert-drives vocabulary,
+checkpoint errors in the user's words, and no progress bars outside a terminal."""
 from __future__ import annotations
 
 import argparse
@@ -44,7 +44,7 @@ def _one_line(text: str) -> str:
     ("evaluate", ["--episodes", "x"], "--episodes"),
     ("evaluate", ["--action-space", "hybrid"], "--action-space"),
     ("evaluate", ["--saliency-method", "magic"], "--saliency-method"),
-    ("evaluate", ["--policy", "nac"], "--checkpoint"),
+    ("evaluate", ["--policy", "expert"], "--policy"),
     ("collect", ["--episodes", "x"], "--episodes"),
     ("collect", ["--noise", "loud"], "--noise"),
     ("collect", ["--beta", "half"], "--beta"),
@@ -92,13 +92,10 @@ def test_train_help_names_out_and_core_defaults_in_words():
 
 
 # ----------------------------------------------------------------------------- one vocabulary
-def test_train_core_and_its_deprecated_spelling(capsys):
+def test_train_core(capsys):
     assert train.parse_args(["--core", "gru,mlp"]).policy == "gru,mlp"
     assert capsys.readouterr().err == ""
     assert train.parse_args([]).policy == "nac-focus"
-    assert train.parse_args(["--policy", "lstm"]).policy == "lstm"
-    line = _one_line(capsys.readouterr().err)
-    assert "--policy" in line and "deprecated" in line and "--core" in line
 
 
 def test_train_no_progress_flag():
@@ -106,15 +103,12 @@ def test_train_no_progress_flag():
     assert train.parse_args(["--no-progress"]).progress is False
 
 
-def test_evaluate_expert_drives_and_its_deprecated_spelling(capsys):
-    assert evaluate.parse_args(["--expert-drives"]).policy == "expert"
-    assert evaluate.parse_args([]).policy is None
+def test_evaluate_expert_drives(capsys):
+    assert evaluate.parse_args(["--expert-drives"]).expert_drives is True
+    assert evaluate.parse_args([]).expert_drives is False
     assert capsys.readouterr().err == ""
-    assert evaluate.parse_args(["--policy", "expert"]).policy == "expert"
-    line = _one_line(capsys.readouterr().err)
-    assert "deprecated" in line and "--expert-drives" in line
     with pytest.raises(ValueError, match="--expert-drives, not both"):
-        EvalArgs(policy="expert", checkpoint=["x.pt"]).validate()
+        EvalArgs(expert_drives=True, checkpoint=["x.pt"]).validate()
 
 
 def test_evaluate_device_defaults_to_auto(monkeypatch):

@@ -62,7 +62,7 @@ def _video_frames(path: Path) -> np.ndarray:
 # ----------------------------------------------------------------------------- closed loop, real env
 def test_expert_drives_two_episodes_and_writes_consistent_metrics(tmp_path):
     out = tmp_path / "expert"
-    res = evaluate(_args(out, policy="expert", episodes=2, max_steps=40))["expert"]
+    res = evaluate(_args(out, expert_drives=True, episodes=2, max_steps=40))["expert"]
     m = json.loads((out / "metrics.json").read_text())
     assert {"mean_return", "std_return", "episodes", "laps_completed", "latency_median_ms"} <= set(m)
     assert [e["seed"] for e in m["episodes"]] == [1234, 1235]
@@ -210,7 +210,7 @@ def test_ctrl_c_keeps_the_finished_episodes(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluation, "run_episode", interrupt_second)
     out = tmp_path / "int"
     with pytest.raises(Interrupted):
-        evaluate(_args(out, policy="expert", episodes=3, max_steps=10, video=False))
+        evaluate(_args(out, expert_drives=True, episodes=3, max_steps=10, video=False))
     m = json.loads((out / "metrics.json").read_text())
     assert m["interrupted"] is True and [e["seed"] for e in m["episodes"]] == [1234]
 
@@ -325,10 +325,10 @@ def test_display_names_label_the_comparison(tmp_path, ckpts):
 
 # ----------------------------------------------------------------------------- errors
 @pytest.mark.parametrize("bad, match", [
-    (dict(policy="expert", checkpoint=["x.pt"]), "not both"),
-    (dict(episodes=0, policy="expert"), "--episodes"),
-    (dict(policy="expert", saliency=True), "saliency"),
-    (dict(env="mars", policy="expert"), "--env"),
+    (dict(expert_drives=True, checkpoint=["x.pt"]), "not both"),
+    (dict(episodes=0, expert_drives=True), "--episodes"),
+    (dict(expert_drives=True, saliency=True), "saliency"),
+    (dict(env="mars", expert_drives=True), "--env"),
 ])
 def test_bad_arguments_raise_clear_errors(tmp_path, bad, match):
     with pytest.raises(ValueError, match=match):

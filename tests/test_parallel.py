@@ -288,7 +288,7 @@ def test_ctrl_c_in_a_parallel_evaluation_keeps_the_finished_episodes(student, tm
     monkeypatch.setattr(sys, "stderr", CtrlCAfterFirstEpisode())
     out = tmp_path / "e"
     with pytest.raises(Interrupted, match="interrupted: wrote 1 finished episode"):
-        evaluate(EvalArgs(policy="expert", episodes=6, max_steps=25, seed=1234, out=str(out), workers=2,
+        evaluate(EvalArgs(expert_drives=True, episodes=6, max_steps=25, seed=1234, out=str(out), workers=2,
                           tensorboard=False))
     monkeypatch.undo()
     m = json.loads((out / "metrics.json").read_text())
@@ -307,8 +307,8 @@ def test_evaluate_renderer_and_workers_errors(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert not (tmp_path / "o").exists()
-    assert EvalArgs(policy="expert", episodes=1).validate().workers == 1
-    assert EvalArgs(policy="expert").validate().renderer == "pygame"
+    assert EvalArgs(expert_drives=True, episodes=1).validate().workers == 1
+    assert EvalArgs(expert_drives=True).validate().renderer == "pygame"
 
 
 def test_a_worker_stops_on_the_first_sigint_and_ignores_the_next():

@@ -93,7 +93,7 @@ def drive(tmp_path_factory):
 
 def test_recorded_steering_scores_100_and_always_straight_leaves_a_curved_road(drive, tmp_path):
     out = tmp_path / "expert"
-    results = evaluate(EvalArgs(replay=str(drive), policy="expert", out=str(out), workers=1, video_episodes=1,
+    results = evaluate(EvalArgs(replay=str(drive), expert_drives=True, out=str(out), workers=1, video_episodes=1,
                                 progress=False, tensorboard=False))
     s = results["expert"]
     assert s["autonomy"] == 100.0 and s["total_interventions"] == 0 and s["max_abs_cte"] == 0.0

@@ -72,7 +72,7 @@ def test_train_on_udacity_data_uses_the_pilotnet_recipe(udacity_ds, tmp_path):
 
 
 def test_expert_keeps_its_lane_where_a_constant_policy_needs_interventions(tmp_path):
-    res = evaluate(EvalArgs(env="udacity", policy="expert", episodes=2, max_steps=300, video=False,
+    res = evaluate(EvalArgs(env="udacity", expert_drives=True, episodes=2, max_steps=300, video=False,
                             out=str(tmp_path / "e"), progress=False, tensorboard=False))
     m = res["expert"]
     assert m["total_interventions"] == 0 and m["autonomy"] == 100.0 and m["mean_mean_abs_cte"] < 0.5

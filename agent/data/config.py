@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.data.dataset import CARD_NAME
-from agent.workers import check_workers
-from envs.registry import EnvSpec, SeedRanges, get_spec
+from agent.workers import MAX_WORKERS, check_workers
+from common.cli import option
+from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
@@ -23,6 +24,13 @@ DEFAULT_SEED = SeedRanges().collect  # 3,000,000
 # much that the episodes stop being good driving. Short holds barely move the car (the steering joint
 # low-passes the noise). Discrete needs less: any non-gas action cuts the gas, which ramps back at 0.1/frame.
 DEFAULT_EPISODES = 25
+
+
+def _per_env_defaults(what: str, attribute: str, meaning: str = "") -> str:
+    """Help text naming each env's default for a per-env collection setting."""
+    per_env = "; ".join(f"{e}: " + ", ".join(f"{v} {k}" for k, v in getattr(get_spec(e), attribute).items())
+                        for e in ENV_NAMES)
+    return f"{what} (default: the existing dataset's, else {per_env})" + (f": {meaning}" if meaning else "")
 
 
 def existing_action_space(out: str | Path | None) -> str | None:
@@ -45,30 +53,77 @@ class CollectError(ValueError):
 class CollectConfig:
     """Everything that decides what gets recorded. None means: the existing dataset's value, else the default."""
 
-    env: str = "carracing"
-    action_space: str | None = None  # default: the env's first
-    episodes: int = DEFAULT_EPISODES
-    max_steps: int | None = None  # default: the env's
-    seed: int | None = None
-    noise: float | None = None
-    noise_hold: int | None = None
-    expert: Path | None = None
-    out: Path | None = None
-    early_stop: bool = True
-    cut_wrong_way: bool = False  # end an episode after 1 s pointing against the course, that stretch cut
-    progress: bool = True
-    driver: Path | None = None  # DAgger: a policy checkpoint that drives while the expert labels
-    beta: float = 0.0  # DAgger: probability per step that the expert's action is executed instead
-    driver_actions: str | None = None  # DAgger, discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES); None: the checkpoint's own
-    driver_temperature: float | None = None  # DAgger, sample / dither drivers: softmax temperature; None: the checkpoint's own
-    renderer: str | None = None  # who draws the frames (the spec's renderers; default: its first, the reference)
-    workers: int | None = None  # processes recording episodes (default: agent.workers.default_workers)
-    shard: tuple[int, int] | str | None = None  # (I, N) or "I/N": only the I-th of N seed ranges of this run
-    recovery_labels: bool = False  # the spec's recovery teacher labels the states it needs (agent.data.recorder)
-    recovery_starts: float = 0.0  # probability that an episode starts placed turned and shifted (a recovery start)
-    theme: str | None = None  # "a,b": the themes episodes draw from by seed (envs with scenes; default: the train ones)
-    condition: str | None = None  # "a,b": the lighting / weather conditions likewise
-    allow_held_out: bool = False  # record held-out themes / conditions too (they are kept for evaluation)
+    env: str = option("carracing", f"environment: {' | '.join(ENV_NAMES)}", group="where it drives")
+    action_space: str | None = option(None, "continuous | discrete (discrete: carracing only) (default: the existing "
+                                      "dataset's, else the env's first, continuous)", group="where it drives")
+    episodes: int = option(DEFAULT_EPISODES, "episodes to ADD in this run", group="where it drives")
+    max_steps: int | None = option(None, "steps per episode before truncation (default: the env's, carracing 1000)",
+                                   group="where it drives")
+    seed: int | None = option(None, f"first track seed (default: the existing dataset's, else {DEFAULT_SEED})",
+                              group="where it drives")
+    noise: float | None = option(None, "", group="data", help_from=lambda: _per_env_defaults(
+        "DART noise on the executed action", "default_noise",
+        "continuous = std of Gaussian noise on steer and throttle; discrete = probability of a random other action"))
+    noise_hold: int | None = option(None, "", group="data", help_from=lambda: _per_env_defaults(
+        "frames each noise sample is held", "default_noise_hold"))
+    expert: Path | None = option(None, "SB3 PPO .zip (default: the env's shipped expert in checkpoints/)",
+                                 group="what drives")
+    out: Path | None = option(None, "dataset folder (default: data/carracing_<action-space> or data/udacity); an "
+                              "existing one is appended to", group="output")
+    early_stop: bool = option(True, "end an episode once the car is stuck (stopped 1 s) or off road for 5 s "
+                              "(--no-early-stop records full episodes)", group="data")
+    cut_wrong_way: bool = option(False, "end an episode once the car has pointed against the course for 1 s and "
+                                 "drop that stretch: after a DAgger student's spin the expert, which never learnt "
+                                 "those states, steers or brakes where the camera shows what looks like a road "
+                                 "driven forwards", group="data")
+    progress: bool = option(True, "a progress bar on stderr when it is a terminal (none in a log file)",
+                            group="runtime")
+    driver: Path | None = option(None, "DAgger: this trained policy (train.py checkpoint) drives and the expert "
+                                 "labels every frame it sees; append the episodes to the dataset and retrain on all "
+                                 "of it (default: the expert drives)", group="what drives", metavar="CKPT")
+    beta: float = option(0.0, "DAgger mixture: probability per step that the expert's action is executed instead "
+                         "of the --driver's", group="what drives")
+    driver_actions: str | None = option(
+        None, "how a discrete --driver picks its action: argmax (the likeliest) | sample (from its softmax, seeded "
+        "by the track seed) | dither (each action as often as its probability over consecutive steps, "
+        "deterministic), as evaluate.py --discrete-actions (default: the rule the checkpoint was trained to drive "
+        "with, train.py --discrete-actions; argmax if it names none)", group="what drives",
+        choices=DISCRETE_ACTION_RULES)
+    driver_temperature: float | None = option(
+        None, "sample / dither drivers: draw from the softmax raised to 1/T (T > 1 flatter, T < 1 greedier), as "
+        "evaluate.py --action-temperature (default: the checkpoint's own, train.py --action-temperature, when it "
+        "drives by its own rule; 1 when --driver-actions names another)", group="what drives", metavar="T")
+    renderer: str | None = option(None, "", group="where it drives", help_from=lambda: (
+        "who draws the camera frames: " + "; ".join(f"{e}: {' | '.join(get_spec(e).renderers)}" for e in ENV_NAMES)
+        + " (default: the first, the reference). carracing fast = OpenCV, about 12x gymnasium's pygame, frames "
+        "within a fraction of a grey level; recorded per episode"))
+    workers: int | None = option(None, "episodes recorded at the same time, one process each; the dataset is the "
+                                 "one a single process records (default: one per CPU core, at most "
+                                 f"{MAX_WORKERS} and at most --episodes; 1 = everything in this process)",
+                                 group="runtime")
+    shard: tuple[int, int] | str | None = option(
+        None, "collect only the I-th of N contiguous, disjoint parts of this run's seeds (--seed, --episodes are the "
+        "whole run's) into OUT-shard-I-of-N, e.g. one part per machine; the N parts together are exactly the run, "
+        "merged with python -m agent.data.merge. A re-run completes the shard (default: the whole run)",
+        group="runtime", metavar="I/N", parse=lambda text: parse_shard(text))
+    recovery_labels: bool = option(
+        False, "in the states the expert never learnt (carracing: pointing against the course, or the car's centre "
+        "more than 2 half-widths off the centerline) the env's recovery teacher labels instead, turning the car "
+        "round / back to the road; each step records who labelled it (label_source: 0 expert, 1 recovery) and the "
+        "card the counts. For DAgger rounds whose students spin", group="data")
+    recovery_starts: float = option(
+        0.0, "probability that an episode starts with the car placed off its usual start, drawn from the track "
+        "seed: carracing: standing anywhere on the lap, turned by any heading, shifted up to the road's edge; "
+        "udacity: off-centre in its lane, turned up to 0.3 rad, at 0 to the target speed", group="data", metavar="P")
+    theme: str | None = option(None, "envs with scenes (udacity-hard): comma-separated themes the episodes draw "
+                               "from by seed (default: the training themes, lake,jungle; mountain is held out for "
+                               "evaluation)", group="where it drives", metavar="NAMES")
+    condition: str | None = option(None, "envs with scenes: comma-separated lighting/weather conditions (default: "
+                                   "the training ones, clear,overcast,dusk; fog is held out)", group="where it drives",
+                                   metavar="NAMES")
+    allow_held_out: bool = option(False, "record held-out themes or conditions too (default: refused, so that "
+                                  "evaluation on them measures generalisation to scenes never trained on)",
+                                  group="where it drives")
 
     def validate(self) -> None:
         """Check the arguments before anything heavy is imported or any file is touched."""

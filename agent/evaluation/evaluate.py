@@ -65,10 +65,11 @@ from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
 from agent.runtime import show_progress
-from agent.workers import EpisodePool, check_workers, default_workers, warm_up
+from agent.workers import MAX_WORKERS, EpisodePool, check_workers, default_workers, warm_up
+from common.cli import option
 from common.files import atomic_write_text, write_json
 from common.stops import stop_handled
-from envs.registry import REPLAY_PREFIX, SeedRanges, get_spec
+from envs.registry import ENV_NAMES, REPLAY_PREFIX, SeedRanges, get_spec
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
                               spared_ids)
 from policies.policy import WINDOW_CLOCKS
@@ -82,44 +83,114 @@ class Interrupted(Exception):
 
 @dataclass
 class EvalArgs:
-    """Closed-loop evaluation arguments (one flag per field in evaluate.py)."""
+    """Closed-loop evaluation arguments: one evaluate.py flag per field (common.cli builds the parser)."""
 
-    env: str = "carracing"  # environment name (carracing | udacity)
-    checkpoint: list[str] = field(default_factory=list)  # policy checkpoints; none -> the shipped one
-    name: list[str] = field(default_factory=list)  # display names of the checkpoints, in order (default: file stems)
-    policy: str | None = None  # "expert": the expert drives instead of a checkpoint (evaluate.py --expert-drives)
-    action_space: str | None = None  # continuous | discrete; default: the checkpoint's (expert: continuous)
-    episodes: int | None = None  # episodes (= track seeds) per policy; None: 5 (a replay: every part)
-    seed: int | None = None  # first track seed; episodes use seed, seed+1, ...; None: the env's (1000; a replay: 0)
-    max_steps: int | None = None  # env steps per episode; default: the env's own limit (CarRacing 1000)
-    video: bool = True  # record videos
-    video_episodes: int = 1  # record the first N episodes of each policy (0 = none)
-    saliency: bool = False  # overlay a CNN saliency map in the videos
-    saliency_method: str = "gradcam"  # gradcam (paper fig. 6) | visualbackprop
-    with_expert: bool = False  # add the expert as a row of the comparison
-    expert: str | None = None  # expert .zip shadowing the policy; default: the shipped one
-    out: str | None = None  # output folder; default eval/<name>
-    device: str = "auto"  # auto (cuda if available) | cpu | cuda | cuda:N; validate() resolves auto
-    threads: int = 1  # torch threads (latency is single-sample; 1 was fastest on 2 cores)
-    tensorboard: bool = True
-    progress: bool = True  # progress bars on stderr when it is a terminal (else one line per episode)
-    renderer: str | None = None  # who draws the frames (the env's renderers; default: its first, the reference)
-    workers: int | None = None  # processes driving episodes; validate() resolves None (agent.workers.default_workers)
-    data: list[str] = field(default_factory=list)  # recorded data to score the checkpoints on offline, instead of driving
-    # timing conditions (agent.evaluation.timing): all off = regular timing
-    drop_prob: float = 0.0  # probability that the policy gets no new frame at a step (its last action is held)
-    jitter: str | None = None  # "K1:K2": the policy acts every k env steps, k drawn from K1..K2; held in between
-    latency_steps: int = 0  # each action reaches the env this many steps late (the first ones: the neutral action)
-    window_clock: str = "time"  # how a policy picks its window from the frames it got (policies.policy.PolicyStream)
-    discrete_actions: str | None = None  # discrete students: argmax | sample | dither (policies.actions.DISCRETE_ACTION_RULES); None: each checkpoint's own
-    action_temperature: float | None = None  # discrete students, sample / dither: softmax temperature; None: each checkpoint's own (1 when --discrete-actions overrides its rule)
-    temperature_spares: str | None = None  # "brake": discrete actions that keep their temperature-1 probability (policies.actions.at_temperature)
-    theme: str | None = None  # "a,b": envs with scenes, the themes episodes draw from by seed (default: all)
-    condition: str | None = None  # "a,b": the lighting / weather conditions likewise (default: all)
-    pi_speed: bool = False  # steering-only students: the env's PI controller holds the speed (EnvSpec.pi_speed)
-    replay: str | None = None  # a recording (or udacity dataset) to drive in closed loop (envs/replay)
-    replay_span: str | None = None  # "A:B": the part of every session replayed (fractions; default all)
-    replay_max_offset: float = 1.0  # metres from the recorded path that make an intervention in a replay
+    env: str = option("carracing",
+        f"environment: {' | '.join(ENV_NAMES)}", group="where it drives", choices=ENV_NAMES)
+    checkpoint: list[str] = option([],
+        "policy checkpoint(s) (.pt from train.py) that drive; several -> one sub-folder each + comparison.md "
+        "(default: checkpoints/<env>_nac.pt, the shipped student)", group="what drives", metavar="CKPT")
+    name: list[str] = option([],
+        "display names of the --checkpoint policies, in order, in comparison.md and as folder names (default:"
+        " the file stems)", group="what drives", metavar="NAME")
+    expert_drives: bool = option(False, "the PPO expert drives instead of a policy checkpoint: the baseline",
+                                 group="what drives")
+    action_space: str | None = option(None,
+        "continuous | discrete (carracing); must match the checkpoint (default: the checkpoint's; expert: "
+        "continuous)", group="what drives", choices=("continuous", "discrete"))
+    episodes: int | None = option(None,
+        "episodes (= consecutive track seeds) per policy (default: 5; --replay: every session)", group="where it drives")
+    seed: int | None = option(None,
+        "first track seed: episodes run on seeds SEED..SEED+EPISODES-1 (default: 1000, unseen by training; "
+        "--replay: 0, its first session)", group="where it drives")
+    max_steps: int | None = option(None,
+        "env steps per episode (default: the env's limit, carracing 1000)", group="where it drives")
+    video: bool = option(True, help="record mp4 videos (OUT/videos/seed_K.mp4)", group="output")
+    video_episodes: int = option(1, help="record the first N episodes of each policy", group="output")
+    saliency: bool = option(False, help="overlay a CNN saliency map on the videos", group="output")
+    saliency_method: str = option("gradcam",
+        "gradcam (paper fig. 6) | visualbackprop", group="output", choices=("gradcam", "visualbackprop"))
+    with_expert: bool = option(False,
+        "also evaluate the expert on the same seeds (a row of comparison.md)", group="what drives")
+    expert: str | None = option(None,
+        "expert .zip that shadows the policy (steering MAE) and drives with --expert-drives (default: the "
+        "env's shipped one in checkpoints/)", group="what drives")
+    out: str | None = option(None,
+        "output folder (default: eval/<name>, or eval/compare for several)", group="output")
+    device: str = option("auto", help="auto (cuda if available) | cpu | cuda | cuda:N", group="runtime")
+    threads: int = option(1, help="torch threads (single-frame latency: 1 is fastest on a 2-core CPU)", group="runtime")
+    tensorboard: bool = option(True, help="write TensorBoard scalars to OUT/tb", group="output")
+    progress: bool = option(True,
+        "progress bars on stderr when it is a terminal (else one line per episode)", group="runtime")
+    renderer: str | None = option(None,
+        "who draws the camera frames: carracing pygame (gymnasium's, the reference the shipped students were "
+        "trained on) | fast (OpenCV, about 12x faster); udacity: native (default: the env's first)", group="where it drives")
+    workers: int | None = option(None,
+        "episodes driven at the same time, one process each; metrics and videos are those of a single process "
+        f"(default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; 1 = everything in "
+        "this process)", group="runtime")
+    data: list[str] = option([],
+        "score the checkpoints offline on recorded driving instead of driving: a real simulator recording "
+        "(driving_log.csv + IMG/) or a dataset; steering MSE/MAE against the recorded values and their 0.5 s "
+        "average, beside always-straight and the training mean, per session, with a PNG of predicted vs "
+        "recorded steering (writes OUT/offline.md, offline.json, steering_<k>.png; default OUT: "
+        "eval/offline). A discrete student is scored on the recorded (expert's) action ids: agreement of its "
+        "likeliest action beside always the commonest, and the mean probability of each action at its "
+        "sampling temperature", group="data", metavar="DATA")
+    drop_prob: float = option(0.0,
+        "timing: probability P in [0, 1) that the policy gets no new frame at a step; its stream is not "
+        "stepped and its last action is held (the first frame of an episode always arrives)", group="evaluation conditions", metavar="P")
+    jitter: str | None = option(None,
+        "timing: K1:K2, the policy gets a frame every k env steps, k drawn from K1..K2 at each frame; the env"
+        " keeps its own dt and the action is held in between (default: every step)", group="evaluation conditions", metavar="K1:K2")
+    latency_steps: int = option(0,
+        "timing: each action reaches the env this many env steps after the policy decided it; the first ones "
+        "apply the neutral action (zeros: no steering, no gas)", group="evaluation conditions", metavar="D")
+    window_clock: str = option("time",
+        "how a policy picks its window from the frames it got: steps (the last frames received, every "
+        "frame_stride-th) | time (the newest frames at or before the trained offsets in seconds, so under "
+        "dropped or irregular frames the window spans the time it was trained on; identical under regular "
+        "timing)", group="evaluation conditions", choices=WINDOW_CLOCKS)
+    discrete_actions: str | None = option(None,
+        "discrete students: argmax (the likeliest action) | sample (drawn from the policy's softmax, seeded "
+        "by the track seed; the discrete expert pulses gas and steering, which argmax turns into gas wherever"
+        " the next pulse is not visible) | dither (error diffusion: over consecutive steps each action is "
+        "taken as often as its probability says, deterministically) (default: the rule the checkpoint was "
+        "trained to drive with, train.py --discrete-actions; argmax if it names none)", group="what drives", choices=DISCRETE_ACTION_RULES)
+    action_temperature: float | None = option(None,
+        "discrete students that sample or dither: the softmax temperature T (probabilities raised to 1/T): "
+        "above 1 the less likely actions (brake, the other steering pulse) come more often and the student "
+        "drives more cautiously (default: the checkpoint's, 1 unless it names one or --discrete-actions "
+        "overrides its rule)", group="what drives", metavar="T")
+    temperature_spares: str | None = option(None,
+        "discrete students that sample or dither: comma-separated actions (e.g. brake) that keep their "
+        "probability at temperature 1 while the others share the rest at --action-temperature; with brake "
+        "spared a student at 1.5 drives as fast as at 1 and spins as often (measured in docs/results.md: the "
+        "readier brake is what prevents the spins)", group="what drives", metavar="ACTIONS")
+    theme: str | None = option(None,
+        "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each "
+        "reported apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never "
+        "trained on)", group="where it drives")
+    condition: str | None = option(None,
+        "envs with scenes: comma-separated lighting/weather conditions, reported apart (by_condition) "
+        "(default: all, clear,overcast,dusk,fog; fog is never trained on)", group="where it drives")
+    pi_speed: bool = option(False,
+        "udacity-hard: the env's PI controller holds the speed limit and the policy steers only (for students"
+        " trained with train.py --head steer)", group="what drives")
+    replay: str | None = option(None,
+        "drive the checkpoints in closed loop through a recording: REC is a real simulator recording "
+        "(driving_log.csv + IMG/) or a dataset of the udacity envs. Each recorded center frame is reprojected"
+        " to the car's pose off the recorded path, a bicycle model at the recorded speed integrates the "
+        "policy's steering, and more than 1 m (or 30 degrees) off the recorded driver's line is an "
+        "intervention. Seeds are the recording's sessions (--seed, --episodes pick some); --expert-drives "
+        "replays the recorded steering; metrics.json gives autonomy and interventions per 100 s beside "
+        "always-straight's, paths/part_K.png the driven path (default OUT: eval/replay)", group="where it drives", metavar="REC")
+    replay_span: str | None = option(None,
+        "with --replay: A:B, the part of every session that is replayed, as fractions (0.8:1 = its last 20 %,"
+        " what train.py holds out of a recording) (default: 0:1)", group="where it drives", metavar="A:B")
+    replay_max_offset: float = option(1.0,
+        "with --replay: metres from the recorded driver's line beyond which the car is put back (an "
+        "intervention; NVIDIA's rule is 1 m)", group="where it drives", metavar="M")
 
     def validate(self) -> "EvalArgs":
         """Check and resolve every flag. With --replay before the recording is imported (replay_env), only the
@@ -134,15 +205,12 @@ class EvalArgs:
         self._resolve_seeds(spec)
         if self.action_space is not None and self.action_space not in spec.action_spaces:
             raise ValueError(f"--action-space must be one of {spec.action_spaces} for {self.env}, got {self.action_space!r}")
-        if self.policy is not None and self.policy != "expert":
-            raise ValueError(f"policy must be None or 'expert' (the expert drives: --expert-drives; policies are "
-                             f"given with --checkpoint), got {self.policy!r}")
-        if self.policy == "expert" and self.checkpoint:
+        if self.expert_drives and self.checkpoint:
             raise ValueError("give either --checkpoint or --expert-drives, not both (use --with-expert to compare)")
-        if self.data and (self.policy == "expert" or self.with_expert):
+        if self.data and (self.expert_drives or self.with_expert):
             raise ValueError("--data scores policy checkpoints against recorded driving; the expert needs an env "
                              "(drop --expert-drives / --with-expert)")
-        if self.policy == "expert" and self.saliency:
+        if self.expert_drives and self.saliency:
             raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
         for name, low in (("episodes", 1), ("max_steps", 1), ("video_episodes", 0), ("threads", 1), ("seed", 0)):
             value = getattr(self, name)
@@ -164,7 +232,7 @@ class EvalArgs:
             raise ValueError(f"--checkpoint lists a file twice: {self.checkpoint}")
         self.renderer = spec.check_renderer(self.renderer)
         if self.workers is None:
-            policies = 1 if self.policy == "expert" else max(1, len(self.checkpoint)) + bool(self.with_expert)
+            policies = 1 if self.expert_drives else max(1, len(self.checkpoint)) + bool(self.with_expert)
             self.workers = default_workers(self.episodes * policies, self.threads)
         check_workers(self.workers)
         if self.window_clock not in WINDOW_CLOCKS:
@@ -181,7 +249,7 @@ class EvalArgs:
         if self.pi_speed and not spec.pi_speed:
             raise ValueError(f"--pi-speed is for envs whose drivers control the speed; {self.env}'s speed is always "
                              "held by its PI controller")
-        if self.pi_speed and (self.policy == "expert" or self.with_expert):
+        if self.pi_speed and (self.expert_drives or self.with_expert):
             raise ValueError("--pi-speed drives steering-only students; the expert drives with throttle (drop "
                              "--expert-drives / --with-expert, or --pi-speed)")
         timing = self.timing.check(self.max_steps)
@@ -195,7 +263,7 @@ class EvalArgs:
             raise ValueError(f"--replay builds its env from the recording; drop --env {self.env}")
         if self.data:
             raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
-        if not self.checkpoint and self.policy != "expert":
+        if not self.checkpoint and not self.expert_drives:
             raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
                              "best.pt that train.py --data REC made), or --expert-drives to replay the recorded steering")
         if not Path(self.replay).exists():
@@ -452,7 +520,7 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     targets, action_space = _policy_targets(args)
     expert = Expert.load(args.expert, action_space, args.env)
     expert_meta = _expert_meta(expert)
-    if args.policy == "expert" or args.with_expert:
+    if args.expert_drives or args.with_expert:
         targets.append(("expert", ExpertController(expert), dict(expert_meta)))
     # 2. where
     default_name = targets[0][0] if len(targets) == 1 else "compare"
@@ -482,7 +550,7 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
 
 def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]]], str]:
     """The checkpoints to drive as (name, controller, meta), and their common action space."""
-    if args.policy == "expert":
+    if args.expert_drives:
         return [], args.action_space or get_spec(args.env).action_spaces[0]
     paths = list(args.checkpoint) or [str(shipped_checkpoint(args.env))]
     policies = [load_policy(p, args.env, args.action_space, args.device) for p in paths]

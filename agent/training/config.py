@@ -11,6 +11,7 @@ import torch
 from agent.data.dataset import dataset_env, is_recording, open_datasets
 from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
 from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
+from common.cli import option
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
 from policies.policy import TIME_INPUTS, PolicyConfig, read_checkpoint
@@ -19,69 +20,138 @@ HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LOSSES = ("huber", "mse")
 LOADING = ("auto", "memory", "lazy")
 SPLITS = ("auto", "episodes", "blocks")  # agent.training.windows.make_splits
-RENAMED = {"policy": "core"}  # TrainArgs field -> its train.py flag, where the two differ
 
 
 @dataclass
 class TrainArgs:
-    """Behaviour-cloning arguments (CleanRL style: one typed dataclass, one flag per field)."""
+    """Behaviour-cloning arguments: one typed dataclass, one train.py flag per field (common.cli builds the parser)."""
 
-    data: str | list[str] = "data/carracing_continuous"  # dataset folder written by collect.py; several (--data A B C, e.g. collection shards) train as one dataset, the episodes `python -m agent.data.merge` would write
-    policy: str = "nac-focus"  # sequence core(s) after the CNN, comma separated; several train one after another on the same data and print a comparison table. Names: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)
-    out: str | None = None  # run folder (default: runs/train/<core>, several cores joined by _)
-    window: int = 8  # frames per window
-    frame_stride: int = 0  # steps between window frames; 0 = the env's own (carracing 3: 8 frames span 0.42 s at 50 Hz)
-    epochs: int = 15  # passes over the training episodes
-    batch_size: int = 64  # windows per optimizer step (256 gave ~4x fewer steps and a worse policy)
-    segment: int = 16  # consecutive steps per segment (frames encoded once per segment)
-    oversample_turns: int = 1  # segments among the sharpest tenth of the training turns (by their largest |steering label|) are drawn this many times per epoch, as PilotNet trains on more curves than roads have (hairpins are ~1 % of the steps); 1 = every segment once
-    time_input: str | None = None  # what the core gets as each frame's time: seconds (true timestamps; the default) | index (window positions, ignoring the clock: the ablation that isolates NAC's time input); with --init, the checkpoint's unless given
-    window_gaps: int = 1  # training windows with irregular timing: each gap between a window's frames is --frame-stride x k, k drawn from 1..this (frames late or dropped; the core gets their true timestamps; time-blind cores the same frames in the same order); 1 = regular. Validation stays regular
-    lr: float = 1e-3  # peak AdamW learning rate
-    weight_decay: float = 1e-4  # AdamW weight decay
-    warmup: float = 0.05  # fraction of the optimizer steps spent warming up, then cosine decay to 5%
-    grad_clip: float = 1.0  # clip the gradient norm to this
-    seed: int = 1  # seed of the weights, batches and augmentations (and of the split, unless --split-seed)
-    split_seed: int | None = None  # seed of the split by episode (default: --seed); fix it to compare --seed runs
-    resume: bool = False  # continue the run in --out from its last.pt, with the arguments it started with
-    init: str | None = None  # start from this checkpoint's weights and architecture (fine-tuning, e.g. a DAgger round from the previous round's best.pt); --core and the architecture flags are then taken from it (a flag given another value than the checkpoint's is refused)
-    overwrite: bool = False  # allow starting a fresh run in a folder that holds one
-    folds: int = 0  # >= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split
-    val_fraction: float = 0.2  # fraction of the episodes held out for validation (without --folds); with --split blocks, of every episode's steps
-    strict_images: bool = False  # a real simulator recording given to --data: refuse it when a row names a missing image (default: skip such rows and say how many)
-    split: str = "auto"  # episodes (hold out whole episodes) | blocks (hold out the last --val-fraction of every episode in time, one window's gap before it) | auto (blocks for a single episode, e.g. a one-session simulator recording; else episodes)
-    head: str = "auto"  # auto (from the dataset) | continuous | discrete | steer (steering only)
-    smooth_labels: str = "auto"  # seconds: train on the labels averaged over this centred window within each episode; auto: 0.5 for real simulator recordings (keyboard steering is a train of taps), 0 for an expert's labels
-    loss: str = "mse"  # continuous loss on normalised targets: mse | huber (huber discounts sharp turns)
-    class_weights: bool = False  # discrete: weight cross-entropy by inverse class frequency
-    discrete_actions: str | None = None  # discrete students: the rule the checkpoint drives with when evaluate.py or collect.py --driver are not told one: argmax | sample | dither (a student trained on the data of sampling DAgger drivers drives best sampling); with --init, the checkpoint's unless given; default: argmax
-    action_temperature: float | None = None  # discrete students that sample or dither: the softmax temperature written into the checkpoint (above 1: minority actions more often, more cautious driving; evaluate.py --action-temperature); with --init, the checkpoint's unless given or --discrete-actions changes its rule; default: 1
-    augment: bool = True  # camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see agent/training/augment.py)
-    side_correction: float | None = None  # first-person: train on left/right cameras too, steering + / - this (0 = center only); default: 0.2 for simulator data, 0 for real recordings (their keyboard labels are smaller than the correction: measured, docs/udacity.md)
-    flip: bool = True  # first-person: mirror half of the segments and negate their steering
-    shift_steer: float | None = None  # first-person: shift up to 50 camera px sideways, steering += this per px (0 = off); default: 0.002 for simulator data, 0 for real recordings
-    shadows: bool = True  # first-person: darken a random slanted region of the frame (tree and building shadows)
-    color_jitter: float | None = None  # first-person, J in [0, 1]: per segment, hues turned by up to +-J*180 degrees, saturation x[1-J, 1+J], a J/2 share in grey (so scenes in colours never seen still read as roads); default: the env's (udacity-hard 0.5, else 0)
-    recovery_views: float = 0.0  # first-person, P in [0, 1]: a P share of the training segments is seen from the car moved off the recorded path (one pose per segment: --recovery-offset, --recovery-yaw; the frames reprojected as evaluate.py --replay does) and labelled with the steering back onto it (the replay's path controller at the recorded speed), as PilotNet trains recoveries; 0 = off
-    recovery_offset: float = 1.0  # --recovery-views: the offset is drawn uniformly within +-this many metres of the recorded path
-    recovery_yaw: float = 10.0  # --recovery-views: the yaw is drawn uniformly within +-this many degrees of the recorded direction
-    recovery_return: float = 1.0  # --recovery-views: seconds ahead (at the recorded speed, at least 4 m) where the label's pure pursuit rejoins the path; shorter steers back harder
-    crop: str = "auto"  # rows of the camera frame kept, "top:bottom" | none | auto (the env's: udacity 60:135)
-    color: str = "auto"  # rgb | yuv | auto (the env's: udacity yuv, carracing rgb)
-    encoder: str = "auto"  # auto (the env's own) | carracing (paper CNN) | pilotnet
-    image_size: str | None = None  # encoder input "HxW"; default: the env's (udacity 66x200), else the (cropped) frame
-    feature_dim: int = 64  # per-frame CNN embedding size
-    d_model: int = 64  # nac / mha width
-    heads: int = 16  # nac heads (mha uses 4)
-    topk: int = 8  # nac: keys each query attends to (top-k)
-    sparsity: float = 0.5  # nac: fraction of the wiring's connections removed (AutoNCP)
-    nac_mode: str = "exact"  # exact | euler | steady (for plain "nac")
-    hidden: int = 64  # lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)
-    device: str = "auto"  # auto (cuda if available) | cpu | cuda
-    threads: int = 0  # torch CPU threads (per process under torchrun); 0 = auto: 2, or 1 when the machine is already busy (under torchrun: the machine's cores shared among its processes)
-    data_loading: str = "auto"  # where the prepared frames live: memory | lazy (prepared once into an uncompressed cache, DATA/.cache, and read per batch: memory stays bounded, results are identical on the CPU, equal to float rounding on a GPU) | auto (lazy when they would take over 40% of the free memory, or when torchrun runs several processes on the machine)
-    log_every: int = 10  # optimizer steps between TensorBoard scalars
-    progress: bool = True  # progress bars on stderr when it is a terminal (log files get the per-epoch lines only)
+    data: str | list[str] = option("data/carracing_continuous",
+        "dataset folder written by collect.py; several (--data A B C, e.g. collection shards) train as one "
+        "dataset, the episodes `python -m agent.data.merge` would write", group="data", metavar="DATA")
+    policy: str = option("nac-focus",
+        "sequence core(s) after the CNN, comma separated; several train one after another on the same data "
+        "and print a comparison table. Names: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, "
+        "nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)", group="model", flag="--core", metavar="CORE[,CORE...]")
+    out: str | None = option(None, "run folder (default: runs/train/<core>, several cores joined by _)", group="output")
+    window: int = option(8, "frames per window", group="model")
+    frame_stride: int = option(0,
+        "steps between window frames; 0 = the env's own (carracing 3: 8 frames span 0.42 s at 50 Hz)", group="model")
+    epochs: int = option(15, "passes over the training episodes", group="optimisation")
+    batch_size: int = option(64,
+        "windows per optimizer step", group="optimisation")
+    segment: int = option(16, "consecutive steps per segment (frames encoded once per segment)", group="optimisation")
+    oversample_turns: int = option(1,
+        "segments among the sharpest tenth of the training turns (by their largest |steering label|) are "
+        "drawn this many times per epoch, as PilotNet trains on more curves than roads have (hairpins are ~1 "
+        "% of the steps); 1 = every segment once", group="optimisation")
+    time_input: str | None = option(None,
+        "what the core gets as each frame's time: seconds (true timestamps; the default) | index (window "
+        "positions, ignoring the clock: the ablation that isolates NAC's time input); with --init, the "
+        "checkpoint's unless given", group="model", choices=TIME_INPUTS)
+    window_gaps: int = option(1,
+        "training windows with irregular timing: each gap between a window's frames is --frame-stride x k, k "
+        "drawn from 1..this (frames late or dropped; the core gets their true timestamps; time-blind cores "
+        "the same frames in the same order); 1 = regular. Validation stays regular", group="optimisation")
+    lr: float = option(1e-3, "peak AdamW learning rate", group="optimisation")
+    weight_decay: float = option(1e-4, "AdamW weight decay", group="optimisation")
+    warmup: float = option(0.05,
+        "fraction of the optimizer steps spent warming up, then cosine decay to 5%", group="optimisation")
+    grad_clip: float = option(1.0, "clip the gradient norm to this", group="optimisation")
+    seed: int = option(1,
+        "seed of the weights, batches and augmentations (and of the split, unless --split-seed)", group="optimisation")
+    split_seed: int | None = option(None,
+        "seed of the split by episode (default: --seed); fix it to compare --seed runs", group="data")
+    resume: bool = option(False,
+        "continue the run in --out from its last.pt, with the arguments it started with", group="output")
+    init: str | None = option(None,
+        "start from this checkpoint's weights and architecture (fine-tuning, e.g. a DAgger round from the "
+        "previous round's best.pt); --core and the architecture flags are then taken from it (a flag given "
+        "another value than the checkpoint's is refused)", group="model")
+    overwrite: bool = option(False, "allow starting a fresh run in a folder that holds one", group="output")
+    folds: int = option(0,
+        ">= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split", group="data")
+    val_fraction: float = option(0.2,
+        "fraction of the episodes held out for validation (without --folds); with --split blocks, of every "
+        "episode's steps", group="data")
+    strict_images: bool = option(False,
+        "a real simulator recording given to --data: refuse it when a row names a missing image (default: "
+        "skip such rows and say how many)", group="data")
+    split: str = option("auto",
+        "episodes (hold out whole episodes) | blocks (hold out the last --val-fraction of every episode in "
+        "time, one window's gap before it) | auto (blocks for a single episode, e.g. a one-session simulator "
+        "recording; else episodes)", group="data", choices=SPLITS)
+    head: str = option("auto", "auto (from the dataset) | continuous | discrete | steer (steering only)", group="model", choices=HEAD_CHOICES)
+    smooth_labels: str = option("auto",
+        "seconds: train on the labels averaged over this centred window within each episode; auto: 0.5 for "
+        "real simulator recordings (keyboard steering is a train of taps), 0 for an expert's labels", group="data")
+    loss: str = option("mse",
+        "continuous loss on normalised targets: mse | huber (huber discounts sharp turns)", group="optimisation", choices=LOSSES)
+    class_weights: bool = option(False,
+        "discrete: weight cross-entropy by inverse class frequency", group="optimisation")
+    discrete_actions: str | None = option(None,
+        "discrete students: the rule the checkpoint drives with when evaluate.py or collect.py --driver are "
+        "not told one: argmax | sample | dither (a student trained on the data of sampling DAgger drivers "
+        "drives best sampling); with --init, the checkpoint's unless given; default: argmax", group="model", choices=DISCRETE_ACTION_RULES)
+    action_temperature: float | None = option(None,
+        "discrete students that sample or dither: the softmax temperature written into the checkpoint (above "
+        "1: minority actions more often, more cautious driving; evaluate.py --action-temperature); with "
+        "--init, the checkpoint's unless given or --discrete-actions changes its rule; default: 1", group="model")
+    augment: bool = option(True,
+        "camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see "
+        "agent/training/augment.py)", group="augmentation")
+    side_correction: float | None = option(None,
+        "first-person: train on left/right cameras too, steering + / - this (0 = center only); default: 0.2 "
+        "for simulator data, 0 for real recordings (their keyboard labels are smaller than the correction: "
+        "measured, docs/udacity.md)", group="augmentation")
+    flip: bool = option(True,
+        "first-person: mirror half of the segments and negate their steering", group="augmentation")
+    shift_steer: float | None = option(None,
+        "first-person: shift up to 50 camera px sideways, steering += this per px (0 = off); default: 0.002 "
+        "for simulator data, 0 for real recordings", group="augmentation")
+    shadows: bool = option(True,
+        "first-person: darken a random slanted region of the frame (tree and building shadows)", group="augmentation")
+    color_jitter: float | None = option(None,
+        "first-person, J in [0, 1]: per segment, hues turned by up to +-J*180 degrees, saturation x[1-J, "
+        "1+J], a J/2 share in grey (so scenes in colours never seen still read as roads); default: the env's "
+        "(udacity-hard 0.5, else 0)", group="augmentation")
+    recovery_views: float = option(0.0,
+        "first-person, P in [0, 1]: a P share of the training segments is seen from the car moved off the "
+        "recorded path (one pose per segment: --recovery-offset, --recovery-yaw; the frames reprojected as "
+        "evaluate.py --replay does) and labelled with the steering back onto it (the replay's path controller"
+        " at the recorded speed), as PilotNet trains recoveries; 0 = off", group="augmentation")
+    recovery_offset: float = option(1.0,
+        "--recovery-views: the offset is drawn uniformly within +-this many metres of the recorded path", group="augmentation")
+    recovery_yaw: float = option(10.0,
+        "--recovery-views: the yaw is drawn uniformly within +-this many degrees of the recorded direction", group="augmentation")
+    recovery_return: float = option(1.0,
+        "--recovery-views: seconds ahead (at the recorded speed, at least 4 m) where the label's pure pursuit"
+        " rejoins the path; shorter steers back harder", group="augmentation")
+    crop: str = option("auto",
+        "rows of the camera frame kept, \"top:bottom\" | none | auto (the env's: udacity 60:135)", group="model")
+    color: str = option("auto", "rgb | yuv | auto (the env's: udacity yuv, carracing rgb)", group="model", choices=("auto", "rgb", "yuv"))
+    encoder: str = option("auto", "auto (the env's own) | carracing (paper CNN) | pilotnet", group="model")
+    image_size: str | None = option(None,
+        "encoder input \"HxW\"; default: the env's (udacity 66x200), else the (cropped) frame", group="model")
+    feature_dim: int = option(64, "per-frame CNN embedding size", group="model")
+    d_model: int = option(64, "nac / mha width", group="model")
+    heads: int = option(16, "nac heads (mha uses 4)", group="model")
+    topk: int = option(8, "nac: keys each query attends to (top-k)", group="model")
+    sparsity: float = option(0.5, "nac: fraction of the wiring's connections removed (AutoNCP)", group="model")
+    nac_mode: str = option("exact", "exact | euler | steady (for plain \"nac\")", group="model", choices=NAC_MODES)
+    hidden: int = option(64, "lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)", group="model")
+    device: str = option("auto", "auto (cuda if available) | cpu | cuda", group="runtime")
+    threads: int = option(0,
+        "torch CPU threads (per process under torchrun); 0 = auto: 2, or 1 when the machine is already busy "
+        "(under torchrun: the machine's cores shared among its processes)", group="runtime")
+    data_loading: str = option("auto",
+        "where the prepared frames live: memory | lazy (prepared once into an uncompressed cache, "
+        "DATA/.cache, and read per batch: memory stays bounded, results are identical on the CPU, equal to "
+        "float rounding on a GPU) | auto (lazy when they would take over 40% of the free memory, or when "
+        "torchrun runs several processes on the machine)", group="runtime", choices=LOADING)
+    log_every: int = option(10, "optimizer steps between TensorBoard scalars", group="output")
+    progress: bool = option(True,
+        "progress bars on stderr when it is a terminal (log files get the per-epoch lines only)", group="runtime")
 
 
 def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:

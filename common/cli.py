@@ -1,0 +1,155 @@
+"""Command lines built from dataclasses: every CLI and ``python -m`` entry point describes its arguments once, as
+the fields of a dataclass (help text, group and flag in the field's metadata), and this module turns that into an
+argparse parser whose mistakes are one line and exit 2.
+
+    @dataclass
+    class Args:
+        out: str = option("runs/x", "output folder", group="output")
+        steps: int = option(100, "steps to run", group="runtime")
+
+    args = parse(Args, argv, prog="python -m pkg.tool", doc=__doc__)
+
+Types come from the annotations: bool is a switch (--x / --no-x), int / float / str / Path (or ``X | None``) take
+one value, ``list[...]`` takes one or more; ``parse=`` names a converter for anything else."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence, TypeVar
+
+T = TypeVar("T")
+
+# argument groups of --help, in this order; a group not listed here comes after them, in order of appearance
+GROUP_ORDER = ("input", "data", "what drives", "where it drives", "model", "optimisation", "augmentation", "evaluation conditions",
+               "output", "runtime")
+_NO_DEFAULT = object()
+
+
+def option(default: Any = _NO_DEFAULT, help: str = "", *, group: str = "options", flag: str | None = None,
+           metavar: str | None = None, choices: Sequence[str] | None = None, parse: Callable[[str], Any] | None = None,
+           positional: bool = False, default_factory: Callable[[], Any] | None = None,
+           show_default: bool = True, help_from: Callable[[], str] | None = None) -> Any:
+    """A dataclass field that is also a command-line argument.
+
+    help: the one text shown by --help (its default is appended unless the text already speaks of it or
+    ``show_default`` is off); group: the --help section; flag: the option's name where it is not the field's
+    (``--x-y`` for x_y); positional: an argument without a flag; parse: a converter from the text (its ValueError
+    becomes a one-line error); help_from: the help text made when the parser is built, for text that needs
+    imports the dataclass's module should not pay for."""
+    meta = {"cli": {"help": help_from or help, "group": group, "flag": flag, "metavar": metavar, "choices": choices,
+                    "parse": parse, "positional": positional, "show_default": show_default}}
+    if isinstance(default, list):  # a fresh list per instance, as dataclasses require
+        default_factory = default.copy
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    if default is _NO_DEFAULT:
+        return dataclasses.field(metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line on stderr and exit status 2, with a pointer to --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The command-line flag of a field: its metadata's, else --name-with-dashes."""
+    return f.metadata.get("cli", {}).get("flag") or "--" + f.name.replace("_", "-")
+
+
+def build_parser(cls: type, prog: str, doc: str | None = None) -> CliParser:
+    """A parser with one argument per field of the dataclass ``cls``, grouped as the fields' metadata says.
+
+    ``doc``: the description (its first paragraph) and the epilog (the rest, shown as written)."""
+    head, _, tail = (doc or "").strip().partition("\n\n")
+    cli_fields = [f for f in dataclasses.fields(cls) if "cli" in f.metadata]
+    short = len(cli_fields) > 12 and not any(f.metadata["cli"]["positional"] for f in cli_fields)
+    parser = CliParser(prog=prog, description=head or None, epilog=tail or None,
+                       usage="%(prog)s [options]" if short else None,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    hints = typing.get_type_hints(cls)
+    order = list(GROUP_ORDER) + [g for g in dict.fromkeys(f.metadata["cli"]["group"] for f in cli_fields)
+                                 if g not in GROUP_ORDER]
+    groups = {name: parser.add_argument_group(name) for name in order
+              if any(f.metadata["cli"]["group"] == name for f in cli_fields)}
+    for f in cli_fields:
+        _add(groups[f.metadata["cli"]["group"]], f, hints[f.name])
+    return parser
+
+
+def parse(cls: type[T], argv: Sequence[str] | None, prog: str, doc: str | None = None) -> T:
+    """The dataclass ``cls`` filled from ``argv`` (default: sys.argv[1:]); a mistake exits 2 in one line."""
+    values = vars(build_parser(cls, prog, doc).parse_args(None if argv is None else list(argv)))
+    return cls(**values)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _with_default(text: str, default: Any) -> str:
+    """The help text naming its default once, in words (switches: on / off)."""
+    if "default" in text.lower() or default is None or default == [] or default == "":
+        return text
+    shown = ("on" if default else "off") if isinstance(default, bool) else default
+    return f"{text} (default: {shown})"
+
+
+def _base(kind: Any) -> tuple[Any, bool]:
+    """(the type one value converts to, whether the field takes a list) from an annotation."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        listed = [a for a in args if typing.get_origin(a) is list]
+        if listed:  # e.g. str | list[str]: one or more values
+            return (typing.get_args(listed[0]) or (str,))[0], True
+        return (args[0] if len(args) == 1 else str), False
+    if origin is list:
+        return (typing.get_args(kind) or (str,))[0], True
+    return kind, False
+
+
+def _converter(base: Any, parse_text: Callable[[str], Any] | None) -> Callable[[str], Any] | None:
+    convert = parse_text or {int: int, float: float, Path: Path}.get(base)
+    if convert is None or convert in (int, float, Path):
+        return convert
+
+    def checked(text: str) -> Any:  # the converter's own message, not argparse's "invalid value"
+        try:
+            return convert(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return checked
+
+
+def _add(group: Any, f: dataclasses.Field, kind: Any) -> None:
+    meta = f.metadata["cli"]
+    default = _default(f)
+    text = meta["help"]() if callable(meta["help"]) else meta["help"]
+    text = _with_default(text, default) if meta["show_default"] else text
+    text = text.replace("%", "%%")
+    base, several = _base(kind)
+    if base is bool and not several:
+        action = group.add_argument(flag_of(f), dest=f.name, action=argparse.BooleanOptionalAction, default=default)
+        action.help = text  # set afterwards: BooleanOptionalAction would append a second "(default: ...)"
+        return
+    kw: dict[str, Any] = {"default": default, "help": text, "metavar": meta["metavar"], "choices": meta["choices"],
+                          "type": _converter(base, meta["parse"])}
+    if several:
+        kw["nargs"] = "*" if meta["positional"] and default == [] else "+"
+    if meta["positional"]:
+        if default is not None and not several:
+            kw["nargs"] = "?"
+        group.add_argument(f.name, **{k: v for k, v in kw.items() if v is not None or k == "default"})
+        return
+    group.add_argument(flag_of(f), dest=f.name, **{k: v for k, v in kw.items() if v is not None or k == "default"})
+
