@@ -2,19 +2,26 @@
 
     python -m agent.data.merge data/shard0 data/shard1 --out data/all
 
-``train.py --data A B`` reads several folders as one without this copy (``open_datasets``)."""
+The datasets (e.g. the shards of collect.py --shard I/N, or runs over disjoint --seed ranges) must share env,
+action space and expert, and never repeat a track seed. Episode ids become track seed - lowest seed, so
+collect.py --out MERGED (DAgger, more episodes) appends to it. ``train.py --data A B`` reads several folders as
+one without this copy (``open_datasets``)."""
 from __future__ import annotations
 
 import json
 import shutil
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from agent.data.dataset import CARD_NAME, DemoDataset, episode_path, join_datasets, open_dataset, read_episode_meta
+from common.cli import CliParser, option, parse
 from common.files import StagingFolder, atomic_write, write_json
+
+PROG = "python -m agent.data.merge"
 
 
 def _copy_episode(src: Path, dst: Path, meta: dict) -> None:
@@ -96,29 +103,25 @@ def _merged_card(parts: list[DemoDataset], rows: list[tuple[DemoDataset, dict, P
             "episodes": [{k: m.get(k) for k in ("episode_id", "track_seed", "length")} for m in metas]}
 
 
+@dataclass
+class MergeArgs:
+    sources: list[str] = option(help="dataset folders (collect.py --out)", group="input", metavar="DATA",
+                                positional=True)
+    out: str | None = option(None, "the merged dataset folder (new or empty; required)", group="output",
+                             metavar="OUT")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m agent.data.merge A B ... --out C``: one dataset from collection shards."""
-    import argparse
     import shlex
     import sys
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
-            self.exit(2, f"error: {message} (see python -m agent.data.merge --help)\n")
-
-    parser = Parser(prog="python -m agent.data.merge",
-                    description="Write the episodes of several collect.py datasets (e.g. the shards of collect.py "
-                                "--shard I/N, or runs over disjoint --seed ranges) as one new dataset with one card. "
-                                "They must share env, action space and expert, and never repeat a track seed. "
-                                "Episode ids become track seed - lowest seed, so collect.py --out MERGED (DAgger, "
-                                "more episodes) appends to it. train.py --data A B reads several folders as one "
-                                "without this copy.")
-    parser.add_argument("sources", nargs="+", metavar="DATA", help="dataset folders (collect.py --out)")
-    parser.add_argument("--out", required=True, metavar="OUT", help="the merged dataset folder (new or empty)")
-    args = parser.parse_args(argv)
+    args = parse(MergeArgs, argv, prog=PROG, doc=__doc__)
+    if args.out is None:
+        CliParser(prog=PROG).error("the following arguments are required: --out")
     try:
         merged = merge_datasets(args.sources, args.out,
-                                command="python -m agent.data.merge " + shlex.join(list(argv if argv is not None else sys.argv[1:])))
+                                command=f"{PROG} " + shlex.join(list(argv if argv is not None else sys.argv[1:])))
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

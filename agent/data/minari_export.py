@@ -27,7 +27,6 @@ A failed export removes its partial folder (Minari writes in place, not atomical
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shutil
@@ -41,6 +40,7 @@ import gymnasium as gym
 import numpy as np
 
 from agent.data.dataset import FINAL_PREFIX, DemoDataset, open_dataset
+from common.cli import option, parse
 from envs.registry import EnvSpec, get_spec
 
 INFO_KEYS = ("expert_action", "speed", "privileged", "time", "expert_probs")
@@ -204,25 +204,17 @@ def load_minari(dataset_id: str, datasets_path: str | Path):
 
 @dataclass
 class ExportArgs:
-    data_dir: Path
-    dataset_id: str
-    minari_path: Path | None = None
-    jpeg: bool = False
-    overwrite: bool = False
+    data_dir: Path = option(help="the --out folder of collect.py", group="input", positional=True)
+    dataset_id: str = option(help="Minari id '[namespace/]name-v<version>', e.g. carracing/expert-v0", group="output",
+                             positional=True)
+    minari_path: Path | None = option(None, "MINARI_DATASETS_PATH to write under (default: DATA_DIR/minari)",
+                                      group="output")
+    jpeg: bool = option(False, "JPEG-encode frames (smaller, lossy); default: lossless", group="output")
+    overwrite: bool = option(False, "replace an existing Minari dataset of the same id", group="output")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m agent.data.minari_export",
-        description="Convert a collect.py dataset to a Minari dataset (frames, executed actions, rewards, "
-        "terminations, truncations; expert labels in infos).",
-    )
-    p.add_argument("data_dir", type=Path, help="the --out folder of collect.py")
-    p.add_argument("dataset_id", help="Minari id '[namespace/]name-v<version>', e.g. carracing/expert-v0")
-    p.add_argument("--minari-path", type=Path, default=None, help="MINARI_DATASETS_PATH to write under (default DATA_DIR/minari)")
-    p.add_argument("--jpeg", action="store_true", help="JPEG-encode frames (smaller, lossy); default lossless")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing Minari dataset of the same id")
-    args = ExportArgs(**vars(p.parse_args(argv)))
+    args = parse(ExportArgs, argv, prog="python -m agent.data.minari_export", doc=__doc__)
     try:
         path = export_minari(args.data_dir, args.dataset_id, datasets_path=args.minari_path, jpeg=args.jpeg, overwrite=args.overwrite)
     except (ValueError, FileNotFoundError, ImportError) as e:

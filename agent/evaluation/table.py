@@ -28,9 +28,10 @@ policy (``evaluate.py --checkpoint X --out eval/x/drop``) are one policy, whatev
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -39,7 +40,10 @@ import numpy as np
 from agent.evaluation.metrics import aggregate, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.runtime import cli_exit_code
+from common.cli import CliParser, option, parse
 from common.files import atomic_write_text
+
+PROG = "python -m agent.evaluation.table"
 
 Run = dict[str, dict[str, Any]]  # policy name -> its metrics.json (episodes included)
 
@@ -408,23 +412,23 @@ def _report(runs: Sequence[Run], folders: Sequence[str], names: list[str], level
             + _paired_table(runs, names))
 
 
+@dataclass
+class TableArgs:
+    folders: list[str] = option(help="evaluate.py --out folders, one per training seed (and per timing condition); "
+                                "folders joined by commas (A,B) are one training seed's policies evaluated in separate "
+                                "runs (a folder holding one policy goes by its evaluate.py --name)", group="input",
+                                positional=True)
+    pair: list[str] = option(default_factory=list, help="add the paired difference OTHER minus BASE for each "
+                             "BASE:OTHER given, beside each policy minus the first", group="output",
+                             metavar="BASE:OTHER")
+    out: str | None = option(None, "write the markdown here as well as printing it", group="output")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m agent.evaluation.table",
-        description="Pool evaluate.py runs of the same policies (one folder per training seed) into one "
-                    "comparison table with paired differences against the first policy. Folders driven under "
-                    "different timing conditions (--drop-prob, --jitter, --latency-steps), or discrete students "
-                    "under different action rules (--discrete-actions, --action-temperature), become a table with "
-                    "one column per condition; give each condition's folders in the same training-seed order.")
-    parser.add_argument("folders", nargs="+",
-                        help="evaluate.py --out folders, one per training seed (and per timing condition); folders "
-                             "joined by commas (A,B) are one training seed's policies evaluated in separate runs "
-                             "(a folder holding one policy goes by its evaluate.py --name)")
-    parser.add_argument("--pair", action="append", default=[], metavar="BASE:OTHER",
-                        help="add the paired difference OTHER minus BASE (repeatable), beside each policy minus "
-                             "the first")
-    parser.add_argument("--out", help="write the markdown here as well as printing it")
-    a = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if sum(x == "--pair" or x.startswith("--pair=") for x in argv) > 1:  # a second --pair would replace the first
+        CliParser(prog=PROG).error("give every BASE:OTHER after one --pair (--pair A:B C:D)")
+    a = parse(TableArgs, argv, prog=PROG, doc=__doc__)
 
     def work() -> None:
         text = table_markdown([read_run(f) for f in a.folders], a.folders, a.pair)

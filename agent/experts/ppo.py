@@ -6,8 +6,10 @@ are what the student imitates from the frames. What differs between envs (the pr
 action space and its mapping to the env's, the training env's reward shaping, the scripted teacher of the
 warm start, the shipped files) comes from the env's `envs.registry.EnvSpec`; this module holds no env names.
 
-    python -m agent.experts.ppo train --env carracing --action-space continuous --timesteps 1500000 \
+    python -m agent.experts.ppo train --env carracing --action-space continuous --timesteps 1500000 \\
         --out checkpoints/expert_carracing_continuous.zip
+    python -m agent.experts.ppo train --env udacity --timesteps 200000 --bc-episodes 40 --log-std-init -1.6 \\
+        --out checkpoints/expert_udacity.zip
     python -m agent.experts.ppo evaluate --expert checkpoints/expert_carracing_continuous.zip --episodes 20 --seed 1000
 
 Design choices (why):
@@ -19,7 +21,6 @@ Design choices (why):
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -34,8 +35,11 @@ import gymnasium as gym
 import numpy as np
 
 from agent.experts.expert import EvalResult, Expert, evaluate_model, space_of
+from common.cli import CliParser, option, parse
 from common.files import resolve_path, write_json
 from envs.registry import ENV_NAMES, EnvSpec, get_spec
+
+PROG = "python -m agent.experts.ppo"
 
 
 class RandomTrack(gym.Wrapper):
@@ -135,26 +139,32 @@ def behaviour_clone(model: Any, data: dict[str, np.ndarray], *, epochs: int, see
 
 @dataclass
 class TrainArgs:
-    action_space: str | None = None  # default: the env's first
-    env: str = "carracing"
-    timesteps: int = 1_500_000
-    out: Path = Path("checkpoints/expert_carracing_continuous.zip")
-    seed: int = 0
-    n_envs: int = 8
-    eval_every: int = 50_000  # env steps between multi-seed validations
-    eval_episodes: int = 20  # validation tracks (spec.seeds.validation) per validation
-    card_episodes: int = 20  # unseen tracks (spec.seeds.card) for the card
-    max_episode_steps: int | None = None  # validation/card episodes; default: the env's
-    learning_rate: float = 3e-4
-    n_steps: int = 512
-    batch_size: int = 512
-    ent_coef: float = 0.0
-    init: Path | None = None  # warm-start from an existing expert .zip (fine-tuning)
-    bc_episodes: int = 0  # > 0: behaviour-clone the env's scripted teacher on this many training tracks first
-    bc_epochs: int = 30
-    log_std_init: float = -0.5  # continuous only; use ~-1.6 when fine-tuning a cloned policy
-    target_kl: float | None = None  # PPO early stop per update (protects a warm-started policy)
-    logdir: Path = Path("runs/expert")
+    out: Path = option(help="output .zip; the card is written beside it as .json (required)", group="output")
+    action_space: str | None = option(None, "env action space the expert drives (default: the env's first)",
+                                      group="model")
+    env: str = option("carracing", "environment", group="data", choices=ENV_NAMES)
+    timesteps: int = option(1_500_000, "total env steps", group="optimisation")
+    seed: int = option(0, "RNG seed for PPO and the training-track draws", group="optimisation")
+    n_envs: int = option(8, "envs in the DummyVecEnv", group="optimisation")
+    eval_every: int = option(50_000, "env steps between validations", group="evaluation conditions")
+    eval_episodes: int = option(20, "validation tracks (the env's validation seeds) per validation",
+                                group="evaluation conditions")
+    card_episodes: int = option(20, "unseen tracks for the card (seeds 1000..)", group="evaluation conditions")
+    max_episode_steps: int | None = option(None, "steps of a validation/card episode (default: the env's own limit)",
+                                           group="evaluation conditions")
+    learning_rate: float = option(3e-4, "PPO learning rate", group="optimisation")
+    n_steps: int = option(512, "rollout length per env", group="optimisation")
+    batch_size: int = option(512, "PPO minibatch size", group="optimisation")
+    ent_coef: float = option(0.0, "PPO entropy coefficient", group="optimisation")
+    init: Path | None = option(None, "warm-start from this expert .zip (fine-tune)", group="model")
+    bc_episodes: int = option(0, "behaviour-clone the env's scripted privileged driver on this many training tracks "
+                              "before PPO (0 = off)", group="optimisation")
+    bc_epochs: int = option(30, "epochs of that warm start", group="optimisation")
+    log_std_init: float = option(-0.5, "continuous: initial log std of the policy (about -1.6 when fine-tuning a "
+                                 "cloned policy)", group="model")
+    target_kl: float | None = option(None, "PPO per-update KL early stop (protects a warm-started policy)",
+                                     group="optimisation")
+    logdir: Path = option(Path("runs/expert"), "TensorBoard root", group="output")
 
     @property
     def spec(self) -> EnvSpec:
@@ -357,94 +367,71 @@ def _expert_card(args: TrainArgs, venv: Any, model: Any, teacher: Any, callback:
     }
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m agent.experts.ppo",
-        description="Train or evaluate the privileged PPO expert that labels demonstrations (CarRacing or udacity).",
-        epilog="examples:\n"
-        "  python -m agent.experts.ppo train --env carracing --action-space continuous --timesteps 8192 --bc-episodes 120 \\\n"
-        "      --log-std-init -1.6 --eval-every 4096 --out checkpoints/expert_carracing_continuous.zip\n"
-        "  python -m agent.experts.ppo train --env udacity --timesteps 200000 --bc-episodes 40 --log-std-init -1.6 \\\n"
-        "      --out checkpoints/expert_udacity.zip\n"
-        "  python -m agent.experts.ppo evaluate --expert checkpoints/expert_carracing_continuous.zip --episodes 20 --seed 1000",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train SB3 PPO on the privileged observation (physics-only env)",
-                       description="Train SB3 PPO on privileged state in the physics-only env, keep the best "
-                       "checkpoint by a multi-seed validation, write OUT (.zip) and OUT.json (the card).",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    d = TrainArgs()
-    t.add_argument("--env", choices=ENV_NAMES, default=d.env, help="environment")
-    t.add_argument("--action-space", default=None, help="env action space the expert drives (default: the env's first)")
-    t.add_argument("--timesteps", type=int, default=d.timesteps, help="total env steps")
-    t.add_argument("--out", type=Path, required=True, help="output .zip; the card is written beside it as .json")
-    t.add_argument("--seed", type=int, default=d.seed, help="RNG seed for PPO and the training-track draws")
-    t.add_argument("--n-envs", type=int, default=d.n_envs, help="envs in the DummyVecEnv")
-    t.add_argument("--eval-every", type=int, default=d.eval_every, help="env steps between validations")
-    t.add_argument("--eval-episodes", type=int, default=d.eval_episodes, help="validation tracks per validation")
-    t.add_argument("--card-episodes", type=int, default=d.card_episodes, help="unseen tracks for the card (seeds 1000..)")
-    t.add_argument("--max-episode-steps", type=int, default=None,
-                   help="steps of a validation/card episode (default: the env's own limit)")
-    t.add_argument("--learning-rate", type=float, default=d.learning_rate, help="PPO learning rate")
-    t.add_argument("--n-steps", type=int, default=d.n_steps, help="rollout length per env")
-    t.add_argument("--batch-size", type=int, default=d.batch_size, help="PPO minibatch size")
-    t.add_argument("--ent-coef", type=float, default=d.ent_coef, help="PPO entropy coefficient")
-    t.add_argument("--init", type=Path, default=None, help="warm-start from this expert .zip (fine-tune)")
-    t.add_argument("--bc-episodes", type=int, default=d.bc_episodes,
-                   help="behaviour-clone the env's scripted privileged driver on this many training tracks before PPO "
-                        "(0 = off)")
-    t.add_argument("--bc-epochs", type=int, default=d.bc_epochs, help="epochs of that warm start")
-    t.add_argument("--log-std-init", type=float, default=d.log_std_init, help="continuous: initial log std of the policy")
-    t.add_argument("--target-kl", type=float, default=None, help="PPO per-update KL early stop")
-    t.add_argument("--logdir", type=Path, default=d.logdir, help="TensorBoard root")
-    e = sub.add_parser("evaluate", help="mean ± std return and laps finished over consecutive track seeds",
-                       description="Evaluate an expert with the true env reward on tracks SEED..SEED+EPISODES-1.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    e.add_argument("--env", choices=ENV_NAMES, default=None, help="environment (default: from the expert's card, "
-                   "else carracing)")
-    e.add_argument("--expert", type=Path, default=None, help="expert .zip (default: the env's shipped one)")
-    e.add_argument("--action-space", default=None, help="expected action space (default: read from the file)")
-    e.add_argument("--episodes", type=int, default=20, help="episodes (consecutive track seeds)")
-    e.add_argument("--seed", type=int, default=1000, help="first track seed")
-    e.add_argument("--max-episode-steps", type=int, default=None, help="default: the env's own limit")
-    e.add_argument("--render", action="store_true", help="use the rendered env instead of physics-only")
-    return p
+@dataclass
+class EvaluateArgs:
+    env: str | None = option(None, "environment (default: from the expert's card, else carracing)", group="data",
+                             choices=ENV_NAMES)
+    expert: Path | None = option(None, "expert .zip (default: the env's shipped one)", group="model")
+    action_space: str | None = option(None, "expected action space (default: read from the file)", group="model")
+    episodes: int = option(20, "episodes (consecutive track seeds)", group="evaluation conditions")
+    seed: int = option(1000, "first track seed", group="evaluation conditions")
+    max_episode_steps: int | None = option(None, "steps per episode (default: the env's own limit)",
+                                           group="evaluation conditions")
+    render: bool = option(False, "use the rendered env instead of physics-only", group="evaluation conditions")
+
+
+COMMANDS = {
+    "train": (TrainArgs, "Train SB3 PPO on privileged state in the physics-only env, keep the best checkpoint by\n"
+                         "a multi-seed validation, write OUT (.zip) and OUT.json (the card)."),
+    "evaluate": (EvaluateArgs, "Evaluate an expert with the true env reward on tracks SEED..SEED+EPISODES-1:\n"
+                               "mean ± std return and laps finished."),
+}
+
+
+@dataclass
+class _Command:
+    command: str = option(help="train: the expert and its card; evaluate: an expert's returns on consecutive "
+                          "track seeds (COMMAND --help: its options)", group="input", positional=True,
+                          choices=tuple(COMMANDS))
+
+
+def _parse(argv: list[str]) -> TrainArgs | EvaluateArgs:
+    """The first word picks the command, whose dataclass takes the rest."""
+    name = parse(_Command, argv[:1], prog=PROG, doc=__doc__).command
+    return parse(COMMANDS[name][0], argv[1:], prog=f"{PROG} {name}", doc=COMMANDS[name][1])
+
+
+def _evaluate(ns: EvaluateArgs) -> None:
+    if ns.episodes <= 0:
+        raise ValueError(f"--episodes must be positive, got {ns.episodes}")
+    card = _card_of(ns.expert) if ns.expert is not None else {}
+    env = ns.env or card.get("env_name", "carracing")
+    spec = get_spec(env)
+    space = ns.action_space or card.get("action_space")
+    if space is None:
+        space = _space_of_file(ns.expert) if ns.expert is not None else spec.action_spaces[0]
+    expert = Expert.load(ns.expert, space, env)
+    t0 = time.time()
+    res = evaluate_model(expert.model, spec, space, range(ns.seed, ns.seed + ns.episodes), render=ns.render,
+                         max_episode_steps=ns.max_episode_steps)
+    print(f"{expert.path} [{env}, {space}, {'rendered' if ns.render else 'physics-only'}]: {res.summary()} "
+          f"({time.time() - t0:.0f} s)")
+    print("returns: " + " ".join(f"{r:.1f}" for r in res.returns))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
-    ns = parser.parse_args(argv)
+    args = _parse(argv)
+    if isinstance(args, TrainArgs) and args.out is None:
+        CliParser(prog=f"{PROG} train").error("the following arguments are required: --out")
     try:
-        if ns.cmd == "train":
-            args = TrainArgs(
-                env=ns.env, action_space=ns.action_space, timesteps=ns.timesteps, out=ns.out, seed=ns.seed,
-                n_envs=ns.n_envs, eval_every=ns.eval_every, eval_episodes=ns.eval_episodes,
-                card_episodes=ns.card_episodes, max_episode_steps=ns.max_episode_steps,
-                learning_rate=ns.learning_rate, n_steps=ns.n_steps, batch_size=ns.batch_size,
-                ent_coef=ns.ent_coef, init=ns.init, logdir=ns.logdir, bc_episodes=ns.bc_episodes,
-                bc_epochs=ns.bc_epochs, log_std_init=ns.log_std_init, target_kl=ns.target_kl,
-            )
-            train(args, command="python -m agent.experts.ppo " + shlex.join(argv))
+        if isinstance(args, TrainArgs):
+            train(args, command=f"{PROG} " + shlex.join(argv))
         else:
-            if ns.episodes <= 0:
-                raise ValueError(f"--episodes must be positive, got {ns.episodes}")
-            card = _card_of(ns.expert) if ns.expert is not None else {}
-            env = ns.env or card.get("env_name", "carracing")
-            spec = get_spec(env)
-            space = ns.action_space or card.get("action_space")
-            if space is None:
-                space = _space_of_file(ns.expert) if ns.expert is not None else spec.action_spaces[0]
-            expert = Expert.load(ns.expert, space, env)
-            t0 = time.time()
-            res = evaluate_model(expert.model, spec, space, range(ns.seed, ns.seed + ns.episodes), render=ns.render,
-                                 max_episode_steps=ns.max_episode_steps)
-            print(f"{expert.path} [{env}, {space}, {'rendered' if ns.render else 'physics-only'}]: {res.summary()} "
-                  f"({time.time() - t0:.0f} s)")
-            print("returns: " + " ".join(f"{r:.1f}" for r in res.returns))
+            _evaluate(args)
     except (ValueError, FileNotFoundError) as exc:
-        parser.exit(2, f"error: {exc}\n")
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     return 0
 
 
