@@ -11,7 +11,6 @@ epochs, argmax drivers), ``long`` the shipped discrete student's (8 collections,
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.runtime import cli_exit_code
+from common.cli import flag_of, option, parse
 from common.files import write_json
 
 
@@ -56,17 +56,21 @@ RECIPES = {
 class Lineage:
     """One lineage: a core, a training seed (also the split seed) and a recipe, in its data and run folders."""
 
-    core: str = "nac-focus"
-    seed: int = 1
-    recipe: str = "long"
-    data: str | None = None  # default data/dagger/<recipe>_<core>_s<seed>
-    out: str | None = None  # default runs/dagger/<recipe>_<core>_s<seed>; round K in OUT/rK
+    core: str = option("nac-focus", "the student's sequence core, as train.py --core", group="model")
+    seed: int = option(1, "training and split seed of every round", group="optimisation")
+    recipe: str = option("long", "short: 20 expert episodes, 4 epochs, 2 rounds of 20 (argmax drivers); long: 25 "
+                         "expert episodes, 15 epochs, 7 rounds of 20 with sampling drivers", group="optimisation",
+                         choices=tuple(RECIPES))
+    data: str | None = option(None, "dataset folder (default: data/dagger/<recipe>_<core>_s<seed>)", group="data")
+    out: str | None = option(None, "run folder, round K in OUT/rK (default: runs/dagger/<recipe>_<core>_s<seed>)",
+                             group="output")
     env: str = "carracing"
-    renderer: str | None = None
-    workers: int | None = None
-    threads: int = 0
-    max_steps: int | None = None
-    progress: bool = True
+    renderer: str | None = option(None, "who draws the frames, as collect.py --renderer (the recipes were measured "
+                                  "with fast)", group="data")
+    workers: int | None = option(None, "collection processes (default: collect.py's)", group="runtime")
+    threads: int = option(0, "torch threads of the training (default: train.py's)", group="runtime")
+    max_steps: int | None = option(None, "steps per episode (default: the env's)", group="data")
+    progress: bool = option(True, "progress bars", group="runtime")
     train_options: dict[str, Any] = field(default_factory=dict)  # further TrainArgs fields (tests: tiny models)
 
     @property
@@ -107,18 +111,18 @@ def _finished(run_dir: Path) -> bool:
     return last.exists() and bool(read_checkpoint(last).get("train_state", {}).get("done"))
 
 
-def _command(tool: str, config: Any, renamed: dict[str, str] | None = None) -> str:
+def _command(tool: str, config: Any) -> str:
     """The CLI line that does what ``config`` (a CollectConfig or TrainArgs) asks: a flag for every field away
-    from its default (the CLIs' flags are the fields' names), progress and resume left out."""
+    from its default (each field's own flag, as common.cli gives it), progress and resume left out."""
     words = [f"python {tool}"]
     for f in fields(config):
         value = getattr(config, f.name)
         default = f.default_factory() if f.default_factory is not MISSING else f.default
         if f.name in ("progress", "resume") or value == default:
             continue
-        flag = (renamed or {}).get(f.name, f.name).replace("_", "-")
-        words.append(f"--{flag}" if value is True else f"--no-{flag}" if value is False
-                     else f"--{flag} {shlex.quote(str(value))}")
+        flag = flag_of(f)
+        words.append(flag if value is True else f"--no-{flag[2:]}" if value is False
+                     else f"{flag} {shlex.quote(str(value))}")
     return " ".join(words)
 
 
@@ -128,7 +132,7 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     what was kept; a re-run goes on from there."""
     from agent.data.collection import collect
     from agent.data.config import CollectConfig
-    from agent.training.config import RENAMED, TrainArgs
+    from agent.training.config import TrainArgs
     from agent.training.experiment import run as train
     from agent.training.loop import Interrupted
 
@@ -150,7 +154,7 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
                          **({"policy": lin.core} if k == 0 else {"init": str(driver), "lr": rnd.lr}),
                          **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
         steps.append({"round": k, "episodes": wanted, "collect": _command("collect.py", collect_cfg),
-                      "train": _command("train.py", args, RENAMED)})
+                      "train": _command("train.py", args)})
         if _finished(run_dir):
             continue  # a finished round of an earlier run
         held = _episodes_in(data)
@@ -174,37 +178,11 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     return summary
 
 
-def build_parser() -> argparse.ArgumentParser:
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str):  # one line, exit 2
-            self.exit(2, f"error: {message} (see python -m agent.training.dagger --help)\n")
-
-    doc = __doc__.split("\n\n", 1)
-    p = Parser(prog="python -m agent.training.dagger", description=doc[0], epilog=doc[1],
-               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--core", default="nac-focus", help="the student's sequence core, as train.py --core "
-                   "(default: nac-focus)")
-    p.add_argument("--seed", type=int, default=1, help="training and split seed of every round (default: 1)")
-    p.add_argument("--recipe", choices=list(RECIPES), default="long",
-                   help="short: 20 expert episodes, 4 epochs, 2 rounds of 20 (argmax drivers); long: 25 expert "
-                        "episodes, 15 epochs, 7 rounds of 20 with sampling drivers (default: long)")
-    p.add_argument("--data", default=None, help="dataset folder (default: data/dagger/<recipe>_<core>_s<seed>)")
-    p.add_argument("--out", default=None, help="run folder, round K in OUT/rK "
-                   "(default: runs/dagger/<recipe>_<core>_s<seed>)")
-    p.add_argument("--renderer", default=None, help="who draws the frames, as collect.py --renderer (the recipes "
-                   "were measured with fast)")
-    p.add_argument("--workers", type=int, default=None, help="collection processes (default: collect.py's)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads of the training (default: train.py's)")
-    p.add_argument("--max-steps", type=int, default=None, help="steps per episode (default: the env's)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from agent.training.loop import Interrupted
 
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    lin = Lineage(**vars(build_parser().parse_args(argv)))
+    lin = parse(Lineage, argv, prog="python -m agent.training.dagger", doc=__doc__)
     return cli_exit_code(lambda: run_lineage(lin), Interrupted, stop_signals=False)
 
 

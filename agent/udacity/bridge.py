@@ -55,7 +55,6 @@ agent.udacity.recordings import`` and ``train.py --data`` read it as a center-ca
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import binascii
 import csv
@@ -65,16 +64,19 @@ import socket
 import statistics
 import sys
 import threading
+import textwrap
 import time
 import warnings
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Sequence
 
 import cv2
 import numpy as np
 import torch
 
+from common.cli import option, parse
 from common.stops import sigterm_as_interrupt
 from policies.policy import WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
 
@@ -339,18 +341,13 @@ class Bridge:
         self._stop.set()
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
 def _port(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"port must be an integer, got {text!r}") from None
+        raise ValueError(f"port must be an integer, got {text!r}") from None
     if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
+        raise ValueError(f"port must be in 0..65535, got {value}")
     return value
 
 
@@ -358,9 +355,9 @@ def _positive(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise ValueError(f"expected a number, got {text!r}") from None
     if not (value > 0 and np.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+        raise ValueError(f"must be a finite number > 0, got {text}")
     return value
 
 
@@ -368,43 +365,42 @@ def _threads(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"threads must be an integer >= 1, got {text!r}") from None
+        raise ValueError(f"threads must be an integer >= 1, got {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"threads must be an integer >= 1, got {value}")
+        raise ValueError(f"threads must be an integer >= 1, got {value}")
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m agent.udacity.bridge",
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                description="Let a trained policy drive the real Udacity simulator: serve its socket.io protocol "
-                            "(telemetry in, steer out), one policy stream step per frame. Start this, then the "
-                            "simulator, pick a track and press Autonomous Mode. Needs: " + INSTALL_HINT + ".",
-                epilog="throttle = clip(1 - steering^2 - (speed / speed-limit)^2, 0, 1); steering and throttle are "
-                       "sent as strings. Ctrl-C or SIGTERM stops and prints frames served and the median latency.")
-    p.add_argument("checkpoint", type=Path, metavar="CKPT",
-                   help="a continuous steering policy checkpoint (.pt from train.py, e.g. runs/train/nac/best.pt)")
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help="address to listen on; 0.0.0.0 listens on every interface (only when the simulator "
-                        "runs on another machine or outside a VM/container)")
-    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
-                   help="port to listen on (the simulator always connects to 4567; 0 picks a free one)")
-    p.add_argument("--speed-limit", type=_positive, default=DEFAULT_SPEED_LIMIT, metavar="MPH",
-                   help="speed at which the throttle reaches 0 on a straight")
-    p.add_argument("--window-clock", choices=WINDOW_CLOCKS, default="time",
-                   help="how the policy picks its window from the frames received: time (the newest frames at or "
-                        "before the trained offsets in seconds: the simulator's frame rate varies) | steps (the last frames, "
-                        "every frame_stride-th)")
-    p.add_argument("--threads", type=_threads, default=1, metavar="N",
-                   help="torch threads for the policy (one frame at a time: 1 is fastest, above all on a busy CPU)")
-    p.add_argument("--record", type=Path, default=argparse.SUPPRESS, metavar="DIR",
-                   help="also save the received frames as a simulator recording in DIR (IMG/ + driving_log.csv, "
-                        "appended if it exists; steering column = the policy's); default: no recording")
-    return p
+@dataclass
+class BridgeArgs:
+    checkpoint: Path = option(help="a continuous steering policy checkpoint (.pt from train.py, e.g. "
+                              "runs/train/nac/best.pt)", group="model", metavar="CKPT", positional=True)
+    host: str = option(DEFAULT_HOST, "address to listen on; 0.0.0.0 listens on every interface (only when the "
+                       "simulator runs on another machine or outside a VM/container)", group="runtime")
+    port: int = option(DEFAULT_PORT, "port to listen on (the simulator always connects to 4567; 0 picks a free one)",
+                       group="runtime", parse=_port)
+    speed_limit: float = option(DEFAULT_SPEED_LIMIT, "speed at which the throttle reaches 0 on a straight",
+                                group="what drives", metavar="MPH", parse=_positive)
+    window_clock: str = option("time", "how the policy picks its window from the frames received: time (the newest "
+                               "frames at or before the trained offsets in seconds: the simulator's frame rate "
+                               "varies) | steps (the last frames, every frame_stride-th)", group="model",
+                               choices=WINDOW_CLOCKS)
+    threads: int = option(1, "torch threads for the policy (one frame at a time: 1 is fastest, above all on a busy "
+                          "CPU)", group="runtime", metavar="N", parse=_threads)
+    record: Path | None = option(None, "also save the received frames as a simulator recording in DIR (IMG/ + "
+                                 "driving_log.csv, appended if it exists; steering column = the policy's); default: "
+                                 "no recording", group="output", metavar="DIR")
+
+
+_HELP = (textwrap.fill("Let a trained policy drive the real Udacity simulator: serve its socket.io protocol (telemetry "
+                       "in, steer out), one policy stream step per frame. Start this, then the simulator, pick a track "
+                       "and press Autonomous Mode. Needs: " + INSTALL_HINT + ".", 110) + "\n\n" +
+         textwrap.fill("throttle = clip(1 - steering^2 - (speed / speed-limit)^2, 0, 1); steering and throttle are "
+                       "sent as strings. Ctrl-C or SIGTERM stops and prints frames served and the median latency.", 110))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(BridgeArgs, argv, prog="python -m agent.udacity.bridge", doc=_HELP)
     if not log.handlers:  # our messages only: a root handler would also print socket.io's per-packet INFO lines
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
@@ -420,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"its steering may mean little in the simulator", file=sys.stderr)
         steering = SteeringServer(policy, args.speed_limit, window_clock=args.window_clock)
         bridge = Bridge(steering, args.host, args.port)
-        if getattr(args, "record", None) is not None:
+        if args.record is not None:
             recorder = steering.recorder = Recorder(args.record)
     except (ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)

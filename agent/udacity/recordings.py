@@ -31,7 +31,6 @@ Mapping to the dataset arrays (agent.data.dataset) (one episode = one recording 
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import json
@@ -42,7 +41,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path, PureWindowsPath
-from typing import Callable, NoReturn, Sequence
+from typing import Callable, Sequence
 
 import cv2
 import numpy as np
@@ -50,6 +49,7 @@ import numpy as np
 from agent.data.dataset import CARD_NAME, FORMAT, open_dataset, write_episode
 from agent.data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality, jpeg_shape
 from agent.data.out_folder import check_room
+from common.cli import option, parse
 from common.files import StagingFolder, refuse_nonempty, write_json
 
 CSV_NAME = "driving_log.csv"
@@ -558,63 +558,84 @@ def _row_times(rows: list[LogRow], period: float, episode_gap_s: float
             f"row index x {period} s (line {undated.line}: {undated.images[0].name!r} has no timestamp); one episode")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+PROG = "python -m agent.udacity.recordings"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m agent.udacity.recordings",
-                description="Convert between this project's datasets and the Udacity simulator's recording format "
-                            f"(IMG/ of JPEGs + a header-less {CSV_NAME}: center,left,right,steering,throttle,brake,speed).",
-                epilog="examples: python -m agent.udacity.recordings export data/udacity out/log; "
-                       "python -m agent.udacity.recordings import ~/recordings/track1 data/track1")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{export,import}")
-    e = sub.add_parser("export", help="dataset -> Udacity recording",
-                       description="Write a dataset with three cameras (frames, frames_left, frames_right) as IMG/ + "
-                                   f"{CSV_NAME}, one row per step of every episode. Stored JPEG frames are copied byte "
-                                   "for byte; speed is written in mph.")
-    e.add_argument("data_dir", type=Path, metavar="DATA_DIR", help="the dataset folder (collect.py --out)")
-    e.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="where IMG/ and driving_log.csv go (new or empty)")
-    e.add_argument("--label", choices=LABELS, default="expert_action",
-                   help="steering column: the expert's label (default; what behaviour cloning should learn) or the "
-                        "executed action (may carry DART noise)")
-    e.add_argument("--jpeg-quality", type=int, default=RECOMMENDED_JPEG_QUALITY, metavar="Q",
-                   help=f"quality for frames stored raw (default {RECOMMENDED_JPEG_QUALITY}); JPEG frames are copied")
-    i = sub.add_parser("import", help="Udacity recording -> dataset",
-                       description="Read a simulator recording (a folder with driving_log.csv and IMG/, or the CSV "
-                                   "itself) into a dataset: images are found by file name in IMG/ whatever path the "
-                                   "CSV names; time comes from the timestamps in the names; a jump of more than "
-                                   "--episode-gap seconds starts a new episode.")
-    i.add_argument("log_dir", type=Path, metavar="LOG_DIR", help="recording folder (or its driving_log.csv)")
-    i.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="dataset folder to create (new or empty)")
-    i.add_argument("--jpeg-quality", type=int, default=None, metavar="Q",
-                   help="re-encode the images at this quality (default: keep the recording's JPEG files byte for byte)")
-    i.add_argument("--episode-gap", type=float, default=1.0, dest="episode_gap_s", metavar="S",
-                   help="seconds between rows that start a new episode (default 1.0)")
-    i.add_argument("--frame-period", type=float, default=None, metavar="S",
-                   help=f"seconds per row when file names carry no timestamp (default {DEFAULT_FRAME_PERIOD_S})")
-    i.add_argument("--strict-images", action="store_true",
-                   help="refuse a recording in which a row names a missing image (default: skip such rows, say how many)")
-    return p
+@dataclass
+class ExportArgs:
+    data_dir: Path = option(help="the dataset folder (collect.py --out)", group="input", metavar="DATA_DIR",
+                            positional=True)
+    out_dir: Path = option(help="where IMG/ and driving_log.csv go (new or empty)", group="output", metavar="OUT_DIR",
+                           positional=True)
+    label: str = option("expert_action", "steering column: the expert's label (default; what behaviour cloning "
+                        "should learn) or the executed action (may carry DART noise)", group="data", choices=LABELS)
+    jpeg_quality: int = option(RECOMMENDED_JPEG_QUALITY, "quality for frames stored raw; JPEG frames are copied",
+                               group="output", metavar="Q")
+
+
+@dataclass
+class ImportArgs:
+    log_dir: Path = option(help="recording folder (or its driving_log.csv)", group="input", metavar="LOG_DIR",
+                           positional=True)
+    out_dir: Path = option(help="dataset folder to create (new or empty)", group="output", metavar="OUT_DIR",
+                           positional=True)
+    jpeg_quality: int | None = option(None, "re-encode the images at this quality (default: keep the recording's "
+                                      "JPEG files byte for byte)", group="output", metavar="Q")
+    episode_gap_s: float = option(1.0, "seconds between rows that start a new episode", group="data",
+                                  flag="--episode-gap", metavar="S")
+    frame_period: float | None = option(None, "seconds per row when file names carry no timestamp (default: "
+                                        f"{DEFAULT_FRAME_PERIOD_S})", group="data", metavar="S")
+    strict_images: bool = option(False, "refuse a recording in which a row names a missing image (default: skip "
+                                 "such rows, say how many)", group="input")
+
+
+COMMANDS = {
+    "export": (ExportArgs, "Write a dataset with three cameras (frames, frames_left, frames_right) as IMG/ +\n"
+                           f"{CSV_NAME}, one row per step of every episode. Stored JPEG frames are copied byte for\n"
+                           "byte; speed is written in mph."),
+    "import": (ImportArgs, "Read a simulator recording (a folder with driving_log.csv and IMG/, or the CSV itself)\n"
+                           "into a dataset: images are found by file name in IMG/ whatever path the CSV names; time\n"
+                           "comes from the timestamps in the names; a jump of more than --episode-gap seconds starts\n"
+                           "a new episode."),
+}
+
+
+@dataclass
+class _Command:
+    command: str = option(help="export: dataset -> Udacity recording; import: Udacity recording -> dataset "
+                          "(COMMAND --help: its options)", group="input", positional=True, choices=tuple(COMMANDS))
+
+
+def _parse(argv: Sequence[str] | None) -> ExportArgs | ImportArgs:
+    """The first word picks the command, whose dataclass takes the rest."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = parse(_Command, argv[:1], prog=PROG, doc=__doc__).command
+    return parse(COMMANDS[name][0], argv[1:], prog=f"{PROG} {name}", doc=COMMANDS[name][1])
+
+
+def _export(args: ExportArgs) -> None:
+    csv_path = export_udacity(args.data_dir, args.out_dir, label=args.label, jpeg_quality=args.jpeg_quality)
+    ds = open_dataset(args.data_dir)
+    images = sum(1 for _ in (args.out_dir / IMG_DIR).iterdir())
+    print(f"exported {len(ds)} episodes, {ds.num_steps} steps ({images} images, "
+          f"{_dir_size(args.out_dir) / 1e6:.1f} MB) to {csv_path}")
+
+
+def _import(args: ImportArgs) -> None:
+    out = import_udacity(args.log_dir, args.out_dir, jpeg_quality=args.jpeg_quality, episode_gap_s=args.episode_gap_s,
+                         frame_period=args.frame_period, strict_images=args.strict_images)
+    ds = open_dataset(out)
+    cams = ", ".join(ds.card["cameras"]) if isinstance(ds.card.get("cameras"), dict) else ""
+    print(f"imported {len(ds)} episodes, {ds.num_steps} steps ({cams}; {_dir_size(out) / 1e6:.1f} MB) into {out}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     try:
-        if args.command == "export":
-            csv_path = export_udacity(args.data_dir, args.out_dir, label=args.label, jpeg_quality=args.jpeg_quality)
-            ds = open_dataset(args.data_dir)
-            images = sum(1 for _ in (args.out_dir / IMG_DIR).iterdir())
-            print(f"exported {len(ds)} episodes, {ds.num_steps} steps ({images} images, "
-                  f"{_dir_size(args.out_dir) / 1e6:.1f} MB) to {csv_path}")
+        if isinstance(args, ExportArgs):
+            _export(args)
         else:
-            out = import_udacity(args.log_dir, args.out_dir, jpeg_quality=args.jpeg_quality,
-                                 episode_gap_s=args.episode_gap_s, frame_period=args.frame_period,
-                                 strict_images=args.strict_images)
-            ds = open_dataset(out)
-            cams = ", ".join(ds.card["cameras"]) if isinstance(ds.card.get("cameras"), dict) else ""
-            print(f"imported {len(ds)} episodes, {ds.num_steps} steps ({cams}; {_dir_size(out) / 1e6:.1f} MB) into {out}")
+            _import(args)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

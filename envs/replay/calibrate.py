@@ -16,7 +16,6 @@ ground rows below the horizon and above the hood, central columns) between a rep
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from common.cli import option, parse
 from envs.replay.camera import CameraGeometry, Reprojector
 
 COLUMNS = slice(40, 280)  # central columns: the sides fill in from outside the recorded frame
@@ -148,13 +148,17 @@ def report(name: str, r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class CalibrateArgs:
+    recording: list[str] = option(help="recordings (driving_log.csv + IMG/) or udacity datasets", group="input",
+                                  positional=True)
+    frames: int = option(60, "frames for the side-camera fit", group="evaluation conditions")
+    pairs: int = option(120, "consecutive pairs for yaw and forward scale", group="evaluation conditions")
+    work: str = option("eval/calibrate", "where raw recordings are imported", group="output")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m envs.replay.calibrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("recording", nargs="+", help="recordings (driving_log.csv + IMG/) or udacity datasets")
-    p.add_argument("--frames", type=int, default=60, help="frames for the side-camera fit (default 60)")
-    p.add_argument("--pairs", type=int, default=120, help="consecutive pairs for yaw and forward scale (default 120)")
-    p.add_argument("--work", default="eval/calibrate", help="where raw recordings are imported (default eval/calibrate)")
-    a = p.parse_args(argv)
+    a = parse(CalibrateArgs, argv, prog="python -m envs.replay.calibrate", doc=__doc__)
     from pathlib import Path
 
     from agent.data.dataset import open_dataset
