@@ -1,7 +1,7 @@
 """Benchmark scripts that print tables (`python -m benchmarks.<name>`); see docs/benchmarks.md."""
 import sys
 import time
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn
 
 
 def run_main(main: Callable[[], int]) -> NoReturn:
@@ -29,17 +29,3 @@ def timed_steps(env: Any, act: Callable[[dict], Any], info: dict, steps: int, se
             _, info = env.reset(seed=seed)
     return steps / timed
 
-
-def parse_command(commands: dict[str, tuple[type, str]], argv: Sequence[str] | None, prog: str, doc: str) -> Any:
-    """The filled arguments of ``prog COMMAND ...``: ``commands`` maps each command to (its arguments' dataclass,
-    a line saying what it does); the first word picks the dataclass, the rest fills it."""
-    from dataclasses import make_dataclass
-
-    from common.cli import option, parse
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    said = "; ".join(f"{name}: {line}" for name, (_, line) in commands.items())
-    pick = make_dataclass("Command", [("command", str, option(help=said, group="input", positional=True,
-                                                                 choices=tuple(commands)))])
-    name = parse(pick, argv[:1], prog=prog, doc=doc).command
-    return parse(commands[name][0], argv[1:], prog=f"{prog} {name}", doc=commands[name][1])

@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import parse_command
-from common.cli import CliParser, option
+from common.cli import option, parse_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 96
@@ -147,12 +146,12 @@ PROG = "python -m benchmarks.data_loading"
 @dataclass
 class MakeArgs:
     frames: int = option(500_000, "frames of the synthetic dataset", group="data")
-    out: Path | None = option(None, "the dataset folder to write (new or empty; required)", group="output")
+    out: Path | None = option(None, "the dataset folder to write (new or empty)", group="output", required=True)
 
 
 @dataclass
 class RunArgs:
-    data: Path | None = option(None, "the dataset folder (required)", group="input")
+    data: Path | None = option(None, "the dataset folder", group="input", required=True)
     mode: str = option("lazy", "train.py --data-loading", group="data", choices=("memory", "lazy", "auto"))
     seconds: float | None = option(None, "stop it with Ctrl-C after this long (default: let it finish)",
                                    group="runtime")
@@ -174,13 +173,7 @@ COMMANDS = {"make": (MakeArgs, "write a synthetic dataset"),
             "compare": (CompareArgs, "memory vs lazy on one dataset that fits in memory, modes taking turns")}
 
 
-def _required(value: object, flag: str, command: str) -> None:
-    if value is None:
-        CliParser(prog=f"{PROG} {command}").error(f"the following arguments are required: {flag}")
-
-
 def _make(args: MakeArgs) -> int:
-    _required(args.out, "--out", "make")
     t0 = time.perf_counter()
     make_dataset(args.out, args.frames)
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
@@ -189,7 +182,6 @@ def _make(args: MakeArgs) -> int:
 
 
 def _run(args: RunArgs) -> int:
-    _required(args.data, "--data", "run")
     with tempfile.TemporaryDirectory(prefix="bench_run_") as tmp:
         print(json.dumps(train(args.data, args.mode, Path(tmp) / "run", args.epochs, args.seconds, args.train_args)))
     return 0

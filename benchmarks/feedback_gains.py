@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks import run_main
-from common.cli import CliParser, option, parse
+from common.cli import option, parse
 
 PROG = "python -m benchmarks.feedback_gains"
 
@@ -61,9 +61,9 @@ def _span(text: str) -> tuple[float, float]:
 
 @dataclass
 class Args:
-    data: str | None = option(None, "a recording (driving_log.csv + IMG/) or a udacity dataset (required)",
-                              group="input")
-    checkpoint: list[str] = option(default_factory=list, help="the students probed (required)", group="model")
+    data: str | None = option(None, "a recording (driving_log.csv + IMG/) or a udacity dataset", group="input",
+                              required=True)
+    checkpoint: list[str] = option([], "the students probed", group="model", required=True)
     span: tuple[float, float] = option((0.8, 1.0), "part A:B of every session probed (default: 0.8:1, the "
                                        "held-out part)", group="evaluation conditions", metavar="A:B",
                                        parse=_span)
@@ -73,9 +73,6 @@ class Args:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(Args, argv, prog=PROG, doc=__doc__)
-    for flag, value in (("--data", a.data), ("--checkpoint", a.checkpoint)):
-        if not value:
-            CliParser(prog=PROG).error(f"the following arguments are required: {flag}")
     from pathlib import Path
 
     import torch

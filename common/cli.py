@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import types
 import typing
 from pathlib import Path
@@ -31,16 +32,17 @@ _NO_DEFAULT = object()
 def option(default: Any = _NO_DEFAULT, help: str = "", *, group: str = "options", flag: str | None = None,
            metavar: str | None = None, choices: Sequence[str] | None = None, parse: Callable[[str], Any] | None = None,
            positional: bool = False, default_factory: Callable[[], Any] | None = None,
-           show_default: bool = True, help_from: Callable[[], str] | None = None) -> Any:
+           show_default: bool = True, help_from: Callable[[], str] | None = None, required: bool = False) -> Any:
     """A dataclass field that is also a command-line argument.
 
     help: the one text shown by --help (its default is appended unless the text already speaks of it or
     ``show_default`` is off); group: the --help section; flag: the option's name where it is not the field's
     (``--x-y`` for x_y); positional: an argument without a flag; parse: a converter from the text (its ValueError
     becomes a one-line error); help_from: the help text made when the parser is built, for text that needs
-    imports the dataclass's module should not pay for."""
+    imports the dataclass's module should not pay for; required: a flag that must be given (its field keeps a
+    default, None, for code that builds the dataclass itself). A list flag may be repeated (--x a --x b = --x a b)."""
     meta = {"cli": {"help": help_from or help, "group": group, "flag": flag, "metavar": metavar, "choices": choices,
-                    "parse": parse, "positional": positional, "show_default": show_default}}
+                    "parse": parse, "positional": positional, "show_default": show_default, "required": required}}
     if isinstance(default, list):  # a fresh list per instance, as dataclasses require
         default_factory = default.copy
     if default_factory is not None:
@@ -85,7 +87,19 @@ def build_parser(cls: type, prog: str, doc: str | None = None) -> CliParser:
 def parse(cls: type[T], argv: Sequence[str] | None, prog: str, doc: str | None = None) -> T:
     """The dataclass ``cls`` filled from ``argv`` (default: sys.argv[1:]); a mistake exits 2 in one line."""
     values = vars(build_parser(cls, prog, doc).parse_args(None if argv is None else list(argv)))
-    return cls(**values)
+    return cls(**values)  # a list flag not given is absent: the field's own default
+
+
+def parse_command(commands: dict[str, tuple[type, str]], argv: Sequence[str] | None, prog: str,
+                  doc: str | None = None) -> Any:
+    """``prog COMMAND ...``: ``commands`` maps each command word to (its arguments' dataclass, a line saying what
+    it does); the first word picks the dataclass, the rest of ``argv`` fills it (``prog COMMAND --help``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    said = "; ".join(f"{name}: {line}" for name, (_, line) in commands.items())
+    pick = dataclasses.make_dataclass("Command", [("command", str, option(help=said, group="input", positional=True,
+                                                                         choices=tuple(commands)))])
+    name = parse(pick, argv[:1], prog=prog, doc=doc).command
+    return parse(commands[name][0], argv[1:], prog=f"{prog} {name}", doc=commands[name][1])
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -146,6 +160,10 @@ def _add(group: Any, f: dataclasses.Field, kind: Any) -> None:
                           "type": _converter(base, meta["parse"])}
     if several:
         kw["nargs"] = "*" if meta["positional"] and default == [] else "+"
+        if not meta["positional"]:  # repeatable; absent when not given, so the dataclass's default applies
+            kw.update(action="extend", default=argparse.SUPPRESS)
+    if meta["required"]:
+        kw["required"] = True
     if meta["positional"]:
         if default is not None and not several:
             kw["nargs"] = "?"

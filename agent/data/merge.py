@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.data.dataset import CARD_NAME, DemoDataset, episode_path, join_datasets, open_dataset, read_episode_meta
-from common.cli import CliParser, option, parse
+from common.cli import option, parse
 from common.files import StagingFolder, atomic_write, write_json
 
 PROG = "python -m agent.data.merge"
@@ -107,8 +107,8 @@ def _merged_card(parts: list[DemoDataset], rows: list[tuple[DemoDataset, dict, P
 class MergeArgs:
     sources: list[str] = option(help="dataset folders (collect.py --out)", group="input", metavar="DATA",
                                 positional=True)
-    out: str | None = option(None, "the merged dataset folder (new or empty; required)", group="output",
-                             metavar="OUT")
+    out: str | None = option(None, "the merged dataset folder (new or empty)", group="output", metavar="OUT",
+                             required=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,8 +117,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     args = parse(MergeArgs, argv, prog=PROG, doc=__doc__)
-    if args.out is None:
-        CliParser(prog=PROG).error("the following arguments are required: --out")
     try:
         merged = merge_datasets(args.sources, args.out,
                                 command=f"{PROG} " + shlex.join(list(argv if argv is not None else sys.argv[1:])))

@@ -40,7 +40,7 @@ import numpy as np
 from agent.evaluation.metrics import aggregate, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.runtime import cli_exit_code
-from common.cli import CliParser, option, parse
+from common.cli import option, parse
 from common.files import atomic_write_text
 
 PROG = "python -m agent.evaluation.table"
@@ -426,8 +426,6 @@ class TableArgs:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if sum(x == "--pair" or x.startswith("--pair=") for x in argv) > 1:  # a second --pair would replace the first
-        CliParser(prog=PROG).error("give every BASE:OTHER after one --pair (--pair A:B C:D)")
     a = parse(TableArgs, argv, prog=PROG, doc=__doc__)
 
     def work() -> None:

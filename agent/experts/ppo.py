@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 
 from agent.experts.expert import EvalResult, Expert, evaluate_model, space_of
-from common.cli import CliParser, option, parse
+from common.cli import option, parse_command
 from common.files import resolve_path, write_json
 from envs.registry import ENV_NAMES, EnvSpec, get_spec
 
@@ -139,7 +139,7 @@ def behaviour_clone(model: Any, data: dict[str, np.ndarray], *, epochs: int, see
 
 @dataclass
 class TrainArgs:
-    out: Path = option(help="output .zip; the card is written beside it as .json (required)", group="output")
+    out: Path = option(help="output .zip; the card is written beside it as .json", group="output", required=True)
     action_space: str | None = option(None, "env action space the expert drives (default: the env's first)",
                                       group="model")
     env: str = option("carracing", "environment", group="data", choices=ENV_NAMES)
@@ -388,19 +388,6 @@ COMMANDS = {
 }
 
 
-@dataclass
-class _Command:
-    command: str = option(help="train: the expert and its card; evaluate: an expert's returns on consecutive "
-                          "track seeds (COMMAND --help: its options)", group="input", positional=True,
-                          choices=tuple(COMMANDS))
-
-
-def _parse(argv: list[str]) -> TrainArgs | EvaluateArgs:
-    """The first word picks the command, whose dataclass takes the rest."""
-    name = parse(_Command, argv[:1], prog=PROG, doc=__doc__).command
-    return parse(COMMANDS[name][0], argv[1:], prog=f"{PROG} {name}", doc=COMMANDS[name][1])
-
-
 def _evaluate(ns: EvaluateArgs) -> None:
     if ns.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {ns.episodes}")
@@ -421,9 +408,7 @@ def _evaluate(ns: EvaluateArgs) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parse(argv)
-    if isinstance(args, TrainArgs) and args.out is None:
-        CliParser(prog=f"{PROG} train").error("the following arguments are required: --out")
+    args = parse_command(COMMANDS, argv, PROG, __doc__)
     try:
         if isinstance(args, TrainArgs):
             train(args, command=f"{PROG} " + shlex.join(argv))

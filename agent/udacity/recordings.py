@@ -49,7 +49,7 @@ import numpy as np
 from agent.data.dataset import CARD_NAME, FORMAT, open_dataset, write_episode
 from agent.data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality, jpeg_shape
 from agent.data.out_folder import check_room
-from common.cli import option, parse
+from common.cli import option, parse_command
 from common.files import StagingFolder, refuse_nonempty, write_json
 
 CSV_NAME = "driving_log.csv"
@@ -600,19 +600,6 @@ COMMANDS = {
 }
 
 
-@dataclass
-class _Command:
-    command: str = option(help="export: dataset -> Udacity recording; import: Udacity recording -> dataset "
-                          "(COMMAND --help: its options)", group="input", positional=True, choices=tuple(COMMANDS))
-
-
-def _parse(argv: Sequence[str] | None) -> ExportArgs | ImportArgs:
-    """The first word picks the command, whose dataclass takes the rest."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    name = parse(_Command, argv[:1], prog=PROG, doc=__doc__).command
-    return parse(COMMANDS[name][0], argv[1:], prog=f"{PROG} {name}", doc=COMMANDS[name][1])
-
-
 def _export(args: ExportArgs) -> None:
     csv_path = export_udacity(args.data_dir, args.out_dir, label=args.label, jpeg_quality=args.jpeg_quality)
     ds = open_dataset(args.data_dir)
@@ -630,7 +617,7 @@ def _import(args: ImportArgs) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse(argv)
+    args = parse_command(COMMANDS, argv, PROG, __doc__)
     try:
         if isinstance(args, ExportArgs):
             _export(args)

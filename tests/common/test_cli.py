@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from common.cli import build_parser, option, parse
+from common.cli import build_parser, option, parse, parse_command
 
 
 def _even(text: str) -> int:
@@ -56,3 +56,27 @@ def test_mistakes_are_one_line_and_exit_2(argv, says, capsys):
         parse(Args, argv, prog="tool")
     err = capsys.readouterr().err
     assert e.value.code == 2 and says in err and err.count("\n") == 1 and "(see tool --help)" in err
+
+
+@dataclass
+class Needs:
+    out: str | None = option(None, "where", group="output", required=True)
+    pair: list[str] = option([], "pairs", group="output")
+
+
+def test_required_flags_and_repeatable_lists(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse(Needs, [], prog="tool")
+    assert e.value.code == 2 and "required: --out" in capsys.readouterr().err
+    assert parse(Needs, ["--out", "o", "--pair", "a:b", "--pair", "c:d", "e:f"], prog="tool").pair == ["a:b", "c:d",
+                                                                                                      "e:f"]
+    assert parse(Needs, ["--out", "o"], prog="tool").pair == []
+
+
+def test_a_command_word_picks_its_dataclass(capsys):
+    commands = {"run": (Args, "run it"), "need": (Needs, "needs --out")}
+    assert parse_command(commands, ["run", "--steps", "4"], prog="tool").steps == 4
+    assert parse_command(commands, ["need", "--out", "x"], prog="tool").out == "x"
+    with pytest.raises(SystemExit) as e:
+        parse_command(commands, ["walk"], prog="tool")
+    assert e.value.code == 2 and "invalid choice: 'walk'" in capsys.readouterr().err
