@@ -18,13 +18,10 @@ The training loop lives in agent/training/loop.py; this file only parses argumen
 """
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
-from agent.data.out_folder import run_folder
 from agent.runtime import cli_exit_code
-from agent.training.config import TrainArgs, check_args, default_out
+from agent.training.config import TrainArgs
 from agent.training.experiment import run
 from agent.training.loop import Interrupted
 from common.cli import CliParser
@@ -47,14 +44,7 @@ def parse_args(argv: list[str] | None = None) -> TrainArgs:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # the run installs its own stop-signal handling around the training (agent.training.distributed.joined)
-    return cli_exit_code(lambda: _run_in_folder(args), Interrupted, stop_signals=False)
-
-
-def _run_in_folder(args: TrainArgs) -> None:
-    """The run, with its --out checked writable and locked first (by torchrun's rank 0 alone: it alone writes)."""
-    check_args(args)  # a bad flag is the likelier mistake: say that before anything about the folder
-    with run_folder(Path(args.out or default_out(args)), "train.py", lock=int(os.environ.get("RANK", "0")) == 0):
-        run(args)
+    return cli_exit_code(lambda: run(args), Interrupted, stop_signals=False)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -406,68 +406,116 @@ def env_action_names(env: str, pi_speed: bool) -> list[str] | None:
     return list(spec.action_names["continuous"]) if spec.feeds else None
 
 
-def _worker_setup(env: str, action_space: str, expert_path: str | None, device: str, max_steps: int, renderer: str,
-                  policies: list[tuple[str, str | None]], clock: str = "steps",
-                  make_kwargs: dict[str, Any] | None = None, actions: str | None = None,
-                  temperature: float | None = None, spared: tuple[int, ...] = ()) -> tuple:
-    """In a worker process: its own env, expert and policies (name, checkpoint; None = the expert drives)."""
+@dataclass
+class Driver:
+    """One policy (or the expert) that drives: its display name, its controller and what its metrics.json records
+    about it (``meta["source"]``: the checkpoint it was loaded from)."""
+
+    name: str
+    controller: Any
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What every worker process builds its env, expert and controllers from (agent.workers.EpisodePool):
+    ``drivers`` as (name, checkpoint), None for the expert."""
+
+    env: str
+    action_space: str
+    expert_path: str | None
+    device: str
+    max_steps: int
+    renderer: str
+    drivers: list[tuple[str, str | None]]
+    window_clock: str
+    make_kwargs: dict[str, Any]
+    discrete_actions: str | None
+    action_temperature: float | None
+    spared: tuple[int, ...]
+
+    @classmethod
+    def of(cls, args: EvalArgs, action_space: str, drivers: list[Driver]) -> "WorkerSetup":
+        return cls(args.env, action_space, args.expert, args.device, args.max_steps, args.renderer,
+                   [(d.name, None if d.controller.is_expert else d.meta["source"]) for d in drivers],
+                   args.window_clock, args.make_kwargs, args.discrete_actions, args.action_temperature, args.spared)
+
+
+@dataclass
+class WorkerState:
+    """A worker's own env, expert and controllers, built once by _worker_setup."""
+
+    sim: Any
+    expert: Any
+    action_space: str
+    controllers: list[Any]
+
+
+@dataclass(frozen=True)
+class EpisodeTask:
+    """One episode for a worker: which driver, on which track seed, with which outputs (video, saliency)."""
+
+    driver: int
+    seed: int
+    outputs: dict[str, Any]
+
+
+def _worker_setup(s: WorkerSetup) -> WorkerState:
+    """In a worker process: its own env, expert and controllers."""
     from agent.experts.expert import Expert
 
-    expert = Expert.load(expert_path, action_space, env)
+    expert = Expert.load(s.expert_path, s.action_space, s.env)
+    filled = env_action_names(s.env, s.make_kwargs.get("pi_speed", False))
     controllers = [ExpertController(expert) if path is None else
-                   PolicyController(load_policy(path, env, action_space, device), name, device, clock,
-                                    env_action_names(env, (make_kwargs or {}).get("pi_speed", False)), actions,
-                                    temperature, spared)
-                   for name, path in policies]
-    sim = expert.spec.make(action_space, render=True, max_episode_steps=max_steps, renderer=renderer,
-                           **(make_kwargs or {}))
-    return sim, expert, action_space, controllers
+                   PolicyController(load_policy(path, s.env, s.action_space, s.device), name, s.device,
+                                    s.window_clock, filled, s.discrete_actions, s.action_temperature, s.spared)
+                   for name, path in s.drivers]
+    sim = expert.spec.make(s.action_space, render=True, max_episode_steps=s.max_steps, renderer=s.renderer,
+                           **s.make_kwargs)
+    return WorkerState(sim, expert, s.action_space, controllers)
 
 
-def _worker_episode(state: tuple, task: tuple, on_step: Callable[[], None]) -> tuple[dict[str, Any], list[float]]:
-    sim, expert, action_space, controllers = state
-    index, seed, outputs = task
-    return run_episode(controllers[index], sim, expert, seed, action_space, on_step=on_step, **outputs)
+def _worker_episode(state: WorkerState, task: EpisodeTask,
+                    on_step: Callable[[], None]) -> tuple[dict[str, Any], list[float]]:
+    return run_episode(state.controllers[task.driver], state.sim, state.expert, task.seed, state.action_space,
+                       on_step=on_step, **task.outputs)
 
 
-def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: EvalArgs, action_space: str,
-                       out_dirs: list[Path], results: dict[str, dict[str, Any]]) -> None:
+def _evaluate_parallel(drivers: list[Driver], args: EvalArgs, action_space: str, out_dirs: list[Path],
+                       results: dict[str, dict[str, Any]]) -> None:
     """Every (policy, seed) episode in args.workers processes. Each episode depends only on its seed, so the
     rows (and videos) are the serial run's; each policy's files are written, in seed order, once its last
     episode is in. Ctrl-C: every policy with finished episodes gets its files, marked interrupted."""
     n = len(args.seeds)
-    policies = [(name, None if controller.is_expert else meta["source"]) for name, controller, meta in targets]
-    rows: list[dict[int, tuple[dict[str, Any], list[float]]]] = [{} for _ in targets]
-    tasks = [((t, i), (t, seed, _episode_outputs(args, controller.is_expert, out_dirs[t], i, seed)))
-             for t, (_, controller, _) in enumerate(targets) for i, seed in enumerate(args.seeds)]
+    rows: list[dict[int, tuple[dict[str, Any], list[float]]]] = [{} for _ in drivers]
+    tasks = [((t, i), EpisodeTask(t, seed, _episode_outputs(args, d.controller.is_expert, out_dirs[t], i, seed)))
+             for t, d in enumerate(drivers) for i, seed in enumerate(args.seeds)]
     bars = show_progress(args.progress)
-    bar = tqdm(total=len(tasks) * args.max_steps, unit="step", desc=f"{len(targets)} x {n} episodes",
+    bar = tqdm(total=len(tasks) * args.max_steps, unit="step", desc=f"{len(drivers)} x {n} episodes",
                disable=not bars, file=sys.stderr)
     written = 0
 
     def write(t: int, interrupted: bool = False) -> dict[str, Any]:
         done = [rows[t][i] for i in sorted(rows[t])]
         return _write_policy([r for r, _ in done], [x for _, lat in done for x in lat], args, out_dirs[t],
-                             targets[t][2], interrupted)
+                             drivers[t].meta, interrupted)
 
     try:
-        with EpisodePool(min(args.workers, len(tasks)), _worker_setup,
-                         (args.env, action_space, args.expert, args.device, args.max_steps, args.renderer, policies,
-                          args.window_clock, args.make_kwargs, args.discrete_actions, args.action_temperature,
-                          args.spared),
+        with EpisodePool(min(args.workers, len(tasks)), _worker_setup, (WorkerSetup.of(args, action_space, drivers),),
                          _worker_episode, threads=args.threads, preload=_preload(args.env)) as pool:
             for (t, i), (row, lat) in pool.run(tasks, on_steps=bar.update):
                 rows[t][i] = (row, lat)
                 if args.progress and not bars:
-                    print(f"{targets[t][0]}: episode {i + 1}/{n} (seed {args.seeds[i]}) return {row['return']:.0f}, "
+                    print(f"{drivers[t].name}: episode {i + 1}/{n} (seed {args.seeds[i]}) return {row['return']:.0f}, "
                           f"completion {row['completion']:.2f}", file=sys.stderr, flush=True)
-                while written < len(targets) and len(rows[written]) == n:
-                    results[targets[written][0]] = write(written)
-                    tqdm.write(summary_line(targets[written][0], results[targets[written][0]]))
+                while written < len(drivers) and len(rows[written]) == n:
+                    name = drivers[written].name
+                    results[name] = write(written)
+                    tqdm.write(summary_line(name, results[name]))
                     written += 1
     except KeyboardInterrupt:
         stop_handled()
-        partial = [t for t in range(written, len(targets)) if rows[t]]
+        partial = [t for t in range(written, len(drivers)) if rows[t]]
         for t in partial:
             try:
                 write(t, interrupted=True)
@@ -475,7 +523,7 @@ def _evaluate_parallel(targets: list[tuple[str, Any, dict[str, Any]]], args: Eva
                 pass
         kept = sum(len(rows[t]) for t in partial)
         raise Interrupted(f"interrupted: wrote {kept} finished episode(s) of "
-                          f"{', '.join(targets[t][0] for t in partial) or 'no policy'} "
+                          f"{', '.join(drivers[t].name for t in partial) or 'no policy'} "
                           f"to {out_dirs[partial[0]] if len(partial) == 1 else out_dirs[0].parent}") from None
     finally:
         bar.close()
@@ -517,27 +565,27 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     if args.workers > 1:
         warm_up(_preload(args.env))  # the workers' imports run while this process loads the policies
     # 1. what to drive (load everything first, so a bad checkpoint fails before any driving)
-    targets, action_space = _policy_targets(args)
+    drivers, action_space = _policy_drivers(args)
     expert = Expert.load(args.expert, action_space, args.env)
     expert_meta = _expert_meta(expert)
     if args.expert_drives or args.with_expert:
-        targets.append(("expert", ExpertController(expert), dict(expert_meta)))
+        drivers.append(Driver("expert", ExpertController(expert), dict(expert_meta)))
     # 2. where
-    default_name = targets[0][0] if len(targets) == 1 else "compare"
+    default_name = drivers[0].name if len(drivers) == 1 else "compare"
     root = Path(args.out) if args.out else Path("eval") / ("replay" if args.replay else default_name)
-    single = len(targets) == 1
+    single = len(drivers) == 1
     common = _common_meta(args, expert, action_space, expert_meta["source"], command)
     # 3. drive
     results: dict[str, dict[str, Any]] = {}
-    runs = [(name, controller, {"name": name, **meta, **common}) for name, controller, meta in targets]
-    out_dirs = [root if single else root / name for name, _, _ in targets]
+    drivers = [Driver(d.name, d.controller, {"name": d.name, **d.meta, **common}) for d in drivers]
+    out_dirs = [root if single else root / d.name for d in drivers]
     try:
-        if args.workers > 1 and len(targets) * args.episodes > 1:
-            _evaluate_parallel(runs, args, action_space, out_dirs, results)
+        if args.workers > 1 and len(drivers) * args.episodes > 1:
+            _evaluate_parallel(drivers, args, action_space, out_dirs, results)
         else:  # one process: the policies one after the other, their episodes in order
-            for (name, controller, meta), out_dir in zip(runs, out_dirs):
-                results[name] = evaluate_controller(controller, args, action_space, expert, out_dir, meta)
-                tqdm.write(summary_line(name, results[name]))
+            for d, out_dir in zip(drivers, out_dirs):
+                results[d.name] = evaluate_controller(d.controller, args, action_space, expert, out_dir, d.meta)
+                tqdm.write(summary_line(d.name, results[d.name]))
     finally:
         if not single and results:
             _write_comparison(root, args, action_space, results)
@@ -548,8 +596,8 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     return results
 
 
-def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]]], str]:
-    """The checkpoints to drive as (name, controller, meta), and their common action space."""
+def _policy_drivers(args: EvalArgs) -> tuple[list[Driver], str]:
+    """The checkpoints that drive, and their common action space."""
     if args.expert_drives:
         return [], args.action_space or get_spec(args.env).action_spaces[0]
     paths = list(args.checkpoint) or [str(shipped_checkpoint(args.env))]
@@ -561,12 +609,12 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
     for path, policy in zip(paths, policies):
         _check_actions(args, path, policy.config)
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
-    targets = []
+    drivers = []
     for path, name, policy in zip(paths, names, policies):
         controller = PolicyController(policy, name, args.device, args.window_clock,
                                       env_action_names(args.env, args.pi_speed), args.discrete_actions,
                                       args.action_temperature, args.spared)
-        targets.append((name, controller, {
+        drivers.append(Driver(name, controller, {
             "source": str(path), "policy_config": policy.config.to_dict(),
             "num_parameters": int(sum(p.numel() for p in policy.parameters())),
             "filled_from_expert": controller.filled, "window_clock": args.window_clock,
@@ -574,7 +622,7 @@ def _policy_targets(args: EvalArgs) -> tuple[list[tuple[str, Any, dict[str, Any]
                 **({"temperature_spares": [DISCRETE_ACTIONS[i] for i in args.spared]} if args.spared else {})}
                if policy.config.head == "discrete" else {}),
         }))
-    return targets, spaces.pop()
+    return drivers, spaces.pop()
 
 
 def _check_actions(args: EvalArgs, path: str, cfg: Any) -> None:

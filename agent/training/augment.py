@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agent.training.config import TrainArgs
+from agent.training.config import Augmentation, Windows
 from agent.training.data import Data
 from agent.training.recovery import RecoveryViews
 from agent.training.windows import gather_segments
@@ -77,15 +77,15 @@ def augment(frames: torch.Tensor, slices: list[tuple[int, int]], image_size: lis
     return to_color_space(x.mul_(contrast).add_(0.5 - 0.5 * contrast + brightness), color)
 
 
-def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: TrainArgs, cols: slice | None,
-                         color: str, device: torch.device, recovery: RecoveryViews | None = None
+def augment_first_person(data: Data, segments: list[tuple[int, int, int]], aug: Augmentation, w: Windows,
+                         cols: slice | None, color: str, device: torch.device, recovery: RecoveryViews | None = None
                          ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
     """The Udacity/PilotNet recipe, one draw per segment (every window of a segment sees the same camera):
     a random camera of the three (left: steering + side_correction, right: - side_correction), a mirror
     with probability 0.5 (steering negated), a sideways shift of up to 50 camera pixels (steering +=
     shift_steer per pixel; a road shifted right means the car sits left of its line) and up to 5 rows,
     brightness x[0.8, 1.2], a random slanted shadow darkening one side of the frame to 50-80 % and, with
-    ``a.color_jitter`` > 0, a colour map per segment (``color_jitter_matrices``). With ``recovery``
+    ``aug.color_jitter`` > 0, a colour map per segment (``color_jitter_matrices``). With ``recovery``
     (--recovery-views), a share of the segments is first reprojected off the path and relabelled
     (agent.training.recovery; a side camera from its own pose, in place of the side correction).
     Returns the network input, the window index and times (as gather_segments) and the adjusted targets."""
@@ -93,8 +93,8 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: Tr
     n_seg = len(segments)
     r = torch.rand(n_seg, 8)
     cameras = [cams[min(int(u * len(cams)), len(cams) - 1)] for u in r[:, 0].tolist()]
-    frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, cols, cameras,
-                                                           a.window_gaps)
+    frames, slices, index, times, target = gather_segments(data, segments, w.window, w.frame_stride, cols, cameras,
+                                                           w.window_gaps)
     target = target.copy()
     recovered = (recovery.apply_(frames, target, segments, slices, data.speeds, cameras) if recovery is not None
                  else [False] * n_seg)  # its own draws, so runs without it keep their random stream
@@ -108,12 +108,12 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: Tr
     for k, ((s, e), cam, rr) in enumerate(zip(slices, cameras, r.tolist())):
         delta = 0.0
         if cam != "center" and not recovered[k]:  # a reprojected side camera is labelled from its own pose
-            delta += a.side_correction if cam == "left" else -a.side_correction
-        dx = round((2 * rr[2] - 1) * 50 * px) if a.shift_steer > 0 else 0
-        dy = round((2 * rr[3] - 1) * 5 * px) if a.shift_steer > 0 else 0
-        delta += a.shift_steer * dx / px
+            delta += aug.side_correction if cam == "left" else -aug.side_correction
+        dx = round((2 * rr[2] - 1) * 50 * px) if aug.shift_steer > 0 else 0
+        dy = round((2 * rr[3] - 1) * 5 * px) if aug.shift_steer > 0 else 0
+        delta += aug.shift_steer * dx / px
         shift_(out[s:e], frames[s:e], dy, dx)
-        flip = a.flip and rr[1] < 0.5
+        flip = aug.flip and rr[1] < 0.5
         if flip:
             out[s:e] = out[s:e].flip(2)
         lo = int(windows[:k].sum())
@@ -124,10 +124,10 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], a: Tr
     x = frames_to_float(out, data.image_size, device)
     gain = (0.8 + 0.4 * r[:, 4]).repeat_interleave(lengths).view(-1, 1, 1, 1).to(device)
     x.mul_(gain)
-    if a.color_jitter:  # its own draws, so runs without it keep their random stream
-        maps = color_jitter_matrices(n_seg, a.color_jitter).repeat_interleave(lengths, dim=0).to(device, x.dtype)
+    if aug.color_jitter:  # its own draws, so runs without it keep their random stream
+        maps = color_jitter_matrices(n_seg, aug.color_jitter).repeat_interleave(lengths, dim=0).to(device, x.dtype)
         x = torch.einsum("nij,njhw->nihw", maps, x)
-    if a.shadows:
+    if aug.shadows:
         # a line from (x0, top) to (x1, bottom); one side of it is darkened, in half of the segments
         cols_ = torch.arange(w, device=device).view(1, 1, w).float()
         rows_ = torch.linspace(0, 1, h, device=device).view(1, h, 1)

@@ -1,5 +1,6 @@
-"""What train.py is asked to do (TrainArgs, one flag per field), its checks, and the arguments whose
-defaults come from the dataset's env or from a checkpoint (--init)."""
+"""What train.py is asked to do (TrainArgs, one flag per field), its checks, the arguments whose defaults come
+from the dataset's env or from a checkpoint (--init), and the small typed configs the training modules take once
+the arguments are resolved (DataOptions, SplitOptions, Windows, Augmentation, RecoveryOptions, Optimisation)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from agent.data.dataset import dataset_env, is_recording, open_datasets
+from agent.data.dataset import DemoDataset, dataset_env, is_recording, open_datasets
 from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
 from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
 from common.cli import option
@@ -161,9 +162,14 @@ def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return parse_core_name(spec)
 
 
+def core_names(policy: str) -> list[str]:
+    """--core's comma-separated names."""
+    return [s.strip() for s in policy.split(",") if s.strip()]
+
+
 def check_args(a: TrainArgs) -> list[str]:
     """Validate at the boundary; returns the list of policy specs."""
-    specs = [s.strip() for s in a.policy.split(",") if s.strip()]
+    specs = core_names(a.policy)
     if not specs:
         raise ValueError(f"--core needs at least one name, got {a.policy!r}")
     if len(set(specs)) != len(specs):
@@ -297,13 +303,14 @@ SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the P
 RECORDING_AUGMENTATION = {"side_correction": 0.0, "shift_steer": 0.0}  # real recordings: center camera, no shifts
 
 
-def resolve_env_defaults(a: TrainArgs) -> TrainArgs:
+def resolve_env_defaults(a: TrainArgs, dataset: DemoDataset | None = None) -> TrainArgs:
     """Fill the arguments whose default depends on the dataset (encoder, frame stride, colour jitter, the augmentations that
-    shift the steering label: on for simulator data, off when any episode is a real simulator's recording)."""
+    shift the steering label: on for simulator data, off when any episode is a real simulator's recording).
+    ``dataset``: the opened --data, when the caller has it."""
     if (a.encoder != "auto" and a.frame_stride and a.side_correction is not None and a.shift_steer is not None
             and a.color_jitter is not None):
         return a
-    dataset = open_datasets(a.data)
+    dataset = dataset or open_datasets(a.data)
     env = dataset_env(dataset.card, dataset.episodes)
     recipe = RECORDING_AUGMENTATION if any(is_recording(m) for m in dataset.episodes) else SIMULATOR_AUGMENTATION
     return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
@@ -322,3 +329,123 @@ def data_paths(data: str | list[str]) -> list[str]:
 
 def data_label(data: str | list[str]) -> str:
     return " + ".join(data_paths(data))
+
+
+# ----------------------------------------------------------------------------- what the training modules take
+@dataclass(frozen=True)
+class DataOptions:
+    """What agent.training.data.load_data needs: the folders and how their frames and labels are prepared."""
+
+    paths: str | list[str]
+    crop: str  # "top:bottom" | none | auto
+    image_size: str | None  # "HxW"; None: the env's
+    side_cameras: bool  # load the left/right cameras (--side-correction > 0)
+    recovery_views: bool  # the camera geometry and recorded speed are needed
+    smooth_labels: str  # seconds | auto
+    loading: str  # auto | memory | lazy
+    progress: bool
+
+    @classmethod
+    def of(cls, a: TrainArgs) -> "DataOptions":
+        return cls(a.data, a.crop, a.image_size, (a.side_correction or 0) > 0, a.recovery_views > 0, a.smooth_labels,
+                   a.data_loading, a.progress)
+
+
+@dataclass(frozen=True)
+class SplitOptions:
+    """How agent.training.windows.make_splits holds out validation data."""
+
+    mode: str  # auto | episodes | blocks
+    val_fraction: float
+    folds: int
+    seed: int
+
+    @classmethod
+    def of(cls, a: TrainArgs) -> "SplitOptions":
+        return cls(a.split, a.val_fraction, a.folds, a.seed if a.split_seed is None else a.split_seed)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The windows a policy sees and how an epoch's batches are cut from the episodes (agent.training.windows)."""
+
+    window: int
+    frame_stride: int
+    window_gaps: int
+    segment: int
+    batch_size: int
+    oversample_turns: int
+    seed: int
+
+    @classmethod
+    def of(cls, a: TrainArgs) -> "Windows":
+        return cls(a.window, a.frame_stride, a.window_gaps, a.segment, a.batch_size, a.oversample_turns, a.seed)
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """The camera augmentations of a training batch (agent.training.augment)."""
+
+    enabled: bool
+    side_correction: float
+    shift_steer: float
+    flip: bool
+    shadows: bool
+    color_jitter: float
+
+    @classmethod
+    def of(cls, a: TrainArgs) -> "Augmentation":
+        return cls(a.augment, a.side_correction or 0.0, a.shift_steer or 0.0, a.flip, a.shadows, a.color_jitter or 0.0)
+
+
+@dataclass(frozen=True)
+class RecoveryOptions:
+    """--recovery-views: the share of segments seen off the path, the pose ranges and the return horizon."""
+
+    share: float
+    offset_m: float
+    yaw_deg: float
+    return_s: float
+
+    @classmethod
+    def of(cls, a: TrainArgs) -> "RecoveryOptions | None":
+        return cls(a.recovery_views, a.recovery_offset, a.recovery_yaw, a.recovery_return) if a.recovery_views > 0 else None
+
+
+@dataclass(frozen=True)
+class Optimisation:
+    """The optimiser, its schedule and the loss (agent.training.loop)."""
+
+    epochs: int
+    lr: float
+    weight_decay: float
+    warmup: float
+    grad_clip: float
+    loss: str  # mse | huber (continuous heads)
+    class_weights: bool  # discrete heads
+    log_every: int
+    seed: int
+
+    @classmethod
+    def of(cls, a: TrainArgs) -> "Optimisation":
+        return cls(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every, a.seed)
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """A run's arguments once resolved (--resume, the recording's import, --init, the env's defaults) and the
+    small configs cut from them: what agent.training.loop and the modules under it are given."""
+
+    args: TrainArgs  # as resolved: args.json, the checkpoints' metadata, and the policy's shape
+    specs: list[str]  # the cores, in --core's order
+    data: DataOptions
+    split: SplitOptions
+    windows: Windows
+    augmentation: Augmentation
+    recovery: RecoveryOptions | None
+    optimisation: Optimisation
+
+    @classmethod
+    def of(cls, a: TrainArgs) -> "TrainPlan":
+        return cls(a, core_names(a.policy), DataOptions.of(a), SplitOptions.of(a), Windows.of(a), Augmentation.of(a),
+                   RecoveryOptions.of(a), Optimisation.of(a))

@@ -17,7 +17,7 @@ from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_action_spaces, da
 from agent.data.frames import FrameFile, FrameRows
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
-from agent.training.config import TrainArgs, data_paths, parse_crop, parse_image_size
+from agent.training.config import DataOptions, TrainArgs, data_paths, parse_crop, parse_image_size
 from agent.training.distributed import SINGLE, World, barrier
 from agent.training.recovery import dataset_geometry
 from envs.registry import EnvSpec
@@ -55,22 +55,24 @@ class Data:
     geometry: CameraGeometry | None = None  # the camera of --recovery-views (envs.replay.spec), when they are on
 
 
-def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> Data:
+def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
+              dataset: DemoDataset | None = None) -> Data:
     """The dataset's episodes, frames prepared for the encoder, in memory or (lazy) as cache files; under
-    torchrun the ranks of a machine prepare the cache together, each a share of the episodes."""
-    dataset = open_datasets(a.data)
+    torchrun the ranks of a machine prepare the cache together, each a share of the episodes. ``dataset``: the
+    opened ``o.paths``, when the caller has it."""
+    dataset = dataset or open_datasets(o.paths)
     env = dataset_env(dataset.card, dataset.episodes)
     spaces = dataset_action_spaces(dataset.card, dataset.episodes)
     if len(spaces) > 1:
-        raise ValueError(f"dataset {a.data!r} mixes action spaces {sorted(spaces)}")
-    crop = parse_crop(a.crop) if a.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
-    size = parse_image_size(a.image_size) if a.image_size else encoder_size(env, crop, dataset.array_shape(0, "frames"))
-    geometry = dataset_geometry(dataset, env, crop) if a.recovery_views > 0 else None  # refuses before loading
-    sides = [s for s in ("left", "right") if (a.side_correction or 0) > 0 and env.first_person]
+        raise ValueError(f"dataset {o.paths!r} mixes action spaces {sorted(spaces)}")
+    crop = parse_crop(o.crop) if o.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
+    size = parse_image_size(o.image_size) if o.image_size else encoder_size(env, crop, dataset.array_shape(0, "frames"))
+    geometry = dataset_geometry(dataset, env, crop) if o.recovery_views else None  # refuses before loading
+    sides = [s for s in ("left", "right") if o.side_cameras and env.first_person]
     frames, times, targets, speeds = [], [], [], []
     camera_width = 0
     side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in sides}
-    lazy = use_lazy_loading(a, dataset, size, sides, world)
+    lazy = use_lazy_loading(o.loading, dataset, size, sides, world)
     if lazy:
         cache = lazy_cache(dataset, crop, size, out)
         if world.active:  # the ranks of a machine prepare their share of the cache, then all read all of it
@@ -79,17 +81,17 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
                     cache(i, name)
             barrier(world)
     for i in tqdm(range(len(dataset)), desc="preparing frames" if lazy else "loading episodes", unit="ep",
-                  leave=False, disable=len(dataset) < 4 or not show_progress(a.progress) or not world.main):
+                  leave=False, disable=len(dataset) < 4 or not show_progress(o.progress) or not world.main):
         if lazy:  # the labels and times only; the frames stay on disk
             names = dataset.array_names(i)
             if "expert_action" not in names:
-                raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(names)}")
+                raise ValueError(f"dataset {o.paths!r} has no expert labels (expert_action); it has {sorted(names)}")
             arrays = dataset.load(i, keys=["time", "expert_action"] + (["speed"] if "speed" in names else []))
             frame_shape = dataset.array_shape(i, "frames")
         else:
             arrays = dataset.load(i)
             if "expert_action" not in arrays:
-                raise ValueError(f"dataset {a.data!r} has no expert labels (expert_action); it has {sorted(arrays)}")
+                raise ValueError(f"dataset {o.paths!r} has no expert labels (expert_action); it has {sorted(arrays)}")
             names, frame_shape = list(arrays), arrays["frames"].shape
         camera_width = frame_shape[2]
         frames.append(cache(i, "frames") if lazy else prepare_frames(arrays["frames"], crop, size))
@@ -101,7 +103,7 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
         times.append(arrays["time"].astype(np.float64))
         targets.append(arrays["expert_action"])
         if geometry is not None and "speed" not in arrays:
-            raise ValueError(f"--recovery-views labels need the recorded speed; dataset {a.data!r} has no speed array")
+            raise ValueError(f"--recovery-views labels need the recorded speed; dataset {o.paths!r} has no speed array")
         speeds.append(np.asarray(arrays["speed"] if "speed" in arrays else np.zeros(len(arrays["time"])), np.float32))
     if len(side_frames) == 1:  # one side camera alone would bias the steering: use both or none
         side_frames = {}
@@ -111,24 +113,24 @@ def load_data(a: TrainArgs, world: World = SINGLE, out: Path | None = None) -> D
     frame_period = float(np.median(diffs)) if np.median(diffs) > 0 else env.dt
     names = list(dataset.card.get("action_names") or env.action_names.get(action_space, ()))
     if action_space == "continuous" and first_target.shape[-1] != len(names):
-        raise ValueError(f"dataset {a.data!r}: labels have {first_target.shape[-1]} columns but the env's action has "
+        raise ValueError(f"dataset {o.paths!r}: labels have {first_target.shape[-1]} columns but the env's action has "
                          f"{len(names)} ({names})")
-    smoothing = label_smoothing_s(a, dataset) if action_space == "continuous" else 0.0
+    smoothing = label_smoothing_s(o.smooth_labels, dataset) if action_space == "continuous" else 0.0
     recorded = [is_recording(m) for m in dataset.episodes]
     if smoothing > 0:  # keyboard taps -> what the driver meant (agent.data.labels); auto: a person's sessions only
-        targets = [centred_average(t, y, smoothing).astype(np.float32) if r or a.smooth_labels != "auto" else y
+        targets = [centred_average(t, y, smoothing).astype(np.float32) if r or o.smooth_labels != "auto" else y
                    for t, y, r in zip(times, targets, recorded)]
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
                 camera_width, len(dataset), lazy, smoothing_s=smoothing, recorded=recorded, speeds=speeds,
                 geometry=geometry)
 
 
-def label_smoothing_s(a: TrainArgs, dataset: DemoDataset) -> float:
+def label_smoothing_s(smooth_labels: str, dataset: DemoDataset) -> float:
     """--smooth-labels in seconds; auto: the centred 0.5 s average for recordings of the real simulator (keyboard
     or mouse steering is a train of taps), none for an expert's labels (already what it meant); with both in one
     run (--data REC SIM), auto averages the recordings' labels only."""
-    if a.smooth_labels != "auto":
-        return float(a.smooth_labels)
+    if smooth_labels != "auto":
+        return float(smooth_labels)
     return DEFAULT_SMOOTHING_S if any(is_recording(m) for m in dataset.episodes) else 0.0
 
 
@@ -151,12 +153,12 @@ def available_memory() -> int | None:
     return None
 
 
-def use_lazy_loading(a: TrainArgs, dataset: DemoDataset, size: list[int], sides: list[str], world: World) -> bool:
+def use_lazy_loading(loading: str, dataset: DemoDataset, size: list[int], sides: list[str], world: World) -> bool:
     """--data-loading: memory and lazy give the same numbers, so auto only weighs memory: lazy when the
     prepared frames would take more than LAZY_MEMORY_FRACTION of the free memory, or when several ranks share
     the machine (each would hold its own copy; lazy reads go through the one shared page cache)."""
-    if a.data_loading != "auto":
-        return a.data_loading == "lazy"
+    if loading != "auto":
+        return loading == "lazy"
     if world.local_size > 1:
         return True
     h, w = size

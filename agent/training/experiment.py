@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from agent.data.dataset import open_datasets
+from agent.data.dataset import DemoDataset, open_datasets
+from agent.data.out_folder import run_folder
 from agent.runtime import NO_STRAIGHT_RATIO
 from agent.training import distributed
 from agent.training.config import (
     TrainArgs,
+    TrainPlan,
     check_args,
     data_label,
     default_out,
@@ -86,71 +88,91 @@ def auto_threads(processes: int = 1) -> int:
     return 1 if busy or cores < 2 else 2
 
 
-def run(a: TrainArgs) -> dict[str, Any]:
+def run(a: TrainArgs, *, lock: bool = True) -> dict[str, Any]:
     """The whole command: one or several policies, one split or k folds. Returns the summaries.
 
-    Under torchrun (agent.training.distributed) every rank runs this: the checks and the data on each, one process
-    group around the training runs, the files written by rank 0."""
-    specs = check_args(a)
+    The arguments are checked once, before anything touches --out; then the folder is locked (``lock``: by rank 0
+    alone) and the arguments resolved once (resolve), into the plan every later step reads. Under torchrun
+    (agent.training.distributed) every rank runs this: the checks and the data on each, one process group around
+    the training runs, the files written by rank 0."""
+    a = resumed_args(a)
+    check_args(a)  # a bad flag is the likelier mistake: say that before anything about the folder
+    out = Path(a.out)
+    with run_folder(out, "train.py", lock=lock and int(os.environ.get("RANK", "0")) == 0):
+        if not a.resume and (out / "args.json").exists() and not a.overwrite:
+            open_datasets(a.data)  # a mistyped --data is the likelier mistake: say that first
+            raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
+                             f"start again, or another --out")
+        return _run_in(out, a)
+
+
+def resumed_args(a: TrainArgs) -> TrainArgs:
+    """--out filled in; with --resume, the arguments the run in --out started with (only where it runs and how it
+    reports are taken from this command)."""
     out = Path(a.out or default_out(a))
-    a.out = str(out)
-    args_path = out / "args.json"
+    a = replace(a, out=str(out))
     if a.resume and a.overwrite:
         raise ValueError("--resume and --overwrite exclude each other")
-    if a.resume:
-        if not args_path.exists():
-            raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
-        saved = json.loads(args_path.read_text())
-        keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads, "progress": a.progress,
-                "data_loading": a.data_loading}
-        a = TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
-        specs = check_args(a)
-    elif args_path.exists() and not a.overwrite:
-        open_datasets(a.data)  # a mistyped --data is the likelier mistake: say that first
-        raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
-                         f"start again, or another --out")
+    if not a.resume:
+        return a
+    if not (out / "args.json").exists():
+        raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
+    saved = json.loads((out / "args.json").read_text())
+    keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads, "progress": a.progress,
+            "data_loading": a.data_loading}
+    return TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
+
+
+def resolve(a: TrainArgs, out: Path, world: distributed.World) -> tuple[TrainPlan, DemoDataset]:
+    """The arguments resolved once: a raw recording imported (by rank 0 first, the others then read the import),
+    --init's architecture, the defaults of the dataset's env. Returns the plan and the opened dataset."""
+    if world.main:
+        a = use_recording(a, out)
+    barrier(world)
+    if not world.main:
+        a = use_recording(a, out)
+    if a.init is not None and not a.resume:
+        a = init_architecture(a)  # the run's label is the checkpoint's core, not --core's default
+    dataset = open_datasets(a.data)
+    return TrainPlan.of(resolve_env_defaults(a, dataset)), dataset
+
+
+def _run_in(out: Path, a: TrainArgs) -> dict[str, Any]:
     world = distributed.from_env()
     device = device_for(a.device, world)
     with distributed.joined(world, device) as world:
         barrier(world)  # every rank has read and checked the folder before rank 0 writes into it
         torch.set_num_threads(a.threads or auto_threads(world.local_size))
-        if world.main:  # a raw recording is imported once, by rank 0; the others then read the import
-            a = use_recording(a, out)
-        barrier(world)
-        if not world.main:
-            a = use_recording(a, out)
-        if a.init is not None and not a.resume:
-            a = init_architecture(a)
-            specs = check_args(a)  # the run's label is the checkpoint's core, not --core's default
-        a = resolve_env_defaults(a)
-        data = load_data(a, world, out)
-        resolve_head(a, data)  # fail early on a head the data cannot feed
+        plan, dataset = resolve(a, out, world)
+        a = plan.args
+        data = load_data(plan.data, world, out, dataset)
+        head = resolve_head(a, data)  # fail early on a head the data cannot feed
         held = validation_candidates(data)
         if len(held) < data.num_episodes and world.main:
             print(f"real recordings with simulator data: validation is drawn from the {len(held)} recorded "
                   f"sessions only; the {data.num_episodes - len(held)} simulator episodes always train")
-        data, splits = make_splits(a, data)
+        data, splits = make_splits(plan.split, plan.windows, data)
         if data.pieces is not None and world.main:
             print(describe_blocks(data, splits[0]))
         if world.main:
             out.mkdir(parents=True, exist_ok=True)
-            write_json(args_path, asdict(a))
+            write_json(out / "args.json", asdict(a))
 
         summaries = []
-        for spec in specs:
-            spec_dir = out / spec if len(specs) > 1 else out
+        for spec in plan.specs:
+            spec_dir = out / spec if len(plan.specs) > 1 else out
             runs = []
             for k, (train_eps, val_eps) in enumerate(splits):
                 run_dir = spec_dir / f"fold_{k}" if a.folds else spec_dir
                 desc = f"{spec} fold {k + 1}/{a.folds}" if a.folds else spec
-                runs.append(train_run(a, spec, data, train_eps, val_eps, run_dir, desc, world, device))
+                runs.append(train_run(plan, spec, data, head, train_eps, val_eps, run_dir, desc, world, device))
             summary = summarize(runs)
             summaries.append(summary)
             if a.folds and world.main:
                 write_json(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
             if world.main:
                 print(one_line(summary, runs, a))
-        if (len(specs) > 1 or a.folds) and world.main:
+        if (len(plan.specs) > 1 or a.folds) and world.main:
             table = comparison_table(summaries)
             (out / "comparison.md").write_text(
                 f"Behaviour cloning on `{data_label(a.data)}` (seed {a.seed}, window {a.window}, stride {a.frame_stride}, "

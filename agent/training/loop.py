@@ -28,8 +28,8 @@ from tqdm import tqdm
 from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, show_progress
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
-from agent.training.config import TrainArgs, core_options
-from agent.training.data import Data, episode_targets, resolve_head
+from agent.training.config import Optimisation, TrainArgs, TrainPlan, core_options
+from agent.training.data import Data, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
@@ -74,16 +74,17 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     return policy
 
 
-def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, a: TrainArgs,
+def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, loss: str,
             class_weight: torch.Tensor | None) -> torch.Tensor:
+    """Cross-entropy for discrete heads; ``loss`` (mse | huber) on normalised targets for continuous ones."""
     if policy.config.head == "discrete":
         return F.cross_entropy(raw, target, weight=class_weight)
     z = policy.normalize_target(target)
-    return F.smooth_l1_loss(raw, z) if a.loss == "huber" else F.mse_loss(raw, z)
+    return F.smooth_l1_loss(raw, z) if loss == "huber" else F.mse_loss(raw, z)
 
 
 @torch.no_grad()
-def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArgs, cols: slice | None,
+def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, cols: slice | None,
              class_weight: torch.Tensor | None = None, chunk: int = 256, world: World = SINGLE) -> dict[str, float]:
     """Loss and metrics over *every* window of ``episodes`` (each episode's frames encoded once). Under
     torchrun each rank scores its share of the episodes and every rank reduces all of them in episode order:
@@ -101,7 +102,7 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], a: TrainArg
             raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(emb.device)],
                                              torch.from_numpy(times).to(emb.device))
             target_t = torch.from_numpy(target).to(emb.device)
-            losses.append(loss_fn(policy, raw, target_t, a, class_weight).item() * len(target))
+            losses.append(loss_fn(policy, raw, target_t, loss, class_weight).item() * len(target))
             outputs.append(policy.postprocess(raw).cpu())
             targets.append(target_t.cpu())
         scored[e] = (losses, outputs, targets)
@@ -170,12 +171,12 @@ def make_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup: fl
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def make_optimizer(policy: DrivingPolicy, a: TrainArgs) -> torch.optim.AdamW:
+def make_optimizer(policy: DrivingPolicy, o: Optimisation) -> torch.optim.AdamW:
     """AdamW; weight decay on matrices/kernels only (not biases, norms or positions)."""
     decay = [p for n, p in policy.named_parameters() if p.dim() >= 2 and not n.endswith("pos")]
     rest = [p for n, p in policy.named_parameters() if not (p.dim() >= 2 and not n.endswith("pos"))]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=a.lr)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=o.lr)
 
 
 class WindowsForward(torch.nn.Module):
@@ -199,39 +200,38 @@ class _NoWriter:
         return lambda *args, **kwargs: None
 
 
-def train_run(a: TrainArgs, spec: str, data: Data, train_eps: list[int], val_eps: list[int], run_dir: Path,
-              desc: str = "", world: World = SINGLE, device: torch.device | None = None) -> dict[str, Any]:
+def train_run(plan: TrainPlan, spec: str, data: Data, head: tuple[str, list[str] | None, slice | None],
+              train_eps: list[int], val_eps: list[int], run_dir: Path, desc: str = "", world: World = SINGLE,
+              device: torch.device | None = None) -> dict[str, Any]:
     """Train one policy on one split into ``run_dir``; returns its metrics (also written to metrics.json).
 
     Under torchrun every rank runs this with the same arguments: each step's segments are shared out among
     the ranks (agent.training.distributed), gradients are averaged by DistributedDataParallel, validation is
     scored by all and reduced in episode order, and rank 0 alone writes checkpoints, TensorBoard and metrics.json."""
-    device = device or device_for(a.device, world)
-    head, names, cols = resolve_head(a, data)
-    resumed = open_run_folder(a, run_dir, world)
+    device = device or device_for(plan.args.device, world)
+    resumed = open_run_folder(plan.args.resume, plan.args.overwrite, run_dir, world)
     if resumed and resumed["train_state"].get("done"):
         metrics_path = run_dir / "metrics.json"
         if metrics_path.exists():
             if world.main:
                 tqdm.write(f"{desc or spec}: already finished, reusing {metrics_path}")
             return json.loads(metrics_path.read_text())
-    trainer = Trainer(a, spec, data, (train_eps, val_eps), run_dir, desc or spec, world, device, (head, names, cols),
-                      resumed)
+    trainer = Trainer(plan, spec, data, (train_eps, val_eps), run_dir, desc or spec, world, device, head, resumed)
     return trainer.fit()
 
 
-def open_run_folder(a: TrainArgs, run_dir: Path, world: World) -> dict[str, Any] | None:
+def open_run_folder(resume: bool, overwrite: bool, run_dir: Path, world: World) -> dict[str, Any] | None:
     """The checkpoint to resume from (--resume), None for a fresh run; refuses to overwrite a run by accident."""
     last_path = run_dir / "last.pt"
-    if last_path.exists() and a.resume:
+    if last_path.exists() and resume:
         resumed = read_checkpoint(last_path)
         if "train_state" not in resumed:
             raise ValueError(f"{str(last_path)!r} has no training state to resume from")
         return resumed
-    if last_path.exists() and not a.overwrite:
+    if last_path.exists() and not overwrite:
         raise ValueError(f"{str(run_dir)!r} already holds a run (last.pt); pass --resume to continue it, "
                          f"--overwrite to start again, or another --out")
-    if a.overwrite and world.main:  # a fresh start: old event files would mix two runs in TensorBoard
+    if overwrite and world.main:  # a fresh start: old event files would mix two runs in TensorBoard
         for old in run_dir.glob("events.out.tfevents.*"):
             old.unlink()
     return None
@@ -274,13 +274,14 @@ class Trainer:
     """One run's moving parts (policy, optimizer, schedule, TensorBoard, the resumable ``state``) and its steps:
     ``fit`` = the untrained score, then epochs of optimizer steps, each epoch validated and checkpointed."""
 
-    def __init__(self, a: TrainArgs, spec: str, data: Data, split: tuple[list[int], list[int]], run_dir: Path,
+    def __init__(self, plan: TrainPlan, spec: str, data: Data, split: tuple[list[int], list[int]], run_dir: Path,
                  desc: str, world: World, device: torch.device, head: tuple[str, list[str] | None, slice | None],
                  resumed: dict[str, Any] | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.a, self.spec, self.data, self.run_dir, self.desc, self.world, self.device = (
-            a, spec, data, run_dir, desc, world, device)
+        a, opt = plan.args, plan.optimisation
+        self.plan, self.opt, self.spec, self.data, self.run_dir, self.desc, self.world, self.device = (
+            plan, opt, spec, data, run_dir, desc, world, device)
         self.train_eps, self.val_eps = split
         head_kind, names, self.cols = head
         self.resumed = resumed
@@ -291,18 +292,19 @@ class Trainer:
         self.policy = build_policy(a, spec, data, head_kind, names, train_targets, resumed, self.last_path)
         self.policy.to(device)
         self.class_weight = (inverse_frequency_weights(train_targets, device)
-                             if head_kind == "discrete" and a.class_weights else None)
-        self.recovery = (RecoveryViews(data.geometry, data.crop, data.image_size, a.recovery_views, a.recovery_offset,
-                                       a.recovery_yaw, a.recovery_return)
-                         if a.recovery_views > 0 and data.geometry is not None else None)
+                             if head_kind == "discrete" and opt.class_weights else None)
+        r = plan.recovery
+        self.recovery = (RecoveryViews(data.geometry, data.crop, data.image_size, r.share, r.offset_m, r.yaw_deg,
+                                       r.return_s)
+                         if r is not None and data.geometry is not None else None)
         self.lengths = {e: len(data.frames[e]) for e in self.train_eps}
         self.turns = None  # |steering label| per training step, for --oversample-turns
-        if a.oversample_turns > 1:
+        if plan.windows.oversample_turns > 1:
             j = list(names or []).index("steer")  # the head has a steering column: checked in resolve_head
             self.turns = {e: np.abs(t[:, j]) for e, t in targets.items()}
-        steps_per_epoch = len(batch_plan(self.lengths, a, 0, self.turns))
-        self.optimizer = make_optimizer(self.policy, a)
-        self.scheduler = make_schedule(self.optimizer, a.epochs * steps_per_epoch, a.warmup)
+        steps_per_epoch = len(batch_plan(self.lengths, plan.windows, 0, self.turns))
+        self.optimizer = make_optimizer(self.policy, opt)
+        self.scheduler = make_schedule(self.optimizer, opt.epochs * steps_per_epoch, opt.warmup)
         self.state = {"epoch": 0, "batch": 0, "global_step": 0, "best_val_loss": math.inf, "best_epoch": -1,
                       "history": [], "initial_val": {}, "train_time": 0.0, "train_samples": 0, "epoch_loss_sum": 0.0,
                       "epoch_samples": 0}
@@ -341,7 +343,8 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(), "rng": rng or rng_state()})
 
     def validate(self) -> dict[str, float]:
-        return evaluate(self.policy, self.data, self.val_eps, self.a, self.cols, self.class_weight, world=self.world)
+        return evaluate(self.policy, self.data, self.val_eps, self.opt.loss, self.cols, self.class_weight,
+                        world=self.world)
 
     def fit(self) -> dict[str, Any]:
         if not self.resumed:  # the untrained policy's score: the baseline every later epoch is compared with
@@ -350,7 +353,7 @@ class Trainer:
                 self.writer.add_scalar("losses/val", self.state["initial_val"]["val_loss"], 0)
         try:
             with stops_at_safe_points():  # a stop lands between batches, never inside TensorBoard's writer
-                while self.state["epoch"] < self.a.epochs:
+                while self.state["epoch"] < self.opt.epochs:
                     self.train_epoch()
                     self.end_epoch()
         except (KeyboardInterrupt, RuntimeError) as e:
@@ -362,12 +365,13 @@ class Trainer:
 
     def train_epoch(self) -> None:
         """The optimizer steps of the current epoch (from its next batch on, after a resume)."""
-        a, state = self.a, self.state
+        opt, state = self.opt, self.state
         epoch = state["epoch"]
-        plan = batch_plan(self.lengths, a, epoch, self.turns)
+        plan = batch_plan(self.lengths, self.plan.windows, epoch, self.turns)
         self.policy.train()
-        bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{a.epochs}", initial=state["batch"],
-                   leave=False, dynamic_ncols=True, disable=not show_progress(a.progress) or not self.world.main)
+        bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{opt.epochs}", initial=state["batch"],
+                   leave=False, dynamic_ncols=True,
+                   disable=not show_progress(self.plan.args.progress) or not self.world.main)
         window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
         for segments in plan[state["batch"]:]:
             raise_if_stopped()
@@ -376,7 +380,7 @@ class Trainer:
             self.batch_rng = None
             window_loss, window_n, n_log = window_loss + step_loss * n, window_n + n, n_log + 1
             bar.update(1)
-            if n_log >= a.log_every:
+            if n_log >= opt.log_every:
                 now = time.perf_counter()
                 self.log_scalars(window_loss / window_n, grad_norm, window_n / (now - t_log))
                 bar.set_postfix(loss=f"{window_loss / window_n:.4f}")
@@ -387,24 +391,24 @@ class Trainer:
 
     def train_step(self, epoch: int, segments: list[tuple[int, int, int]]) -> tuple[int, float, float]:
         """One optimizer step on the windows of ``segments``; returns (windows, loss, gradient norm)."""
-        a, world, device, state = self.a, self.world, self.device, self.state
+        opt, world, device, state = self.opt, self.world, self.device, self.state
         t0 = time.perf_counter()
         n = sum(b - s for _, s, b in segments)  # windows in this step, over all ranks
         share = 1.0
         if world.active:  # this rank's share of the step; draws seeded by (seed, epoch, batch, rank)
-            torch.manual_seed(step_seed(a.seed, epoch, state["batch"], world.rank))
+            torch.manual_seed(step_seed(opt.seed, epoch, state["batch"], world.rank))
             mine = world.part(segments)
             share = sum(b - s for _, s, b in mine) / n * world.size  # DDP's mean over ranks -> the step's mean
             segments = mine or segments[:1]  # too few segments for every rank: compute one, weigh it 0
         x, index, times, target = self.batch(segments)
         raw = self.forward(x, torch.from_numpy(index).to(device), torch.from_numpy(times).to(device))
-        loss = loss_fn(self.policy, raw, torch.from_numpy(target).to(device), a, self.class_weight)
+        loss = loss_fn(self.policy, raw, torch.from_numpy(target).to(device), opt.loss, self.class_weight)
         if world.active:
             loss = loss * share
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         step_loss = distributed.mean(world, loss.detach()).item()  # the whole step's loss, on every rank
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), a.grad_clip).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), opt.grad_clip).item()
         self.optimizer.step()
         self.scheduler.step()
         state["batch"] += 1
@@ -417,16 +421,16 @@ class Trainer:
 
     def batch(self, segments: list[tuple[int, int, int]]) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
         """The (augmented) input frames of ``segments``, each window's frame indexes and times, and the targets."""
-        a, data, config = self.a, self.data, self.policy.config
-        if a.augment and data.env.first_person:  # picks a camera per segment, adjusts the targets
-            return augment_first_person(data, segments, a, self.cols, config.color, self.device, self.recovery)
-        frames, slices, index, times, target = gather_segments(data, segments, a.window, a.frame_stride, self.cols,
-                                                               max_gap=a.window_gaps)
+        aug, w, data, config = self.plan.augmentation, self.plan.windows, self.data, self.policy.config
+        if aug.enabled and data.env.first_person:  # picks a camera per segment, adjusts the targets
+            return augment_first_person(data, segments, aug, w, self.cols, config.color, self.device, self.recovery)
+        frames, slices, index, times, target = gather_segments(data, segments, w.window, w.frame_stride, self.cols,
+                                                               max_gap=w.window_gaps)
         if self.recovery is not None:  # --no-augment keeps the recovery views: they are data, not noise
             target = target.copy()
             self.recovery.apply_(frames, target, segments, slices, data.speeds)
         frames = torch.from_numpy(frames)
-        x = (augment(frames, slices, config.image_size, self.device, config.color) if a.augment
+        x = (augment(frames, slices, config.image_size, self.device, config.color) if aug.enabled
              else frames_to_float(frames, config.image_size, self.device, config.color))
         return x, index, times, target
 
@@ -457,9 +461,9 @@ class Trainer:
             state.update(best_val_loss=val["val_loss"], best_epoch=epoch + 1)
             if self.world.main:
                 save_checkpoint(self.best_path, self.policy, metadata={**self.metadata, "epoch": epoch + 1, "val": val})
-        self.save_last(done=state["epoch"] >= self.a.epochs)
+        self.save_last(done=state["epoch"] >= self.opt.epochs)
         if self.world.main:
-            tqdm.write(f"{self.desc} epoch {epoch + 1}/{self.a.epochs}: train {train_loss:.4f} "
+            tqdm.write(f"{self.desc} epoch {epoch + 1}/{self.opt.epochs}: train {train_loss:.4f} "
                        + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows")
                        + (f" ({NO_STRAIGHT_RATIO})" if "val_steer_mse" in val and "val_steer_vs_straight" not in val else ""))
 
@@ -470,11 +474,11 @@ class Trainer:
         why = "interrupted" if isinstance(e, KeyboardInterrupt) else "another process of the run stopped"
         saved = f"saved {self.last_path}" if self.world.main else f"rank 0 saves {self.last_path}"
         raise Interrupted(f"{why} at epoch {self.state['epoch'] + 1}, batch {self.state['batch']}; "
-                          f"{saved}; continue with --resume --out {self.a.out}") from None
+                          f"{saved}; continue with --resume --out {self.plan.args.out}") from None
 
     def final_metrics(self) -> dict[str, Any]:
         """metrics.json: the best epoch's validation scores, the history, costs and the run's settings."""
-        state, a = self.state, self.a
+        state, a = self.state, self.plan.args
         best = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
         metrics = {
             "policy": self.spec, "run_dir": str(self.run_dir), "best_epoch": state["best_epoch"],

@@ -19,11 +19,11 @@ import torch
 from torch.utils.data import Dataset
 
 from agent.data.dataset import DemoDataset
-from agent.training.config import TrainArgs
+from agent.training.config import SplitOptions, Windows
 from agent.training.data import Data, episode_targets, take_pieces
 
 
-def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], list[int]]]]:
+def make_splits(split: SplitOptions, w: Windows, data: Data) -> tuple[Data, list[tuple[list[int], list[int]]]]:
     """The run's (train, validation) episode lists, and the data they index.
 
     ``--split episodes`` holds out whole episodes (``--folds K``: K folds of them); ``--split blocks`` holds out
@@ -32,24 +32,24 @@ def make_splits(a: TrainArgs, data: Data) -> tuple[Data, list[tuple[list[int], l
     with simulator data (``--data REC SIM``), only the recordings validate (real driving is what is measured);
     the simulator's episodes always train."""
     longest = max((len(f) for f in data.frames), default=0)
-    if window_span(a.window, a.frame_stride) > longest:  # each window would be the first frame repeated
-        raise ValueError(f"--window {a.window} at --frame-stride {a.frame_stride} spans "
-                         f"{window_span(a.window, a.frame_stride)} steps, more than the longest episode ({longest} "
+    if window_span(w.window, w.frame_stride) > longest:  # each window would be the first frame repeated
+        raise ValueError(f"--window {w.window} at --frame-stride {w.frame_stride} spans "
+                         f"{window_span(w.window, w.frame_stride)} steps, more than the longest episode ({longest} "
                          "steps); lower --window or --frame-stride, or record longer episodes")
-    seed = a.seed if a.split_seed is None else a.split_seed
+    seed = split.seed
     held = validation_candidates(data)
-    episode_split = None if a.folds else split_episodes(len(held), a.val_fraction, seed) if len(held) > 1 else None
-    mode = a.split if a.split != "auto" else auto_split_mode(data, held, episode_split, a.val_fraction)
+    episode_split = None if split.folds else split_episodes(len(held), split.val_fraction, seed) if len(held) > 1 else None
+    mode = split.mode if split.mode != "auto" else auto_split_mode(data, held, episode_split, split.val_fraction)
     if mode == "blocks":
-        if a.folds:
+        if split.folds:
             raise ValueError(f"--folds holds out whole episodes; {'this dataset has one episode, so ' if len(held) == 1 else ''}"
                              f"drop --folds (one split in time blocks) or use --split episodes")
         # the gap: one window, and at least half the label smoothing, so no training input or label sees validation
-        gap = max(window_span(a.window, a.frame_stride), math.ceil(data.smoothing_s / 2 / data.frame_period) + 1)
-        train, val = block_pieces([len(f) for f in data.frames], a.val_fraction, gap, held)
+        gap = max(window_span(w.window, w.frame_stride), math.ceil(data.smoothing_s / 2 / data.frame_period) + 1)
+        train, val = block_pieces([len(f) for f in data.frames], split.val_fraction, gap, held)
         return take_pieces(data, train + val), [(list(range(len(train))), list(range(len(train), len(train) + len(val))))]
     rest = sorted(set(range(data.num_episodes)) - set(held))
-    splits = kfold_episodes(len(held), a.folds, seed) if a.folds else [episode_split or split_episodes(len(held), a.val_fraction, seed)]
+    splits = kfold_episodes(len(held), split.folds, seed) if split.folds else [episode_split or split_episodes(len(held), split.val_fraction, seed)]
     return data, [(sorted(rest + [held[i] for i in t]), [held[i] for i in v]) for t, v in splits]
 
 
@@ -217,13 +217,13 @@ def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generato
     return [segments[i] for i in order]
 
 
-def batch_plan(lengths: dict[int, int], a: TrainArgs, epoch: int,
+def batch_plan(lengths: dict[int, int], w: Windows, epoch: int,
                turns: dict[int, np.ndarray] | None = None) -> list[list[tuple[int, int, int]]]:
     """The epoch's batches: deterministic in (seed, epoch), so a resumed run replays the same order.
-    ``turns``: see make_segments (used when ``a.oversample_turns`` > 1)."""
-    rng = np.random.default_rng([a.seed, epoch])
-    segments = make_segments(lengths, a.segment, rng, turns, a.oversample_turns)
-    per_batch = max(1, a.batch_size // a.segment) if a.segment <= a.batch_size else 1
+    ``turns``: see make_segments (used when ``w.oversample_turns`` > 1)."""
+    rng = np.random.default_rng([w.seed, epoch])
+    segments = make_segments(lengths, w.segment, rng, turns, w.oversample_turns)
+    per_batch = max(1, w.batch_size // w.segment) if w.segment <= w.batch_size else 1
     return [segments[i: i + per_batch] for i in range(0, len(segments), per_batch)]
 
 
