@@ -4,8 +4,8 @@ import pytest
 import evaluate
 import train
 from tests.helpers import constant_policy_checkpoint
-from tests.test_out_folders import TINY
-from tests.test_recordings import _sim_recording
+from tests.agent.data.test_out_folder import TINY
+from tests.agent.udacity.test_recordings import _sim_recording
 
 
 def _err_line(capsys):

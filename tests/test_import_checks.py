@@ -6,8 +6,8 @@ import pytest
 import train
 from agent.data.dataset import open_dataset
 from agent.udacity import recordings as uf
-from tests.test_out_folders import TINY
-from tests.test_recordings import _sim_recording
+from tests.agent.data.test_out_folder import TINY
+from tests.agent.udacity.test_recordings import _sim_recording
 
 OFFSETS = tuple(round(0.1 * k, 1) for k in range(20))
 

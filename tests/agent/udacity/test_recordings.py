@@ -9,7 +9,7 @@ from agent.data.dataset import open_dataset, write_episode
 from agent.data.frames import encode_jpeg
 from agent.training.windows import WindowDataset
 from agent.udacity import recordings as uf
-from tests.test_dataset import _road
+from tests.agent.data.test_dataset import _road
 
 
 def _write_dataset(root, lengths=(5, 4), jpeg_quality=95, cameras=True, meta=None):

@@ -23,7 +23,7 @@ from envs.registry import get_spec
 from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
 from tests.helpers import constant_policy_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 TINY = dict(core_options=dict(d_model=16, heads=4, topk=4), window=4, frame_stride=2, feature_dim=16)
 
 

@@ -697,7 +697,7 @@ def test_shipped_checkpoints_match_the_reference(name):
     """The shipped policies' NAC layers (state_dict unchanged) give the plain maths' outputs within 1e-5."""
     from policies.policy import load_checkpoint
 
-    path = Path(__file__).resolve().parents[1] / "checkpoints" / f"{name}.pt"
+    path = Path(__file__).resolve().parents[2] / "checkpoints" / f"{name}.pt"
     layer = load_checkpoint(path).core.nac
     W = layer.topk  # the driving window: topk >= W pairs every query with every key
     torch.manual_seed(13)
@@ -754,7 +754,7 @@ def test_layer_without_the_native_kernel_gives_the_same_outputs(tmp_path):
     script = ("import sys, torch; from policies import nac_native; from policies.nac import NAC\n"
               "torch.manual_seed(0); x = torch.randn(2, 300, 6)\n"
               "torch.save((nac_native.available(), NAC(6, 16, 2, topk=5, causal=True)(x)), sys.argv[1])\n")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "NAC_NATIVE": "0", "PYTHONPATH": path}
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "out.pt")], check=True, cwd=root, env=env,

@@ -9,7 +9,7 @@ import torch
 
 from agent.udacity import bridge as ub
 from policies.policy import save_checkpoint
-from tests.test_udacity_bridge import HAVE_SOCKETIO, _udacity_policy
+from tests.agent.udacity.test_bridge import HAVE_SOCKETIO, _udacity_policy
 
 pytestmark = pytest.mark.skipif(not HAVE_SOCKETIO, reason="python-socketio/eventlet not installed")
 

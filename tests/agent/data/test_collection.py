@@ -30,7 +30,7 @@ STEPS = 30
 
 def _collect(out, **kw):
     kw.setdefault("max_steps", STEPS)
-    kw.setdefault("workers", 1)  # this process (tests/test_parallel.py runs the worker processes)
+    kw.setdefault("workers", 1)  # this process (tests/agent/test_workers.py runs the worker processes)
     return collect(CollectConfig(out=Path(out), progress=False, **kw), log=lambda m: None)
 
 
@@ -524,7 +524,7 @@ def test_datasets_of_the_older_format_name_open_and_unknown_formats_are_refused(
     import json
 
     from agent.data.dataset import FORMAT, READABLE_FORMATS, open_dataset
-    from tests.test_replay import _carracing_like
+    from tests.envs.replay.test_replay import _carracing_like
 
     root = _carracing_like(tmp_path)
     for name in READABLE_FORMATS:

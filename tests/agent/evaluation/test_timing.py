@@ -24,7 +24,7 @@ from agent.experts.expert import Expert
 from envs.registry import get_spec
 from policies.policy import DrivingPolicy, PolicyConfig, PolicyStream, save_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 STEPS = 40
 TIMING_KEYS = ("frames_seen", "held_steps", "dropped_frames", "neutral_steps")
 RUN_TIMES = ("wall_seconds", "latency", "command", "created", "workers", "timing")

@@ -23,7 +23,7 @@ from agent.workers import default_workers
 from envs.carracing import make_carracing
 from tests.helpers import constant_policy_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
 TIMING = ("collected_at", "wall_s", "wall_seconds", "latency", "command", "created", "started", "workers",
           "steps_per_s")
@@ -408,6 +408,6 @@ def test_errors_python_cannot_raise_are_quiet_only_after_a_stop(capsys):
 def test_importing_a_policy_or_the_pipeline_changes_no_process_wide_hook():
     code = ("import sys; hook = sys.unraisablehook; import policies.policy, agent.runtime, common.stops, "
             "agent.evaluation.evaluate; assert sys.unraisablehook is hook")
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

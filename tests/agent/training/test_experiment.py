@@ -18,7 +18,7 @@ from envs.carracing import SPEC as CARRACING
 from policies.cores import CORES
 from policies.policy import load_checkpoint, read_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SIZE = 32
 
 

@@ -24,9 +24,9 @@ from agent.training.distributed import World, from_env, step_seed
 from agent.training.experiment import run
 from agent.training.loop import Interrupted, evaluate
 from tests.helpers import constant_policy_checkpoint
-from tests.test_train import tiny_args, write_synthetic
+from tests.agent.training.test_experiment import tiny_args, write_synthetic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
