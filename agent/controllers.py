@@ -57,7 +57,8 @@ class PolicyController:
 
     def __init__(self, policy: Any, name: str, device: str = "cpu", clock: str = "steps",
                  env_names: Sequence[str] | None = None, actions: str | None = None,
-                 temperature: float | None = None, spared: Sequence[int] = ()) -> None:
+                 temperature: float | None = None, spared: Sequence[int] = (), told_latency: float = 0.0) -> None:
+        """``told_latency``: seconds from a frame to when its action lands, told to a latency-aware policy."""
         if actions is not None and actions not in DISCRETE_ACTION_RULES:
             raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
         check_discrete_options(policy.config.head, policy.config.discrete_actions, actions, temperature, bool(spared),
@@ -68,6 +69,7 @@ class PolicyController:
         self.temperature = check_temperature(temperature, actions)
         self.spared = tuple(spared)
         self.policy, self.name, self.device, self.actions = policy, name, device, actions
+        self.told_latency = float(told_latency)
         self.choose: DiscreteChooser | None = None
         self.config = policy.config
         self.stream = policy.stream(clock)
@@ -103,7 +105,7 @@ class PolicyController:
         else:
             self.frames.append(frame)
         t0 = time.perf_counter()
-        out = self.stream.step(frame, t)
+        out = self.stream.step(frame, t, self.told_latency)
         if self._sync:
             torch.cuda.synchronize()
         latency = time.perf_counter() - t0

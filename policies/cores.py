@@ -152,10 +152,11 @@ class NACCore(Core):
             self.norm = nn.LayerNorm(d_model)
         self.output_dim = d_model
 
-    def forward(self, x: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, time: torch.Tensor, query_time: torch.Tensor | None = None) -> torch.Tensor:
+        """``query_time`` [B]: the moment the last step's answer is for, when not its frame's (NAC's clock)."""
         if self.block_kind == "bare":
-            return self.nac(x, time=time)
-        h = self.block(self.inp(x), lambda z: self.nac(z, time=time))
+            return self.nac(x, time=time, query_time=query_time)
+        h = self.block(self.inp(x), lambda z: self.nac(z, time=time, query_time=query_time))
         return self.norm(h)
 
     @torch.no_grad()

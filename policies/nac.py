@@ -43,7 +43,9 @@ Numerical choices the spec leaves open (all deliberate):
   omega can overshoot (the bound is documented, not enforced).
 * ``tau_ij``: 1 without timestamps; ``time[b]`` for ``time`` of shape ``[B]``; ``time[b, i] - time[b, j]``
   for ``[B, T]``, differenced in the timestamps' own dtype (float64 keeps precision for large absolute
-  times) and only then cast to the activations' dtype.
+  times) and only then cast to the activations' dtype. ``query_time`` ``[B]`` (with ``[B, T]`` times and one
+  query per sample) replaces the query's own timestamp: ``tau_j = query_time[b] - time[b, j]``, the attention
+  of a query asked about a moment other than its newest frame's (a policy acting for when its action lands).
 * Selection is per head (each head pairs each query with its own K keys by ``q_h . k_h``). Scores are
   computed without gradient (top-K is not differentiable), on overflow-proof stand-ins: each query row
   divided by its max-abs (same ranking) and keys clamped to +-1e15, so scores never overflow and no
@@ -628,8 +630,12 @@ class NAC(nn.Module):
         return a
 
     def forward(self, x: torch.Tensor, time: torch.Tensor | None = None,
-                key_padding_mask: torch.Tensor | None = None, return_internals: bool = False):
+                key_padding_mask: torch.Tensor | None = None, return_internals: bool = False,
+                query_time: torch.Tensor | None = None):
         self._check_inputs(x, time, key_padding_mask)
+        if query_time is not None and (time is None or time.dim() != 2 or self.return_sequences
+                                       or tuple(query_time.shape) != (x.shape[0],)):
+            raise ValueError("query_time [B] needs time [B, T] and one query per sample (return_sequences False)")
         B, T, _ = x.shape
         H, dh = self.num_heads, self.d_head
         key_valid = (torch.ones(B, T, dtype=torch.bool, device=x.device) if key_padding_mask is None
@@ -671,7 +677,7 @@ class NAC(nn.Module):
         elif time.dim() == 1:
             tau = time.to(x.dtype).view(1, 1, B, 1).expand(1, K, B, Tq).reshape(1, -1)
         else:  # elapsed time t_i - t_j, differenced in the timestamps' dtype
-            t_query = time.gather(1, q_pos)  # [B, Tq], broadcasts over [H, K, B, Tq]
+            t_query = time.gather(1, q_pos) if query_time is None else query_time.to(time.dtype)[:, None]  # [B, Tq]
             t_key = time.gather(1, index.permute(2, 0, 1, 3).reshape(B, -1)).view(B, H, K, Tq).permute(1, 2, 0, 3)
             tau = (t_query - t_key).to(x.dtype).reshape(H, -1)
         phi, omega, t = (z.view(H, K, B, Tq) for z in self.backbone(pre, tau, folded))

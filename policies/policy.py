@@ -41,6 +41,9 @@ COLORS = ("rgb", "yuv")
 # RGB -> YUV (BT.601, as OpenCV's COLOR_RGB2YUV) on [0, 1] pixels, U and V centred on 0.5
 _YUV = torch.tensor([[0.299, 0.587, 0.114], [-0.14713, -0.28886, 0.436], [0.615, -0.51499, -0.10001]])
 TIME_INPUTS = ("seconds", "index")
+# how a policy is told its latency, the time from its newest frame to the moment its action lands:
+# none (it is not told) | clock (NAC: the query's timestamp is that moment) | input (one more input feature)
+LATENCY_INPUTS = ("none", "clock", "input")
 ACTION_RANGES = {"steer": (-1.0, 1.0), "gas": (0.0, 1.0), "brake": (0.0, 1.0), "throttle": (-1.0, 1.0)}  # throttle < 0 brakes
 
 
@@ -71,6 +74,7 @@ class PolicyConfig:
     action_space: str = "continuous"
     discrete_actions: str = "argmax"  # discrete head: the rule it drives with unless told (policies.actions.DISCRETE_ACTION_RULES); a student trained on sampling drivers' data drives best sampling
     action_temperature: float = 1.0  # discrete head, sample / dither: the softmax temperature it drives at unless told (policies.actions.check_temperature)
+    latency_input: str = "none"  # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature)
 
     def temperature_for(self, rule: str | None) -> float:
         """The temperature a discrete student samples at under ``rule`` (None: its own rule): its own temperature
@@ -110,6 +114,11 @@ class PolicyConfig:
             raise ValueError(f"image_size must be [height, width], got {self.image_size!r}")
         if self.time_input not in TIME_INPUTS:
             raise ValueError(f"time_input must be one of {TIME_INPUTS}, got {self.time_input!r}")
+        if self.latency_input not in LATENCY_INPUTS:
+            raise ValueError(f"latency_input must be one of {LATENCY_INPUTS}, got {self.latency_input!r}")
+        if self.latency_input == "clock" and self.core != "nac":
+            raise ValueError(f"latency_input clock gives the nac core's query a timestamp; core {self.core!r} has "
+                             "none (tell it with latency_input input)")
         if self.color not in COLORS:
             raise ValueError(f"color must be one of {COLORS}, got {self.color!r}")
         if self.crop is not None and (len(self.crop) != 2 or not 0 <= self.crop[0] < self.crop[1]):
@@ -201,7 +210,7 @@ class DrivingPolicy(nn.Module):
         self.config = config.validate()
         c = config
         self.encoder = build_encoder(c.encoder, tuple(c.image_size), c.feature_dim, c.encoder_dropout)
-        self.core = build_core(c.core, c.feature_dim, c.window, **c.core_options)
+        self.core = build_core(c.core, c.feature_dim + (c.latency_input == "input"), c.window, **c.core_options)
         self.head = nn.Linear(self.core.output_dim, c.action_dim)
         mean = c.target_mean if c.target_mean is not None else [0.0] * c.action_dim
         std = c.target_std if c.target_std is not None else [1.0] * c.action_dim
@@ -240,10 +249,30 @@ class DrivingPolicy(nn.Module):
             raise ValueError(f"time must be [B, W]={(batch, window)} seconds, got shape {tuple(time.shape)}")
         return (time / (self.config.frame_period * self.config.frame_stride)).float()
 
-    def raw_from_embeddings(self, emb: torch.Tensor, time: torch.Tensor | None = None) -> torch.Tensor:
-        """Head output from a window of embeddings ``[B, W, F]``: logits, or *normalised* actions."""
+    def raw_from_embeddings(self, emb: torch.Tensor, time: torch.Tensor | None = None,
+                            latency: torch.Tensor | float | None = None) -> torch.Tensor:
+        """Head output from a window of embeddings ``[B, W, F]``: logits, or *normalised* actions. ``latency``:
+        seconds from the newest frame to the moment the action lands (a float or ``[B]``; None = 0), told to a
+        policy with a ``latency_input`` and ignored by one without."""
         B, W = emb.shape[:2]
-        return self.head(self.core(emb, self.core_time(time, B, W)))
+        time = self.core_time(time, B, W)
+        if self.config.latency_input == "clock":
+            return self.head(self.core(emb, time, query_time=self.latency_units(latency, B, emb.device)))
+        return self.head(self.core(self.core_input(emb, latency), time))
+
+    def latency_units(self, latency: torch.Tensor | float | None, batch: int, device: torch.device) -> torch.Tensor:
+        """A latency in seconds (float or ``[B]``; None = 0) -> core units ``[B]``, as the window's times."""
+        units = torch.as_tensor(0.0 if latency is None else latency, dtype=torch.float32, device=device)
+        return units.expand(batch) / (self.config.frame_period * self.config.frame_stride)
+
+    def core_input(self, emb: torch.Tensor, latency: torch.Tensor | float | None = None) -> torch.Tensor:
+        """What the core reads: the embeddings ``[B, W, F]``, and for ``latency_input`` "input" the latency in
+        core units as one more feature of every frame."""
+        if self.config.latency_input != "input":
+            return emb
+        B, W = emb.shape[:2]
+        units = self.latency_units(latency, B, emb.device)
+        return torch.cat([emb, units.view(B, 1, 1).expand(B, W, 1).to(emb.dtype)], -1)
 
     def forward_raw(self, frames: torch.Tensor, time: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (discrete) or normalised actions (continuous): what the training loss compares."""
@@ -277,7 +306,8 @@ class DrivingPolicy(nn.Module):
         return np.clip(out.numpy().astype(np.float32), low, high)
 
     @torch.no_grad()
-    def predict_episode(self, frames: np.ndarray, times: np.ndarray | None = None, batch: int = 256) -> np.ndarray:
+    def predict_episode(self, frames: np.ndarray, times: np.ndarray | None = None, batch: int = 256,
+                        latency: float | None = None) -> np.ndarray:
         """Outputs ``[T, out]`` for a whole recorded episode (frames ``[T, H, W, 3]``, times in seconds), the ones
         ``stream()`` gives stepping through it frame by frame, computed in batches: every frame is encoded once
         and each step's window gathers its embeddings (frame 0 repeats before the start, as in the stream)."""
@@ -293,7 +323,7 @@ class DrivingPolicy(nn.Module):
             steps = np.arange(a, min(a + batch, T))
             idx = np.maximum(steps[:, None] - offsets[None], 0)
             rel = torch.from_numpy((times[idx] - times[steps][:, None]).astype(np.float32))
-            out.append(self.postprocess(self.raw_from_embeddings(emb[torch.from_numpy(idx)], rel)))
+            out.append(self.postprocess(self.raw_from_embeddings(emb[torch.from_numpy(idx)], rel, latency)))
         return torch.cat(out).cpu().numpy() if out else np.zeros((0, c.action_dim), np.float32)
 
     def stream(self, clock: str = "steps") -> "PolicyStream":
@@ -354,8 +384,10 @@ class PolicyStream:
                 torch.from_numpy((times - times[-1]).astype(np.float32))[None])
 
     @torch.no_grad()
-    def step(self, frame: torch.Tensor | np.ndarray, t: float | None = None) -> torch.Tensor:
-        """``frame`` uint8 ``[H, W, 3]`` (t: seconds, optional) -> output ``[out]`` (logits or env-unit actions)."""
+    def step(self, frame: torch.Tensor | np.ndarray, t: float | None = None,
+             latency: float | None = None) -> torch.Tensor:
+        """``frame`` uint8 ``[H, W, 3]`` (t: seconds, optional; latency: seconds until the action lands, for a
+        policy told its latency) -> output ``[out]`` (logits or env-unit actions)."""
         if tuple(torch.as_tensor(frame).shape[-1:]) != (3,) or torch.as_tensor(frame).dim() != 3:
             raise ValueError(f"frame must be [H, W, 3], got shape {tuple(torch.as_tensor(frame).shape)}")
         t = self.steps * self.policy.config.frame_period if t is None else float(t)
@@ -368,7 +400,7 @@ class PolicyStream:
             self.times.append(t)
         self.steps += 1
         window, rel = self.window()
-        return self.policy.postprocess(self.policy.raw_from_embeddings(window, rel))[0]
+        return self.policy.postprocess(self.policy.raw_from_embeddings(window, rel, latency))[0]
 
 
 # ----------------------------------------------------------------------------- checkpoints

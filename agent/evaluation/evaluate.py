@@ -146,6 +146,10 @@ class EvalArgs:
     latency_steps: int = option(0,
         "timing: each action reaches the env this many env steps after the policy decided it; the first ones "
         "apply the neutral action (zeros: no steering, no gas)", group="evaluation conditions", metavar="D")
+    told_latency_steps: int | None = option(
+        None, "what a latency-aware student (train.py --latency-input) is told its latency is, in env steps: set it "
+        "away from --latency-steps to measure a wrong belief (default: --latency-steps, the truth)",
+        group="evaluation conditions", metavar="D")
     window_clock: str = option("time",
         "how a policy picks its window from the frames it got: steps (the last frames received, every "
         "frame_stride-th) | time (the newest frames at or before the trained offsets in seconds, so under "
@@ -252,6 +256,9 @@ class EvalArgs:
         if self.pi_speed and (self.expert_drives or self.with_expert):
             raise ValueError("--pi-speed drives steering-only students; the expert drives with throttle (drop "
                              "--expert-drives / --with-expert, or --pi-speed)")
+        if self.told_latency_steps is not None and (isinstance(self.told_latency_steps, bool)
+                                                    or not 0 <= self.told_latency_steps <= 10_000):
+            raise ValueError(f"--told-latency-steps must be an integer in [0, 10000], got {self.told_latency_steps!r}")
         timing = self.timing.check(self.max_steps)
         if self.data and not timing.regular:
             raise ValueError("--drop-prob, --jitter and --latency-steps are conditions of driving in closed loop; "
@@ -301,6 +308,13 @@ class EvalArgs:
     def timing(self) -> TimingConditions:
         """The timing conditions of the run (ValueError on a malformed --jitter)."""
         return TimingConditions(self.drop_prob, parse_jitter(self.jitter), self.latency_steps)
+
+    @property
+    def told_latency_s(self) -> float:
+        """Seconds a latency-aware policy is told its actions take to land (--told-latency-steps, else the true
+        --latency-steps, times the env's step)."""
+        steps = self.latency_steps if self.told_latency_steps is None else self.told_latency_steps
+        return steps * get_spec(self.env).dt
 
     @property
     def make_kwargs(self) -> dict[str, Any]:
@@ -433,12 +447,14 @@ class WorkerSetup:
     discrete_actions: str | None
     action_temperature: float | None
     spared: tuple[int, ...]
+    told_latency_s: float
 
     @classmethod
     def of(cls, args: EvalArgs, action_space: str, drivers: list[Driver]) -> "WorkerSetup":
         return cls(args.env, action_space, args.expert, args.device, args.max_steps, args.renderer,
                    [(d.name, None if d.controller.is_expert else d.meta["source"]) for d in drivers],
-                   args.window_clock, args.make_kwargs, args.discrete_actions, args.action_temperature, args.spared)
+                   args.window_clock, args.make_kwargs, args.discrete_actions, args.action_temperature, args.spared,
+                   args.told_latency_s)
 
 
 @dataclass
@@ -468,7 +484,8 @@ def _worker_setup(s: WorkerSetup) -> WorkerState:
     filled = env_action_names(s.env, s.make_kwargs.get("pi_speed", False))
     controllers = [ExpertController(expert) if path is None else
                    PolicyController(load_policy(path, s.env, s.action_space, s.device), name, s.device,
-                                    s.window_clock, filled, s.discrete_actions, s.action_temperature, s.spared)
+                                    s.window_clock, filled, s.discrete_actions, s.action_temperature, s.spared,
+                                    s.told_latency_s)
                    for name, path in s.drivers]
     sim = expert.spec.make(s.action_space, render=True, max_episode_steps=s.max_steps, renderer=s.renderer,
                            **s.make_kwargs)
@@ -613,11 +630,13 @@ def _policy_drivers(args: EvalArgs) -> tuple[list[Driver], str]:
     for path, name, policy in zip(paths, names, policies):
         controller = PolicyController(policy, name, args.device, args.window_clock,
                                       env_action_names(args.env, args.pi_speed), args.discrete_actions,
-                                      args.action_temperature, args.spared)
+                                      args.action_temperature, args.spared, args.told_latency_s)
         drivers.append(Driver(name, controller, {
             "source": str(path), "policy_config": policy.config.to_dict(),
             "num_parameters": int(sum(p.numel() for p in policy.parameters())),
             "filled_from_expert": controller.filled, "window_clock": args.window_clock,
+            **({"latency_input": policy.config.latency_input, "told_latency_s": args.told_latency_s}
+               if policy.config.latency_input != "none" else {}),
             **({"discrete_actions": controller.actions, "action_temperature": controller.temperature,
                 **({"temperature_spares": [DISCRETE_ACTIONS[i] for i in args.spared]} if args.spared else {})}
                if policy.config.head == "discrete" else {}),

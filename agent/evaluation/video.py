@@ -270,7 +270,7 @@ def step_visuals(controller: Any, frame: np.ndarray, saliency: str | None) -> tu
     panel = None
     if controller.has_panel:
         W = window.shape[1]
-        internals = policy.core.internals(window, policy.core_time(rel.to(window.device), 1, W))
+        internals = policy.core.internals(policy.core_input(window), policy.core_time(rel.to(window.device), 1, W))
         if internals is not None and "attn" in internals and "index" in internals:
             last, full = window_attention(internals, W)
             thumbs = controller.window_frames()

@@ -78,7 +78,8 @@ def augment(frames: torch.Tensor, slices: list[tuple[int, int]], image_size: lis
 
 
 def augment_first_person(data: Data, segments: list[tuple[int, int, int]], aug: Augmentation, w: Windows,
-                         cols: slice | None, color: str, device: torch.device, recovery: RecoveryViews | None = None
+                         cols: slice | None, color: str, device: torch.device, recovery: RecoveryViews | None = None,
+                         shifts: list[np.ndarray] | None = None
                          ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
     """The Udacity/PilotNet recipe, one draw per segment (every window of a segment sees the same camera):
     a random camera of the three (left: steering + side_correction, right: - side_correction), a mirror
@@ -94,7 +95,7 @@ def augment_first_person(data: Data, segments: list[tuple[int, int, int]], aug: 
     r = torch.rand(n_seg, 8)
     cameras = [cams[min(int(u * len(cams)), len(cams) - 1)] for u in r[:, 0].tolist()]
     frames, slices, index, times, target = gather_segments(data, segments, w.window, w.frame_stride, cols, cameras,
-                                                           w.window_gaps)
+                                                           w.window_gaps, shifts)
     target = target.copy()
     recovered = (recovery.apply_(frames, target, segments, slices, data.speeds, cameras) if recovery is not None
                  else [False] * n_seg)  # its own draws, so runs without it keep their random stream

@@ -15,7 +15,7 @@ from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
 from common.cli import option
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
-from policies.policy import TIME_INPUTS, PolicyConfig, read_checkpoint
+from policies.policy import LATENCY_INPUTS, TIME_INPUTS, PolicyConfig, read_checkpoint
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LOSSES = ("huber", "mse")
@@ -54,6 +54,15 @@ class TrainArgs:
         "training windows with irregular timing: each gap between a window's frames is --frame-stride x k, k "
         "drawn from 1..this (frames late or dropped; the core gets their true timestamps; time-blind cores "
         "the same frames in the same order); 1 = regular. Validation stays regular", group="optimisation")
+    latency_steps: str = option(
+        "0", "train for actions that land D steps after their frame: each window is labelled with the expert's "
+        "action D steps later (hindsight: the state the action meets), and a policy with --latency-input is told D; "
+        "A:B draws D per segment from A..B (validation: every D in turn), so one student serves every latency in "
+        "the range", group="optimisation", metavar="D|A:B")
+    latency_input: str | None = option(
+        None, "how the policy is told its latency: none | clock (nac cores: the query's timestamp is the moment "
+        "the action lands) | input (one more input feature; any core); with --init, the checkpoint's unless given "
+        "(default: none)", group="model", choices=LATENCY_INPUTS)
     lr: float = option(1e-3, "peak AdamW learning rate", group="optimisation")
     weight_decay: float = option(1e-4, "AdamW weight decay", group="optimisation")
     warmup: float = option(0.05,
@@ -240,9 +249,20 @@ def check_args(a: TrainArgs) -> list[str]:
     if not 0.2 <= a.recovery_return <= 5:
         raise ValueError(f"--recovery-return must be in [0.2, 5] seconds (where the label rejoins the path), "
                          f"got {a.recovery_return}")
+    parse_latency_steps(a.latency_steps)
     if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
         raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
     return specs
+
+
+def parse_latency_steps(text: str) -> tuple[int, int]:
+    """``--latency-steps 5`` -> (5, 5); ``0:10`` -> (0, 10)."""
+    try:
+        lo, hi = (int(v) for v in (text.split(":") if ":" in str(text) else (text, text)))
+        assert 0 <= lo <= hi <= 1000
+    except (ValueError, AssertionError):
+        raise ValueError(f"--latency-steps must be D or A:B, steps with 0 <= A <= B <= 1000, got {text!r}") from None
+    return lo, hi
 
 
 def parse_image_size(text: str) -> list[int]:
@@ -296,7 +316,11 @@ def init_architecture(a: TrainArgs) -> TrainArgs:
             flag = "--" + ("core" if name == "policy" else name.replace("_", "-"))
             raise ValueError(f"--init takes the policy's shape from {a.init}: {flag} {given} contradicts its "
                              f"{kept}; leave {flag} out to fine-tune it, or train from scratch without --init")
-    return replace(a, **shape, time_input=a.time_input or c.time_input)
+    told = a.latency_input or c.latency_input
+    if "input" in (told, c.latency_input) and told != c.latency_input:
+        raise ValueError(f"--latency-input {told} changes the core's inputs of {a.init} (latency input "
+                         f"{c.latency_input}); fine-tune with its own, or train from scratch")
+    return replace(a, **shape, time_input=a.time_input or c.time_input, latency_input=told)
 
 
 SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the PilotNet/Udacity recipe's label shifts
@@ -376,10 +400,12 @@ class Windows:
     batch_size: int
     oversample_turns: int
     seed: int
+    latency: tuple[int, int] = (0, 0)  # steps from a window's last frame to its label (--latency-steps)
 
     @classmethod
     def of(cls, a: TrainArgs) -> "Windows":
-        return cls(a.window, a.frame_stride, a.window_gaps, a.segment, a.batch_size, a.oversample_turns, a.seed)
+        return cls(a.window, a.frame_stride, a.window_gaps, a.segment, a.batch_size, a.oversample_turns, a.seed,
+                   parse_latency_steps(a.latency_steps))
 
 
 @dataclass(frozen=True)

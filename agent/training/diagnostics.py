@@ -28,7 +28,8 @@ def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, s
         frames, _, index, times, _ = gather_segments(data, [(episode, 0, min(n, 128))], W, S, cols)
         emb = policy.encode(torch.from_numpy(frames)[None])[0]
         x = emb[torch.from_numpy(index).to(emb.device)]
-        internals = policy.core.internals(x, policy.core_time(torch.from_numpy(times).to(emb.device), *x.shape[:2]))
+        time = policy.core_time(torch.from_numpy(times).to(emb.device), *x.shape[:2])
+        internals = policy.core.internals(policy.core_input(x), time)
     if not internals or "attn" not in internals:
         return {}
     for key in ("entropy", "entropy_norm", "max_weight", "uniform_max_weight"):

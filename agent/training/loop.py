@@ -33,7 +33,7 @@ from agent.training.data import Data, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
-from agent.training.windows import batch_plan, gather_segments
+from agent.training.windows import batch_plan, gather_segments, latency_shifts
 from common.files import write_json
 from common.stops import raise_if_stopped, stops_at_safe_points
 from policies.actions import check_temperature
@@ -48,7 +48,8 @@ from policies.policy import (
 
 
 def initial_policy(path: str, data: Data, head: str, names: list[str] | None, time_input: str | None,
-                   discrete_actions: str | None = None, temperature: float | None = None) -> DrivingPolicy:
+                   discrete_actions: str | None = None, temperature: float | None = None,
+                   latency_input: str | None = None) -> DrivingPolicy:
     """--init: the checkpoint's policy, checked to drive this dataset's env and predict its actions (its frame
     size and crop already shaped the data: init_architecture), fed ``time_input`` and driving with
     ``discrete_actions`` at ``temperature`` from now on (None: the checkpoint's; a new rule starts at 1). Its
@@ -56,6 +57,8 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
     c.time_input = time_input or c.time_input
+    c.latency_input = latency_input or c.latency_input  # clock on a nac core adds no weights (init_architecture)
+    c.validate()
     c.action_temperature = c.temperature_for(discrete_actions)
     c.discrete_actions = discrete_actions or c.discrete_actions
     if temperature is not None:
@@ -85,10 +88,12 @@ def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, loss
 
 @torch.no_grad()
 def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, cols: slice | None,
-             class_weight: torch.Tensor | None = None, chunk: int = 256, world: World = SINGLE) -> dict[str, float]:
+             class_weight: torch.Tensor | None = None, chunk: int = 256, world: World = SINGLE,
+             latency: tuple[int, int] = (0, 0)) -> dict[str, float]:
     """Loss and metrics over *every* window of ``episodes`` (each episode's frames encoded once). Under
     torchrun each rank scores its share of the episodes and every rank reduces all of them in episode order:
-    the numbers one process would get."""
+    the numbers one process would get. ``latency`` (steps, --latency-steps): hindsight labels, each latency of
+    the range in turn over the windows, told to a policy with a latency input."""
     policy.eval()
     W, S = policy.config.window, policy.config.frame_stride
     scored = {}
@@ -97,10 +102,13 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, 
         n = len(data.frames[e])
         for start in range(0, n, chunk):
             raise_if_stopped()
-            frames, _, index, times, target = gather_segments(data, [(e, start, min(start + chunk, n))], W, S, cols)
+            segment = [(e, start, min(start + chunk, n))]
+            shifts = latency_shifts(segment, latency)
+            frames, _, index, times, target = gather_segments(data, segment, W, S, cols, shifts=shifts)
             emb = policy.encode(torch.from_numpy(frames)[None])[0]
             raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(emb.device)],
-                                             torch.from_numpy(times).to(emb.device))
+                                             torch.from_numpy(times).to(emb.device),
+                                             _latency_seconds(shifts, data, emb.device))
             target_t = torch.from_numpy(target).to(emb.device)
             losses.append(loss_fn(policy, raw, target_t, loss, class_weight).item() * len(target))
             outputs.append(policy.postprocess(raw).cpu())
@@ -130,6 +138,13 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, 
             if ratio is not None:  # else left out, and the epoch line says why
                 metrics["val_steer_vs_straight"] = ratio
     return metrics
+
+
+def _latency_seconds(shifts: list[np.ndarray] | None, data: Data, device: torch.device) -> torch.Tensor | None:
+    """Each window's latency in seconds ``[N]`` from its hindsight shifts in steps (None: no latency)."""
+    if shifts is None:
+        return None
+    return torch.from_numpy(np.concatenate(shifts) * data.frame_period).float().to(device)
 
 
 class Interrupted(Exception):
@@ -188,9 +203,10 @@ class WindowsForward(torch.nn.Module):
         super().__init__()
         self.policy = policy
 
-    def forward(self, x: torch.Tensor, index: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, index: torch.Tensor, times: torch.Tensor,
+                latency: torch.Tensor | None = None) -> torch.Tensor:
         emb = self.policy.encode(x[None])[0]
-        return self.policy.raw_from_embeddings(emb[index], times)
+        return self.policy.raw_from_embeddings(emb[index], times, latency)
 
 
 class _NoWriter:
@@ -244,7 +260,8 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
     if resumed:
         return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
     if a.init is not None:
-        return initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions, a.action_temperature)
+        return initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions, a.action_temperature,
+                              a.latency_input)
     if a.action_temperature not in (None, 1.0) and not a.discrete_actions:
         raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
                          "temperature (add --discrete-actions sample)")
@@ -259,7 +276,7 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
         image_size=data.image_size, crop=data.crop,
         color=a.color if a.color != "auto" else data.env.default_color,
         action_space=data.action_space, env=data.env.gym_id, discrete_actions=a.discrete_actions or "argmax",
-        action_temperature=a.action_temperature or 1.0, **extra)
+        action_temperature=a.action_temperature or 1.0, latency_input=a.latency_input or "none", **extra)
     return DrivingPolicy(config)
 
 
@@ -344,7 +361,7 @@ class Trainer:
 
     def validate(self) -> dict[str, float]:
         return evaluate(self.policy, self.data, self.val_eps, self.opt.loss, self.cols, self.class_weight,
-                        world=self.world)
+                        world=self.world, latency=self.plan.windows.latency)
 
     def fit(self) -> dict[str, Any]:
         if not self.resumed:  # the untrained policy's score: the baseline every later epoch is compared with
@@ -400,8 +417,8 @@ class Trainer:
             mine = world.part(segments)
             share = sum(b - s for _, s, b in mine) / n * world.size  # DDP's mean over ranks -> the step's mean
             segments = mine or segments[:1]  # too few segments for every rank: compute one, weigh it 0
-        x, index, times, target = self.batch(segments)
-        raw = self.forward(x, torch.from_numpy(index).to(device), torch.from_numpy(times).to(device))
+        x, index, times, target, latency = self.batch(segments, epoch)
+        raw = self.forward(x, torch.from_numpy(index).to(device), torch.from_numpy(times).to(device), latency)
         loss = loss_fn(self.policy, raw, torch.from_numpy(target).to(device), opt.loss, self.class_weight)
         if world.active:
             loss = loss * share
@@ -419,20 +436,26 @@ class Trainer:
         state["epoch_samples"] += n
         return n, step_loss, grad_norm
 
-    def batch(self, segments: list[tuple[int, int, int]]) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-        """The (augmented) input frames of ``segments``, each window's frame indexes and times, and the targets."""
+    def batch(self, segments: list[tuple[int, int, int]], epoch: int
+              ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray, torch.Tensor | None]:
+        """The (augmented) input frames of ``segments``, each window's frame indexes and times, the targets and
+        each window's latency in seconds (--latency-steps; its own random stream, so runs without it keep theirs)."""
         aug, w, data, config = self.plan.augmentation, self.plan.windows, self.data, self.policy.config
+        rng = np.random.default_rng([w.seed, epoch, self.state["batch"], self.world.rank, 31])
+        shifts = latency_shifts(segments, w.latency, rng)
+        latency = _latency_seconds(shifts, data, self.device)
         if aug.enabled and data.env.first_person:  # picks a camera per segment, adjusts the targets
-            return augment_first_person(data, segments, aug, w, self.cols, config.color, self.device, self.recovery)
+            return (*augment_first_person(data, segments, aug, w, self.cols, config.color, self.device, self.recovery,
+                                          shifts), latency)
         frames, slices, index, times, target = gather_segments(data, segments, w.window, w.frame_stride, self.cols,
-                                                               max_gap=w.window_gaps)
+                                                               max_gap=w.window_gaps, shifts=shifts)
         if self.recovery is not None:  # --no-augment keeps the recovery views: they are data, not noise
             target = target.copy()
             self.recovery.apply_(frames, target, segments, slices, data.speeds)
         frames = torch.from_numpy(frames)
         x = (augment(frames, slices, config.image_size, self.device, config.color) if aug.enabled
              else frames_to_float(frames, config.image_size, self.device, config.color))
-        return x, index, times, target
+        return x, index, times, target, latency
 
     def log_scalars(self, loss: float, grad_norm: float, samples_per_sec: float) -> None:
         gs = self.state["global_step"]

@@ -217,6 +217,19 @@ def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generato
     return [segments[i] for i in order]
 
 
+def latency_shifts(segments: list[tuple[int, int, int]], latency: tuple[int, int],
+                   rng: np.random.Generator | None = None) -> list[np.ndarray] | None:
+    """Each window's latency in steps for hindsight labels (gather_segments' ``shifts``): one draw from
+    ``latency`` (lo..hi) per segment with ``rng`` (training), else lo..hi in turn over the steps (validation:
+    every latency, deterministically). None when the range is 0:0."""
+    lo, hi = latency
+    if hi == 0:
+        return None
+    if rng is not None:
+        return [np.full(b - a, int(rng.integers(lo, hi + 1))) for _, a, b in segments]
+    return [lo + np.arange(a, b) % (hi - lo + 1) for _, a, b in segments]
+
+
 def batch_plan(lengths: dict[int, int], w: Windows, epoch: int,
                turns: dict[int, np.ndarray] | None = None) -> list[list[tuple[int, int, int]]]:
     """The epoch's batches: deterministic in (seed, epoch), so a resumed run replays the same order.
@@ -228,13 +241,16 @@ def batch_plan(lengths: dict[int, int], w: Windows, epoch: int,
 
 
 def gather_segments(data: Data, segments: list[tuple[int, int, int]], window: int, stride: int,
-                    cols: slice | None, cameras: list[str] | None = None, max_gap: int = 1
+                    cols: slice | None, cameras: list[str] | None = None, max_gap: int = 1,
+                    shifts: list[np.ndarray] | None = None
                     ) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
     """Frames of the segments (concatenated), each segment's frame slice, per-window frame index ``[N, W]``
     into the concatenation, window times ``[N, W]`` (seconds, last 0) and targets ``[N, ...]``.
     ``cameras`` picks each segment's camera (center, left, right); default: the center one. ``max_gap`` > 1
     draws every gap between a window's frames as ``stride x k``, k uniform in 1..max_gap (torch's generator):
-    windows as a camera that drops or delays frames delivers them, with their true timestamps."""
+    windows as a camera that drops or delays frames delivers them, with their true timestamps. ``shifts`` (per
+    segment, one int per window): hindsight labels, the window ending at step t labelled with step t + shift's
+    (the episode's last step beyond its end): the action for the state met when an action decided at t lands."""
     frames, slices, index, times, targets = [], [], [], [], []
     offset = 0
     span = (window - 1) * stride * max_gap
@@ -253,7 +269,9 @@ def gather_segments(data: Data, segments: list[tuple[int, int, int]], window: in
                 idx = window_indices(t, window, stride)
                 index.append(idx - lo + offset)
                 times.append(ts[idx] - ts[t])
-        targets.append(episode_targets(data, e, cols)[a:b])
+        labels = episode_targets(data, e, cols)
+        targets.append(labels[a:b] if shifts is None else
+                       labels[np.minimum(np.arange(a, b) + shifts[k], len(labels) - 1)])
         offset += b - lo
     return (np.concatenate(frames), slices, np.stack(index), np.stack(times).astype(np.float32),
             np.concatenate(targets))

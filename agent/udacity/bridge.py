@@ -171,7 +171,9 @@ class SteeringServer:
 
     def __init__(self, policy: DrivingPolicy, speed_limit: float = DEFAULT_SPEED_LIMIT,
                  recorder: Recorder | None = None, clock: Callable[[], float] = time.monotonic,
-                 window_clock: str = "time"):
+                 window_clock: str = "time", extra_latency_s: float = 0.0):
+        """``extra_latency_s``: the part of the frame-to-wheel time the bridge cannot see (the network, the
+        simulator's own frame), added to its measured frame-to-answer time when it tells a latency-aware policy."""
         if not speed_limit > 0:
             raise ValueError(f"speed limit must be > 0 mph, got {speed_limit}")
         self.policy = policy
@@ -182,6 +184,7 @@ class SteeringServer:
         self.stream = policy.stream(window_clock)  # the simulator's frames arrive when it sends them, not on a clock
         self.frames = self.manual = self.errors = 0
         self.latencies_ms: list[float] = []
+        self.extra_latency_s = float(extra_latency_s)
         self._t0: float | None = None
         self._warned_shape = False
 
@@ -216,7 +219,7 @@ class SteeringServer:
             now = self.clock()
             if self._t0 is None:
                 self._t0 = now
-            output = self.stream.step(frame, now - self._t0)
+            output = self.stream.step(frame, now - self._t0, self.told_latency())
             steering = float(self.policy.to_env_action(output)[self.steer_index])
         except Exception as e:  # noqa: BLE001 - reported, answered with a stop, counted
             self.errors += 1
@@ -234,6 +237,12 @@ class SteeringServer:
         self.frames += 1
         self.latencies_ms.append((time.perf_counter() - start) * 1e3)
         return {"steering_angle": str(steering), "throttle": str(throttle)}
+
+    def told_latency(self) -> float:
+        """Seconds a latency-aware policy is told its answer takes to act: the median of the last 20 measured
+        frame-to-answer times (decode, policy, throttle) plus the extra the bridge cannot see."""
+        recent = self.latencies_ms[-20:]
+        return (statistics.median(recent) / 1e3 if recent else 0.0) + self.extra_latency_s
 
     def summary(self) -> str:
         """One line for the end of a session."""
@@ -387,6 +396,10 @@ class BridgeArgs:
                                choices=WINDOW_CLOCKS)
     threads: int = option(1, "torch threads for the policy (one frame at a time: 1 is fastest, above all on a busy "
                           "CPU)", group="runtime", metavar="N", parse=_threads)
+    extra_latency_ms: float = option(0.0, "milliseconds of the frame-to-wheel time the bridge cannot measure (network, "
+                                     "the simulator's frame and actuation), added to its measured frame-to-answer "
+                                     "time when it tells a latency-aware student (train.py --latency-input) when its "
+                                     "answer lands", group="model", metavar="MS")
     record: Path | None = option(None, "also save the received frames as a simulator recording in DIR (IMG/ + "
                                  "driving_log.csv, appended if it exists; steering column = the policy's); default: "
                                  "no recording", group="output", metavar="DIR")
@@ -409,12 +422,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.propagate = False
     recorder = None
     try:
+        if not 0 <= args.extra_latency_ms <= 10_000:
+            raise ValueError(f"--extra-latency-ms must be in [0, 10000], got {args.extra_latency_ms}")
         import_socketio()
         policy = load_policy(args.checkpoint)
         if policy.config.env != UDACITY_ENV:
             print(f"warning: {args.checkpoint} was trained on {policy.config.env} frames, not {UDACITY_ENV}; "
                   f"its steering may mean little in the simulator", file=sys.stderr)
-        steering = SteeringServer(policy, args.speed_limit, window_clock=args.window_clock)
+        steering = SteeringServer(policy, args.speed_limit, window_clock=args.window_clock,
+                                  extra_latency_s=args.extra_latency_ms / 1e3)
         bridge = Bridge(steering, args.host, args.port)
         if args.record is not None:
             recorder = steering.recorder = Recorder(args.record)

@@ -217,13 +217,13 @@ def _record_stream_and_core(monkeypatch) -> tuple[list[float], list[list[float]]
     windows: list[list[float]] = []
     step, raw = PolicyStream.step, DrivingPolicy.raw_from_embeddings
 
-    def recording_step(self, frame, t=None):
+    def recording_step(self, frame, t=None, latency=None):
         stamps.append(t)
-        return step(self, frame, t)
+        return step(self, frame, t, latency)
 
-    def recording_raw(self, emb, time=None):
+    def recording_raw(self, emb, time=None, latency=None):
         windows.append(time[0].tolist())
-        return raw(self, emb, time)
+        return raw(self, emb, time, latency)
 
     monkeypatch.setattr(PolicyStream, "step", recording_step)
     monkeypatch.setattr(DrivingPolicy, "raw_from_embeddings", recording_raw)
@@ -346,3 +346,28 @@ def test_timing_options_are_refused_offline():
     with pytest.raises(ValueError, match="closed loop"):
         EvalArgs(data=["recording"], jitter="1:2", progress=False, workers=1).validate()
     assert EvalArgs(drop_prob=0, progress=False, workers=1).validate().timing.regular  # all off: regular timing
+
+
+# ----------------------------------------------------------------------------- a student told its latency
+def test_a_latency_aware_student_is_told_the_latency_or_the_belief_given(tiny, tmp_path, monkeypatch):
+    from policies.policy import load_checkpoint, save_checkpoint
+
+    policy = load_checkpoint(tiny)
+    policy.config.latency_input = "clock"  # the nac core's query time: no new weights
+    clock = save_checkpoint(tmp_path / "clock.pt", policy)
+    told: list[float] = []
+    step = PolicyStream.step
+
+    def recording_step(self, frame, t=None, latency=None):
+        told.append(latency)
+        return step(self, frame, t, latency)
+
+    monkeypatch.setattr(PolicyStream, "step", recording_step)
+    m = evaluate(_args(tmp_path / "true", checkpoint=[str(clock)], latency_steps=3))
+    assert set(told) == {3 * get_spec("carracing").dt}
+    assert next(iter(m.values()))["told_latency_s"] == pytest.approx(0.06)
+    told.clear()
+    evaluate(_args(tmp_path / "wrong", checkpoint=[str(clock)], latency_steps=3, told_latency_steps=0))
+    assert set(told) == {0.0}
+    with pytest.raises(ValueError, match="--told-latency-steps must be an integer"):
+        EvalArgs(told_latency_steps=-1).validate()

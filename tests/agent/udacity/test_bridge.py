@@ -198,6 +198,7 @@ def _one_line_error(capsys) -> str:
     (["{ckpt}", "--port", "http"], "integer"),
     (["{ckpt}", "--speed-limit", "0"], "> 0"),
     (["{ckpt}", "--speed-limit", "nan"], "> 0"),
+    (["{ckpt}", "--extra-latency-ms", "-5"], "--extra-latency-ms must be in [0, 10000]"),
     ([], "CKPT"),
 ])
 def test_cli_errors_are_one_line(tmp_path, capsys, checkpoint, argv, words):
@@ -300,3 +301,23 @@ def test_protocol_over_socketio(checkpoint):
     assert steering.frames == 6 and steering.manual == 2 and steering.errors == 0
     with pytest.raises(OSError):  # the listening socket is closed
         socket.create_connection(("127.0.0.1", bridge.port), timeout=1).close()
+
+
+def test_a_latency_aware_policy_is_told_the_measured_answer_time(monkeypatch):
+    from policies.policy import PolicyStream
+
+    told: list[float] = []
+    step = PolicyStream.step
+
+    def recording_step(self, frame, t=None, latency=None):
+        told.append(latency)
+        return step(self, frame, t, latency)
+
+    monkeypatch.setattr(PolicyStream, "step", recording_step)
+    server = ub.SteeringServer(_udacity_policy(latency_input="input"), clock=_Clock(), extra_latency_s=0.05)
+    for frame in _frames(4):
+        server.on_telemetry(_telemetry(frame))
+    assert told[0] == pytest.approx(0.05)  # nothing measured yet: the extra alone
+    measured = sorted(server.latencies_ms[:3])[1] / 1e3  # the median of the three answers before the fourth
+    assert told[3] == pytest.approx(measured + 0.05)
+    assert server.told_latency() == pytest.approx(np.median(server.latencies_ms) / 1e3 + 0.05)

@@ -1,0 +1,92 @@
+"""Windows and hindsight labels (agent.training.windows): a window ending at step t trained for an action that lands
+D steps later is labelled with the expert's action at t + D, and a student told D learns what one not told cannot."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import train
+from agent.data.dataset import open_dataset, write_episode
+from agent.training.config import DataOptions, TrainArgs, resolve_env_defaults
+from agent.training.data import load_data
+from agent.training.experiment import run
+from agent.training.windows import gather_segments, latency_shifts
+from policies.policy import read_checkpoint
+
+
+@pytest.fixture(scope="module")
+def drive(tmp_path_factory):
+    """A real recorded CarRacing episode (the expert driving, 60 steps)."""
+    import collect
+
+    out = tmp_path_factory.mktemp("drive") / "data"
+    assert collect.main(["--episodes", "1", "--max-steps", "60", "--renderer", "fast", "--workers", "1",
+                         "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_hindsight_labels_are_the_experts_action_when_the_action_lands(drive):
+    a = resolve_env_defaults(TrainArgs(data=str(drive), progress=False))
+    data = load_data(DataOptions.of(a))
+    expert = open_dataset(drive).load(0, keys=["expert_action"])["expert_action"]
+    n = len(expert)
+    for d in (0, 3, 7):
+        segments = [(0, 10, 30), (0, n - 5, n)]
+        shifts = [np.full(b - s, d) for _, s, b in segments]
+        target = gather_segments(data, segments, 4, 3, None, shifts=shifts)[4]
+        steps = np.concatenate([np.arange(s, b) for _, s, b in segments])
+        np.testing.assert_array_equal(target, expert[np.minimum(steps + d, n - 1)])
+    plain = gather_segments(data, [(0, 10, 30)], 4, 3, None)[4]
+    np.testing.assert_array_equal(plain, expert[10:30])
+
+
+def test_latency_shifts_draw_per_segment_and_validate_every_latency_in_turn():
+    segments = [(0, 0, 6), (1, 10, 13)]
+    assert latency_shifts(segments, (0, 0)) is None
+    drawn = latency_shifts(segments, (2, 5), np.random.default_rng(0))
+    assert all(len(set(s)) == 1 and 2 <= s[0] <= 5 for s in drawn)
+    assert [list(s) for s in latency_shifts(segments, (2, 4))] == [[2, 3, 4, 2, 3, 4], [3, 4, 2]]
+
+
+def _ramp(root, episodes=6, length=40, size=32):
+    """Frames whose brightness says how far into its episode the car is; the steering ramps with it. A hindsight
+    label D steps ahead is the ramp D steps on: readable from the frame plus D, so only a student told D fits it."""
+    rng = np.random.default_rng(3)
+    for e in range(episodes):
+        phase = np.arange(length) / length
+        frames = (rng.integers(0, 20, (length, size, size, 3)) + 200 * phase[:, None, None, None]).astype(np.uint8)
+        steer = (-0.9 + 1.8 * phase).astype(np.float32)
+        act = np.stack([steer, np.full(length, 0.5, np.float32), np.zeros(length, np.float32)], 1)
+        write_episode(root, e, dict(frames=frames, action=act, expert_action=act, reward=np.zeros(length, np.float32),
+                                    speed=np.zeros(length, np.float32), privileged=np.zeros((length, 4), np.float32),
+                                    time=np.arange(length) * 0.02), {"env": "carracing", "action_space": "continuous",
+                                                                   "track_seed": e})
+    return root
+
+
+def test_a_student_told_its_latency_learns_what_one_not_told_cannot(tmp_path):
+    data = _ramp(tmp_path / "ramp")
+    scores, configs = {}, {}
+    for told in ("none", "input", "clock"):
+        out = tmp_path / told
+        run(TrainArgs(data=str(data), out=str(out), policy="gru" if told != "clock" else "nac", window=3,
+                      frame_stride=2, epochs=10, batch_size=32, segment=8, lr=5e-3, feature_dim=16, d_model=16,
+                      heads=4, topk=3, threads=1, log_every=2, val_fraction=0.34, latency_steps="0:12",
+                      latency_input=told, progress=False, augment=False))
+        scores[told] = json.loads((out / "metrics.json").read_text())["best"]["val_steer_mse"]
+        configs[told] = read_checkpoint(out / "best.pt")["config"]["latency_input"]
+    # not told: the ramp's spread over 0..12 steps ahead, (1.8 / 40)^2 x Var(D) = 0.028, is left unexplained
+    assert scores["none"] > 0.02 and scores["input"] < 0.5 * scores["none"], scores
+    assert configs == {"none": "none", "input": "input", "clock": "clock"}
+
+
+@pytest.mark.parametrize("argv, says", [(["--latency-steps", "5:2"], "--latency-steps must be D or A:B"),
+                                        (["--latency-steps", "-1"], "--latency-steps must be D or A:B"),
+                                        (["--latency-input", "clock", "--core", "gru"], "query a timestamp")])
+def test_bad_latency_flags_are_one_line(argv, says, tmp_path, capsys):
+    code = train.main(["--data", str(_ramp(tmp_path / "d", episodes=2)), "--out", str(tmp_path / "o"),
+                       "--epochs", "1", "--no-progress", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and says in err[0], err

@@ -1,0 +1,72 @@
+"""A policy told its latency (policies.policy LATENCY_INPUTS): NAC's query timestamp (clock) or an input feature.
+
+Identities: told nothing, or told 0 through the clock, a policy answers exactly as before; the clock moves only
+the query's time (the keys' elapsed times grow by the latency); bad combinations are refused in one line."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from policies.nac import NAC
+from policies.policy import DrivingPolicy, PolicyConfig
+
+TINY = dict(encoder="carracing", image_size=[32, 32], feature_dim=16, window=4, frame_stride=2,
+            core_options={"d_model": 16, "heads": 4, "topk": 3})
+
+
+def _policy(latency_input: str = "none", core: str = "nac", seed: int = 0) -> DrivingPolicy:
+    torch.manual_seed(seed)
+    options = TINY["core_options"] if core == "nac" else {"hidden": 16}
+    config = PolicyConfig.for_actions("continuous", **{**TINY, "core": core, "core_options": options},
+                                      latency_input=latency_input)
+    return DrivingPolicy(config).eval()
+
+
+def test_nac_query_time_at_the_last_frame_is_the_plain_forward():
+    torch.manual_seed(0)
+    layer = NAC(8, 16, 4, topk=3, causal=True, return_sequences=False).eval()
+    x, time = torch.randn(3, 5, 8), torch.arange(-4.0, 1.0).expand(3, 5).contiguous()
+    plain = layer(x, time=time)
+    torch.testing.assert_close(layer(x, time=time, query_time=torch.zeros(3)), plain, rtol=0, atol=0)
+    later = layer(x, time=time, query_time=torch.full((3,), 2.0))
+    assert not torch.allclose(later, plain)
+    # only elapsed times matter: the query 2 later equals every key 2 earlier with the query kept at its frame
+    _, inner_later = layer(x, time=time, query_time=torch.full((3,), 2.0), return_internals=True)
+    _, inner_shift = layer(x, time=time - 2.0 * (torch.arange(5) < 4), return_internals=True)
+    keys_before = inner_shift["index"] < 4  # the window's older keys (the newest is the query's own frame)
+    torch.testing.assert_close(inner_later["t"][keys_before], inner_shift["t"][keys_before])
+    with pytest.raises(ValueError, match="query_time"):
+        layer(x, query_time=torch.zeros(3))  # no timestamps to differ from
+
+
+def test_a_policy_that_is_not_told_ignores_the_latency_and_clock_zero_changes_nothing():
+    frames = torch.randint(0, 255, (2, 4, 32, 32, 3), dtype=torch.uint8)
+    time = torch.tensor([[-0.12, -0.08, -0.04, 0.0]] * 2)
+    plain = _policy("none")
+    ref = plain(frames, time)
+    emb = plain.encode(frames)
+    torch.testing.assert_close(plain.postprocess(plain.raw_from_embeddings(emb, time, 0.2)), ref, rtol=0, atol=0)
+    clock = _policy("clock")
+    clock.load_state_dict(plain.state_dict())  # the clock adds no weights: the same student, told its latency
+    told_zero = clock.postprocess(clock.raw_from_embeddings(emb, time, 0.0))
+    torch.testing.assert_close(told_zero, ref, rtol=0, atol=0)
+    assert not torch.allclose(clock.postprocess(clock.raw_from_embeddings(emb, time, 0.2)), ref)
+
+
+def test_the_input_mode_adds_one_feature_and_the_stream_passes_the_latency():
+    policy = _policy("input", core="gru")
+    assert policy.core.rnn.input_size == TINY["feature_dim"] + 1
+    frame = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    outs = []
+    for latency in (0.0, 0.2):
+        stream = policy.stream()
+        outs.append(stream.step(frame, 0.0, latency))
+    assert not torch.allclose(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("latency_input, core, says", [("clock", "gru", "query a timestamp"),
+                                                        ("later", "nac", "latency_input must be one of")])
+def test_bad_latency_inputs_are_refused(latency_input, core, says):
+    with pytest.raises(ValueError, match=says):
+        _policy(latency_input, core=core)
