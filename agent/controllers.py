@@ -17,14 +17,15 @@ from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser, check_discr
 
 
 def load_driver(path: str | Path, env: str, action_space: str, actions: str | None = None,
-                temperature: float | None = None) -> Any:
+                temperature: float | None = None, told_latency: float = 0.0) -> Any:
     """A DAgger student as a driver (agent.controllers.PolicyController on the CPU); ``actions`` / ``temperature``
-    None: the checkpoint's own rule and temperature."""
+    None: the checkpoint's own rule and temperature; ``told_latency``: seconds its actions take to land."""
 
     policy = load_policy(path, env, action_space, "cpu")
     check_discrete_options(policy.config.head, policy.config.discrete_actions, actions, temperature, False,
                            f"--driver {str(path)!r}", ("--driver-actions", "--driver-temperature", ""))
-    return PolicyController(policy.eval(), name=Path(path).stem, actions=actions, temperature=temperature)
+    return PolicyController(policy.eval(), name=Path(path).stem, actions=actions, temperature=temperature,
+                            told_latency=told_latency)
 
 
 def shipped_checkpoint(env: str) -> Path:

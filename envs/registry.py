@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium as gym
+import numpy as np
 
 # env name -> module that defines SPEC (imported on first use: each pulls its own dependencies)
 _MODULES: dict[str, str] = {"carracing": "envs.carracing", "udacity": "envs.udacity.spec",
@@ -196,3 +197,11 @@ def spec_for_gym_id(gym_id: str) -> EnvSpec:
         if spec.gym_id == gym_id:
             return spec
     raise ValueError(f"no environment of this project has the gymnasium id {gym_id!r}")
+
+
+def neutral_action(space: Any) -> Any:
+    """What the env receives before the first delayed action arrives: a Discrete space's first action
+    (CarRacing: noop), a Box's zeros (clipped into its bounds): no steering, no gas, no brake."""
+    if hasattr(space, "n"):
+        return int(getattr(space, "start", 0))
+    return np.clip(np.zeros(space.shape, dtype=space.dtype), space.low, space.high)

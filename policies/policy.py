@@ -507,6 +507,29 @@ def policy_from_checkpoint(payload: dict[str, Any], where: str = "checkpoint") -
     return policy
 
 
+def with_latency_input(policy: DrivingPolicy) -> DrivingPolicy:
+    """The same policy told its latency as one more input feature: every weight kept, the new input's weights 0,
+    so it answers exactly as before until training teaches it the latency (fine-tuning a student that was not
+    told)."""
+    if policy.config.latency_input != "none":
+        raise ValueError(f"the policy is already told its latency ({policy.config.latency_input})")
+    config = PolicyConfig.from_dict({**policy.config.to_dict(), "latency_input": "input"})
+    told = DrivingPolicy(config).to(policy.device)
+    old = policy.state_dict()
+    state = {}
+    for key, new in told.state_dict().items():
+        was = old[key]
+        if new.shape == was.shape:
+            state[key] = was
+        elif new.shape[:-1] == was.shape[:-1] and new.shape[-1] == was.shape[-1] + 1:  # the core's input layer
+            state[key] = torch.cat([was, was.new_zeros(*was.shape[:-1], 1)], -1)
+        else:  # e.g. a bare nac core, whose sparse wiring is drawn for its input size
+            raise ValueError(f"{key} changes shape {tuple(was.shape)} -> {tuple(new.shape)} with one more input: "
+                             "this core cannot keep its weights; train the latency-aware student from scratch")
+    told.load_state_dict(state)
+    return told
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> DrivingPolicy:
     """Rebuild a policy from its checkpoint file alone (in eval mode)."""
     payload = read_checkpoint(path, map_location)

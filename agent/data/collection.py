@@ -99,6 +99,7 @@ class EpisodeSettings:
     recovery_labels: bool = False  # the spec's recovery teacher labels the states it needs
     recovery_starts: float = 0.0  # probability of a recovery start (drawn from the track seed)
     scene: dict = field(default_factory=dict)  # make()'s themes / conditions (envs with scenes; EnvSpec.scene)
+    latency_steps: int = 0  # every executed action reaches the env this many steps after it was chosen
 
     def make_env(self) -> Any:
         spec = get_spec(self.env)
@@ -115,7 +116,8 @@ def record_and_write(s: EpisodeSettings, env: Any, expert: Any, driver: Any, epi
     recovery = spec.recovery_teacher() if s.recovery_labels else None
     start = recovery_start(spec, track_seed, s.recovery_starts)
     arrays, meta = record_episode(env, expert, track_seed, noise, on_step=on_step, early_stop=s.early_stop,
-                                  cut_wrong_way=s.cut_wrong_way, driver=driver, beta=s.beta, recovery=recovery, start=start)
+                                  cut_wrong_way=s.cut_wrong_way, driver=driver, beta=s.beta, recovery=recovery, start=start,
+                                  latency_steps=s.latency_steps)
     meta.update(max_steps=s.max_steps, expert_sha256=s.meta.get("expert_sha256"),
                 collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"), renderer=s.renderer)
     meta.update({k: v for k, v in s.meta.items() if k != "expert_sha256"})
@@ -148,8 +150,8 @@ def _worker_setup(s: EpisodeSettings) -> tuple:
     from agent.experts.expert import Expert
 
     expert = Expert.load(s.expert, s.action_space, s.env)
-    driver = load_driver(s.driver, s.env, s.action_space, s.driver_actions, s.driver_temperature) \
-        if s.driver is not None else None
+    driver = load_driver(s.driver, s.env, s.action_space, s.driver_actions, s.driver_temperature,
+                         s.latency_steps * get_spec(s.env).dt) if s.driver is not None else None
     return s, s.make_env(), expert, driver
 
 
@@ -237,7 +239,8 @@ def _load_student(cfg: CollectConfig) -> tuple[Any, dict[str, Any]]:
     if cfg.driver is None:
         return None, {"driver": None}
     try:
-        driver = load_driver(cfg.driver, cfg.env, cfg.action_space, cfg.driver_actions, cfg.driver_temperature)
+        driver = load_driver(cfg.driver, cfg.env, cfg.action_space, cfg.driver_actions, cfg.driver_temperature,
+                             cfg.latency_steps * get_spec(cfg.env).dt)
     except (FileNotFoundError, ValueError) as e:
         raise CollectError(f"--driver: {e}") from None
     return driver, {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver)),
@@ -324,7 +327,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
         cut_wrong_way=cfg.cut_wrong_way,
         meta={"expert_sha256": exp["sha256"], **driver_info}, recovery_labels=cfg.recovery_labels,
-        recovery_starts=cfg.recovery_starts, scene=scene)
+        recovery_starts=cfg.recovery_starts, scene=scene, latency_steps=cfg.latency_steps)
     return RunPlan(config, [*existing.card.get("runs", []), run], ids, seeds, workers, settings)
 
 

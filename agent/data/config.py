@@ -121,6 +121,10 @@ class CollectConfig:
     condition: str | None = option(None, "envs with scenes: comma-separated lighting/weather conditions (default: "
                                    "the training ones, clear,overcast,dusk; fog is held out)", group="where it drives",
                                    metavar="NAMES")
+    latency_steps: int = option(0, "every executed action reaches the env D steps after it was chosen (the env's "
+                                "neutral action until the first arrives): DAgger under latency, the --driver told "
+                                "D; train on the result with train.py --latency-steps", group="where it drives",
+                                metavar="D")
     allow_held_out: bool = option(False, "record held-out themes or conditions too (default: refused, so that "
                                   "evaluation on them measures generalisation to scenes never trained on)",
                                   group="where it drives")
@@ -157,6 +161,8 @@ class CollectConfig:
             raise CollectError(f"--episodes must be >= 1 (episodes to add), got {self.episodes}")
         if self.max_steps < 1:
             raise CollectError(f"--max-steps must be >= 1, got {self.max_steps}")
+        if not 0 <= self.latency_steps < self.max_steps:
+            raise CollectError(f"--latency-steps must be in [0, --max-steps {self.max_steps}), got {self.latency_steps}")
         if self.seed is not None and self.seed < 0:
             raise CollectError(f"--seed must be >= 0 (first track seed), got {self.seed}")
         if self.noise is not None:

@@ -52,13 +52,14 @@ What makes this good BC data (and why each piece is here):
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from common.stops import raise_if_stopped
-from envs.registry import EnvSpec
+from envs.registry import EnvSpec, neutral_action
 
 STUCK_SPEED, STUCK_SECONDS = 1.0, 1.0  # env speed units, seconds: a stopped car
 OFF_ROAD_SECONDS = 5.0  # with the car off the road (short excursions and their recoveries are kept)
@@ -197,6 +198,7 @@ def record_episode(
     beta: float = 0.0,
     recovery: Any = None,
     start: dict | None = None,
+    latency_steps: int = 0,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Drive one episode on track `track_seed`; returns the episode's arrays and meta (agent.data.dataset).
 
@@ -204,14 +206,18 @@ def record_episode(
     drives, except on steps where a coin with probability `beta` picks the expert; the label is always
     the expert's action for the recorded state. Besides the frame, the arrays hold every
     ``spec.recorded_info`` entry of ``info`` per step (side cameras, telemetry). `recovery`: the spec's
-    recovery teacher labels the states it needs (see the module docstring); `start`: the env's reset options."""
+    recovery teacher labels the states it needs (see the module docstring); `start`: the env's reset options;
+    `latency_steps`: every chosen action reaches the env that many steps later (the env's neutral action until
+    the first arrives); the recorded action is the one applied, the label the expert's for the recorded state."""
     t0 = time.perf_counter()
     labeller = Labeller(expert, recovery)
     stop = EarlyStop(expert.spec, early_stop, cut_wrong_way)
-    steps = _drive(env, labeller, track_seed, noise, on_step, stop, driver, beta, start)
+    steps = _drive(env, labeller, track_seed, noise, on_step, stop, driver, beta, start, latency_steps)
     arrays = _episode_arrays(steps, labeller)
     meta = {"track_seed": int(track_seed), **_episode_meta(arrays, steps, expert, noise, driver, beta),
             "wall_s": time.perf_counter() - t0}
+    if latency_steps:
+        meta["latency_steps"] = int(latency_steps)
     if recovery is not None or start is not None:
         meta.update(recovery_labels=recovery is not None, recovery_label_steps=int(sum(steps.sources)), start=start)
     return arrays, meta
@@ -248,13 +254,14 @@ class _Steps:
 
 
 def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_step: Callable[[], None] | None,
-           stop: EarlyStop, driver: Any, beta: float, start: dict | None) -> _Steps:
+           stop: EarlyStop, driver: Any, beta: float, start: dict | None, latency_steps: int = 0) -> _Steps:
     """The episode's loop: label every state (the expert, or the recovery teacher), execute the label (or the
     student's action) with DART noise, until the env ends it or EarlyStop does (then the stuck stretch is cut)."""
     spec: EnvSpec = labeller.expert.spec
     s = _Steps(extras={name: [] for name in spec.recorded_info})
     s.obs, s.info = env.reset(seed=int(track_seed), **({"options": start} if start is not None else {}))
     coin = np.random.default_rng([track_seed, MIX_STREAM])
+    late = deque([neutral_action(env.action_space)] * latency_steps)  # chosen, not yet applied
     if driver is not None:
         driver.reset(track_seed)
     run = 0
@@ -266,6 +273,9 @@ def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_s
             expert_turn = bool(coin.random() < beta)
             chosen = label if expert_turn else student
         executed = noise(s.t, chosen)
+        if late:
+            late.append(executed)
+            executed = late.popleft()
         s.by_expert.append(expert_turn)
         s.frames.append(s.obs)
         s.priv.append(s.info["privileged"])

@@ -12,7 +12,8 @@ from tqdm import tqdm
 
 from agent.evaluation import video as vid
 from agent.evaluation.metrics import EpisodeRecorder, steer_of
-from agent.evaluation.timing import TimingConditions, neutral_action
+from agent.evaluation.timing import TimingConditions
+from envs.registry import neutral_action
 from common.stops import raise_if_stopped
 from envs.registry import EnvSpec
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from envs.registry import neutral_action  # noqa: F401  (the held action before the first late one)
+
 STREAM = 22  # the timing generator's stream constant: np.random.default_rng([STREAM, track seed])
 
 
@@ -45,14 +47,6 @@ def parse_jitter(text: str | None) -> tuple[int, int] | None:
     if k1 < 1 or k2 < k1:
         raise ValueError(f"--jitter K1:K2 needs 1 <= K1 <= K2 (a step gap of at least one env step), got {text!r}")
     return k1, k2
-
-
-def neutral_action(space: Any) -> Any:
-    """What the env receives before the first delayed action arrives: a Discrete space's first action
-    (CarRacing: noop), a Box's zeros (clipped into its bounds): no steering, no gas, no brake."""
-    if hasattr(space, "n"):
-        return int(getattr(space, "start", 0))
-    return np.clip(np.zeros(space.shape, dtype=space.dtype), space.low, space.high)
 
 
 @dataclass(frozen=True)

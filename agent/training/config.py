@@ -317,9 +317,9 @@ def init_architecture(a: TrainArgs) -> TrainArgs:
             raise ValueError(f"--init takes the policy's shape from {a.init}: {flag} {given} contradicts its "
                              f"{kept}; leave {flag} out to fine-tune it, or train from scratch without --init")
     told = a.latency_input or c.latency_input
-    if "input" in (told, c.latency_input) and told != c.latency_input:
-        raise ValueError(f"--latency-input {told} changes the core's inputs of {a.init} (latency input "
-                         f"{c.latency_input}); fine-tune with its own, or train from scratch")
+    if c.latency_input == "input" and told != "input":
+        raise ValueError(f"--latency-input {told}: {a.init} reads its latency as an input; fine-tune it with "
+                         "--latency-input input, or train from scratch")
     return replace(a, **shape, time_input=a.time_input or c.time_input, latency_input=told)
 
 

@@ -44,6 +44,7 @@ from policies.policy import (
     policy_from_checkpoint,
     read_checkpoint,
     save_checkpoint,
+    with_latency_input,
 )
 
 
@@ -56,6 +57,9 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     target normalisation is kept: the weights were trained against it."""
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
+    if latency_input == "input" and c.latency_input == "none":  # its weights kept, the new input's at 0
+        policy = with_latency_input(policy)
+        c = policy.config
     c.time_input = time_input or c.time_input
     c.latency_input = latency_input or c.latency_input  # clock on a nac core adds no weights (init_architecture)
     c.validate()

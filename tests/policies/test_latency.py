@@ -70,3 +70,26 @@ def test_the_input_mode_adds_one_feature_and_the_stream_passes_the_latency():
 def test_bad_latency_inputs_are_refused(latency_input, core, says):
     with pytest.raises(ValueError, match=says):
         _policy(latency_input, core=core)
+
+
+@pytest.mark.parametrize("core", ["nac-prenorm", "gru"])
+def test_a_student_that_was_not_told_gets_the_input_and_answers_as_before(core):
+    from policies.policy import with_latency_input
+
+    if core == "nac-prenorm":  # the input reaches the core through a dense layer (a bare nac's wiring is sparse)
+        torch.manual_seed(0)
+        plain = DrivingPolicy(PolicyConfig.for_actions("continuous", **{**TINY, "core_options": {
+            **TINY["core_options"], "block": "prenorm"}})).eval()
+        with pytest.raises(ValueError, match="train the latency-aware student from scratch"):
+            with_latency_input(_policy("none"))
+    else:
+        plain = _policy("none", core=core)
+    told = with_latency_input(plain)
+    assert told.config.latency_input == "input"
+    frames = torch.randint(0, 255, (2, 4, 32, 32, 3), dtype=torch.uint8)
+    time = torch.tensor([[-0.12, -0.08, -0.04, 0.0]] * 2)
+    emb = plain.encode(frames)
+    ref = plain.postprocess(plain.raw_from_embeddings(emb, time))
+    torch.testing.assert_close(told.postprocess(told.raw_from_embeddings(emb, time, 0.2)), ref)
+    with pytest.raises(ValueError, match="already told"):
+        with_latency_input(told)

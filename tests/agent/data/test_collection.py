@@ -533,3 +533,19 @@ def test_datasets_of_the_older_format_name_open_and_unknown_formats_are_refused(
     (root / "dataset.json").write_text(json.dumps({"format": "another tool v9"}))
     with pytest.raises(ValueError, match=re.escape(f"names the format 'another tool v9'; this version reads '{FORMAT}'")):
         open_dataset(root)
+
+
+def test_latency_steps_apply_each_chosen_action_that_many_steps_later(tmp_path):
+    """Under --latency-steps D the recorded (applied) action at step t is the one chosen at t - D (the expert's
+    label there, without noise); the first D apply the neutral action, and the label stays the expert's."""
+    import collect
+    from agent.data.dataset import open_dataset
+
+    out = tmp_path / "late"
+    assert collect.main(["--episodes", "1", "--max-steps", "40", "--noise", "0", "--latency-steps", "3", "--renderer",
+                         "fast", "--workers", "1", "--out", str(out), "--no-progress", "--no-early-stop"]) == 0
+    ds = open_dataset(out)
+    arrays = ds.load(0, keys=["action", "expert_action"])
+    np.testing.assert_array_equal(arrays["action"][3:], arrays["expert_action"][:-3])
+    np.testing.assert_array_equal(arrays["action"][:3], np.zeros((3, 3), np.float32))
+    assert ds.episodes[0]["latency_steps"] == 3
