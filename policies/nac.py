@@ -72,9 +72,8 @@ Numerical choices the spec leaves open (all deliberate):
   partial, so ``ceil(K/b) + 1`` blocks always hold >= K visible keys (or all of them), and the margin
   of one block improves recall. Exact scores inside the kept blocks (queries in chunks, so memory is
   O(T * sqrt(T))), top K of those. The T x T matrix is never built.
-* ``selection="auto"``: exact selection up to ``AUTO_BLOCK_THRESHOLD = 1024`` keys, blocks beyond
-  (measured on the 2-core CPU, 4 heads, d_head 16, K 8: exact is faster up to T=1024, blocks from
-  T=2048, by ~1.3x non-causal and ~2x causal at T=4096).
+* ``selection="auto"``: exact selection up to ``AUTO_BLOCK_THRESHOLD = 1024`` keys, blocks beyond (where
+  blocks measured faster; docs/benchmarks.md).
 * ``return_sequences=False`` returns the output at the *last valid* step of each sample: the last
   position whose ``key_padding_mask`` is False (T-1 without a mask; works for left and right padding),
   and only that query is computed. Internals then have a query axis of length 1.
@@ -84,29 +83,25 @@ Numerical choices the spec leaves open (all deliberate):
 
 Departures from the paper (every one off by default, so the default layer keeps every property the
 tests check: the exact solution, theorem 1's bounds, euler -> exact, exact -> steady, masks, selection,
-gradients). Measurements: 8 CarRacing expert episodes, 4 epochs, 3 seeds, docs/nac.md section 11.
+gradients). What each changed, measured, is in docs/nac.md, section 11.
 
 * ``logit_scale=True`` (initial value ``logit_scale_init`` = s0, default 1): a learnable per-head scale
   ``s_h = exp(rho_h)`` (positive by construction, rho_h initialised to log s0) and
   ``attn = softmax_k(s_h * a_ik)``. Why: the exact logit is bounded,
   ``0 <= a = phi (1 - e^(-omega t)) / omega <= phi * t < 1`` for sigmoid phi and t in (0, 1) (Euler from
   a(0) = 0 likewise while h omega <= 1), so two keys' weights differ by less than a factor e whatever the
-  layer learns. Measured: trained paper layers (exact or steady, bare or in a pre-norm block) attend
-  almost uniformly, entropy / log(n) 0.998-0.999 (1 = uniform) and max weight 0.25-0.26 where uniform
-  gives 0.245. With s0 = 16 / 64 that became 0.56 / 0.32 and 0.64 / 0.77, and in a pre-norm block the
-  validation steering MAE fell from 0.0905 to 0.0770 / 0.0737 (mean of 3 seeds; the best core measured).
-  Only the softmax reads the scaled logits: the ODE, its logits ``a`` (internals "logits") and theorem 1
-  are untouched. The scale multiplies the finite logits *before* masking (d(-inf * s)/ds would be NaN), so
-  masked keys keep weight exactly 0. With s0 = 1 the initial layer is exactly the paper's. Adam moves rho
-  by about the learning rate per step, so in a short run the scale stays near s0 (1.00 -> 1.03 and
-  64 -> 65 in 232 steps): s0 is in effect a hyperparameter.
-* ``phi_activation="tanh" | "identity"`` (paper: sigmoid; the option predates this list) lets phi, hence
-  the logit, leave (0, 1); with ``mode="steady"`` the logit ``phi / omega`` is unbounded. Measured (one
-  seed): steady + identity phi still attended almost uniformly (0.992) and did not beat the logit scale.
+  layer learns, and trained layers attend almost uniformly. Only the softmax reads the scaled logits: the
+  ODE, its logits ``a`` (internals "logits") and theorem 1 are untouched. The scale multiplies the finite
+  logits *before* masking (d(-inf * s)/ds would be NaN), so masked keys keep weight exactly 0. With s0 = 1
+  the initial layer is exactly the paper's. Adam moves rho by about the learning rate per step, so s0 is
+  in effect a hyperparameter.
+* ``phi_activation="tanh" | "identity"`` (paper: sigmoid) lets phi, hence the logit, leave (0, 1); with
+  ``mode="steady"`` the logit ``phi / omega`` is unbounded.
 * A residual pre-norm block around the layer (``block="prenorm"``: x + NAC(LN x), then x + FFN(LN x)) is
-  an option of the driving core, ``policies.cores``, not of this layer. Why: the layer's output is only
-  the attention average of the window's values, with no path that carries the current frame, while the
-  mha core it was compared with is such a block. Measured: it helps most together with the logit scale.
+  an option of the driving core, ``policies.cores``, not of this layer: the layer's output is only the
+  attention average of the window's values, with no path that carries the current frame.
+* ``query_time`` (forward): the query's timestamp, when the answer is for a moment other than the newest
+  frame's (a policy acting for when its action lands); with it absent the layer is the paper's.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.data.dataset import CARD_NAME
 from agent.workers import MAX_WORKERS, check_workers
 from common.cli import option
-from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec
+from envs.registry import ENV_NAMES, REPLAY_PREFIX, EnvSpec, SeedRanges, get_spec
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
@@ -121,6 +121,10 @@ class CollectConfig:
     condition: str | None = option(None, "envs with scenes: comma-separated lighting/weather conditions (default: "
                                    "the training ones, clear,overcast,dusk; fog is held out)", group="where it drives",
                                    metavar="NAMES")
+    replay_span: str | None = option(None, "with --env replay:FOLDER: A:B, the part of every recorded session that "
+                                     "is driven, as fractions (0:0.8 = the part train.py --split blocks trains on, "
+                                     "so DAgger rounds never drive the held-out end) (default: 0:1)",
+                                     group="where it drives", metavar="A:B")
     latency_steps: int = option(0, "every executed action reaches the env D steps after it was chosen (the env's "
                                 "neutral action until the first arrives): DAgger under latency, the --driver told "
                                 "D; train on the result with train.py --latency-steps", group="where it drives",
@@ -171,6 +175,16 @@ class CollectConfig:
             if self.action_space == "discrete" and self.noise > 1:
                 raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {self.noise}")
         self._check_recovery(spec)
+        if self.replay_span is not None:
+            if not self.env.startswith(REPLAY_PREFIX):
+                raise CollectError(f"--replay-span is the driven part of a recording; --env {self.env} is not a replay "
+                                   "(--env replay:FOLDER)")
+            from envs.replay.spec import parse_span
+
+            try:
+                parse_span(self.replay_span)
+            except ValueError as e:
+                raise CollectError(str(e)) from None
         try:
             spec.scene(self.theme, self.condition, collect=True, allow_held_out=self.allow_held_out)
         except ValueError as e:

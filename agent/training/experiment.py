@@ -31,6 +31,7 @@ from agent.training.windows import describe_blocks, make_splits, validation_cand
 from common.files import write_json
 
 SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse", "val_steer_vs_straight",
+                "val_steer_vs_mean",
                 "attn_entropy", "attn_entropy_norm", "attn_max_weight")  # attn_*: log_nac_internals
 
 

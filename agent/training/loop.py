@@ -141,6 +141,9 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, 
             ratio = mse_ratio(metrics["val_steer_mse"], metrics["val_steer_straight_mse"])
             if ratio is not None:  # else left out, and the epoch line says why
                 metrics["val_steer_vs_straight"] = ratio
+            ratio = mse_ratio(metrics["val_steer_mse"], metrics["val_steer_mean_mse"])
+            if ratio is not None:  # against predicting the training mean (a steady steering bias beats straight)
+                metrics["val_steer_vs_mean"] = ratio
     return metrics
 
 

@@ -234,3 +234,17 @@ def test_calibration_recovers_the_simulators_side_cameras_and_forward_scale(driv
     text = capsys.readouterr().out
     assert text.count("at 1.00 m") == 2 and "forward scale median 1.00" in text
     assert calibrate.main(["does/not/exist"]) == 2
+
+
+def test_dagger_in_a_replay_drives_only_the_span_it_is_given(drive, tmp_path, capsys):
+    """--replay-span keeps DAgger rounds off the held-out end of a recording: an episode is one session's part."""
+    from agent.data.dataset import open_dataset
+
+    env = "replay:" + str(drive.resolve())
+    whole = open_dataset(drive).episodes[0]["length"]
+    out = tmp_path / "dagger"
+    assert collect_cli.main(["--env", env, "--episodes", "1", "--seed", "0", "--driver", "checkpoints/udacity_nac.pt",
+                             "--replay-span", "0:0.5", "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+    assert open_dataset(out).episodes[0]["length"] <= whole // 2
+    assert collect_cli.main(["--replay-span", "0:0.5", "--out", str(tmp_path / "x")]) == 2
+    assert "--replay-span is the driven part of a recording" in capsys.readouterr().err
