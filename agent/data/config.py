@@ -154,6 +154,37 @@ class CollectConfig:
                 self.shard = parse_shard(self.shard)
         except ValueError as e:
             raise CollectError(str(e)) from None
+        self._check_counts()
+        self._check_recovery(spec)
+        self._check_replay_span()
+        try:
+            spec.scene(self.theme, self.condition, collect=True, allow_held_out=self.allow_held_out)
+        except ValueError as e:
+            raise CollectError(str(e)) from None
+        if self.noise_hold is not None and self.noise_hold < 1:
+            raise CollectError(f"--noise-hold must be >= 1 frame, got {self.noise_hold}")
+        if not (math.isfinite(self.beta) and 0.0 <= self.beta <= 1.0):
+            raise CollectError(f"--beta is a probability, must be in [0, 1], got {self.beta}")
+        if self.beta > 0 and self.driver is None:
+            raise CollectError("--beta mixes the expert into a --driver's driving; give --driver CKPT too")
+        if self.cut_wrong_way and spec.wrong_way is None:
+            raise CollectError(f"--cut-wrong-way needs an env that knows the course's direction; {self.env} does not")
+        if self.cut_wrong_way and self.recovery_labels:
+            raise CollectError("--cut-wrong-way drops the states --recovery-labels labels (pointing against the "
+                               "course); choose one")
+        self._check_driver()
+        out = self.out_dir
+        if out.exists() and not out.is_dir():
+            raise CollectError(f"--out {str(out)!r} is a file; expected a dataset folder (new or from collect.py)")
+        if self.expert is not None:
+            from common.files import REPO_ROOT
+
+            p = Path(self.expert)
+            if not (p.is_file() or (not p.is_absolute() and (REPO_ROOT / p).is_file())):
+                raise CollectError(f"--expert file not found: {str(p)!r} (expected an SB3 PPO .zip from python -m agent.experts.ppo)")
+
+    def _check_counts(self) -> None:
+        """Shards, episodes, steps, latency, seed and noise: numbers in their ranges."""
         if self.shard is not None:
             i, n = self.shard
             if not (1 <= i <= n):
@@ -174,32 +205,22 @@ class CollectConfig:
                 raise CollectError(f"--noise must be a finite number >= 0, got {self.noise}")
             if self.action_space == "discrete" and self.noise > 1:
                 raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {self.noise}")
-        self._check_recovery(spec)
-        if self.replay_span is not None:
-            if not self.env.startswith(REPLAY_PREFIX):
-                raise CollectError(f"--replay-span is the driven part of a recording; --env {self.env} is not a replay "
-                                   "(--env replay:FOLDER)")
-            from envs.replay.spec import parse_span
 
-            try:
-                parse_span(self.replay_span)
-            except ValueError as e:
-                raise CollectError(str(e)) from None
+    def _check_replay_span(self) -> None:
+        if self.replay_span is None:
+            return
+        if not self.env.startswith(REPLAY_PREFIX):
+            raise CollectError(f"--replay-span is the driven part of a recording; --env {self.env} is not a replay "
+                               "(--env replay:FOLDER)")
+        from envs.replay.spec import parse_span
+
         try:
-            spec.scene(self.theme, self.condition, collect=True, allow_held_out=self.allow_held_out)
+            parse_span(self.replay_span)
         except ValueError as e:
             raise CollectError(str(e)) from None
-        if self.noise_hold is not None and self.noise_hold < 1:
-            raise CollectError(f"--noise-hold must be >= 1 frame, got {self.noise_hold}")
-        if not (math.isfinite(self.beta) and 0.0 <= self.beta <= 1.0):
-            raise CollectError(f"--beta is a probability, must be in [0, 1], got {self.beta}")
-        if self.beta > 0 and self.driver is None:
-            raise CollectError("--beta mixes the expert into a --driver's driving; give --driver CKPT too")
-        if self.cut_wrong_way and spec.wrong_way is None:
-            raise CollectError(f"--cut-wrong-way needs an env that knows the course's direction; {self.env} does not")
-        if self.cut_wrong_way and self.recovery_labels:
-            raise CollectError("--cut-wrong-way drops the states --recovery-labels labels (pointing against the "
-                               "course); choose one")
+
+    def _check_driver(self) -> None:
+        """The DAgger options: each needs --driver, and the driver's file must exist."""
         if self.driver_actions is not None and self.driver_actions not in DISCRETE_ACTION_RULES:
             raise CollectError(f"--driver-actions must be one of {DISCRETE_ACTION_RULES}, got {self.driver_actions!r}")
         if self.driver_actions is not None and self.driver is None:
@@ -213,15 +234,6 @@ class CollectConfig:
                 raise CollectError(f"--driver-temperature: {e}") from None
         if self.driver is not None and not Path(self.driver).is_file():
             raise CollectError(f"--driver file not found: {str(self.driver)!r} (expected a policy checkpoint from train.py)")
-        out = self.out_dir
-        if out.exists() and not out.is_dir():
-            raise CollectError(f"--out {str(out)!r} is a file; expected a dataset folder (new or from collect.py)")
-        if self.expert is not None:
-            from common.files import REPO_ROOT
-
-            p = Path(self.expert)
-            if not (p.is_file() or (not p.is_absolute() and (REPO_ROOT / p).is_file())):
-                raise CollectError(f"--expert file not found: {str(p)!r} (expected an SB3 PPO .zip from python -m agent.experts.ppo)")
 
     def _check_recovery(self, spec: EnvSpec) -> None:
         if self.recovery_labels and spec.recovery_teacher is None:

@@ -261,7 +261,7 @@ def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_s
     s = _Steps(extras={name: [] for name in spec.recorded_info})
     s.obs, s.info = env.reset(seed=int(track_seed), **({"options": start} if start is not None else {}))
     coin = np.random.default_rng([track_seed, MIX_STREAM])
-    late = deque([neutral_action(env.action_space)] * latency_steps)  # chosen, not yet applied
+    late = deque([neutral_action(env.action_space)] * latency_steps if latency_steps else [])  # chosen, not applied
     if driver is not None:
         driver.reset(track_seed)
     run = 0
