@@ -35,3 +35,18 @@ def steering_checkpoint(path: Path, steer: float = 0.1) -> Path:
         policy.head.weight.zero_()
         policy.head.bias.fill_((steer - 0.02) / 0.1)  # the head regresses the normalised target
     return save_checkpoint(path, policy)
+
+
+def record_told_latency(monkeypatch) -> list:
+    """Patch PolicyStream.step to record the latency each step tells the policy (seconds; None: not told)."""
+    from policies.policy import PolicyStream
+
+    told: list = []
+    step = PolicyStream.step
+
+    def recording_step(self, frame, t=None, latency=None):
+        told.append(latency)
+        return step(self, frame, t, latency)
+
+    monkeypatch.setattr(PolicyStream, "step", recording_step)
+    return told

@@ -351,18 +351,12 @@ def test_timing_options_are_refused_offline():
 # ----------------------------------------------------------------------------- a student told its latency
 def test_a_latency_aware_student_is_told_the_latency_or_the_belief_given(tiny, tmp_path, monkeypatch):
     from policies.policy import load_checkpoint, save_checkpoint
+    from tests.helpers import record_told_latency
 
     policy = load_checkpoint(tiny)
     policy.config.latency_input = "clock"  # the nac core's query time: no new weights
     clock = save_checkpoint(tmp_path / "clock.pt", policy)
-    told: list[float] = []
-    step = PolicyStream.step
-
-    def recording_step(self, frame, t=None, latency=None):
-        told.append(latency)
-        return step(self, frame, t, latency)
-
-    monkeypatch.setattr(PolicyStream, "step", recording_step)
+    told = record_told_latency(monkeypatch)
     m = evaluate(_args(tmp_path / "true", checkpoint=[str(clock)], latency_steps=3))
     assert set(told) == {3 * get_spec("carracing").dt}
     assert next(iter(m.values()))["told_latency_s"] == pytest.approx(0.06)

@@ -304,16 +304,9 @@ def test_protocol_over_socketio(checkpoint):
 
 
 def test_a_latency_aware_policy_is_told_the_measured_answer_time(monkeypatch):
-    from policies.policy import PolicyStream
+    from tests.helpers import record_told_latency
 
-    told: list[float] = []
-    step = PolicyStream.step
-
-    def recording_step(self, frame, t=None, latency=None):
-        told.append(latency)
-        return step(self, frame, t, latency)
-
-    monkeypatch.setattr(PolicyStream, "step", recording_step)
+    told = record_told_latency(monkeypatch)
     server = ub.SteeringServer(_udacity_policy(latency_input="input"), clock=_Clock(), extra_latency_s=0.05)
     for frame in _frames(4):
         server.on_telemetry(_telemetry(frame))
