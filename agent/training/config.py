@@ -58,7 +58,8 @@ class TrainArgs:
         "0", "train for actions that land D steps after their frame: each window is labelled with the expert's "
         "action D steps later (hindsight: the state the action meets), and a policy with --latency-input is told D; "
         "A:B draws D per segment from A..B (validation: every D in turn), so one student serves every latency in "
-        "the range", group="optimisation", metavar="D|A:B")
+        "the range; recorded: each episode's own, the latency collect.py --latency-steps drove it under",
+        group="optimisation", metavar="D|A:B|recorded")
     latency_input: str | None = option(
         None, "how the policy is told its latency: none | clock (nac cores: the query's timestamp is the moment "
         "the action lands) | input (one more input feature; any core); with --init, the checkpoint's unless given "
@@ -255,13 +256,15 @@ def check_args(a: TrainArgs) -> list[str]:
     return specs
 
 
-def parse_latency_steps(text: str) -> tuple[int, int]:
-    """``--latency-steps 5`` -> (5, 5); ``0:10`` -> (0, 10)."""
+def parse_latency_steps(text: str) -> tuple[int, int] | str:
+    """``--latency-steps 5`` -> (5, 5); ``0:10`` -> (0, 10); ``recorded`` stays (each episode's own)."""
+    if text == "recorded":
+        return text
     try:
         lo, hi = (int(v) for v in (text.split(":") if ":" in str(text) else (text, text)))
         assert 0 <= lo <= hi <= 1000
     except (ValueError, AssertionError):
-        raise ValueError(f"--latency-steps must be D or A:B, steps with 0 <= A <= B <= 1000, got {text!r}") from None
+        raise ValueError(f"--latency-steps must be D, A:B (steps, 0 <= A <= B <= 1000) or recorded, got {text!r}") from None
     return lo, hi
 
 
@@ -400,7 +403,7 @@ class Windows:
     batch_size: int
     oversample_turns: int
     seed: int
-    latency: tuple[int, int] = (0, 0)  # steps from a window's last frame to its label (--latency-steps)
+    latency: tuple[int, int] | str = (0, 0)  # steps from a window's last frame to its label (--latency-steps)
 
     @classmethod
     def of(cls, a: TrainArgs) -> "Windows":

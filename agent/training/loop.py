@@ -93,7 +93,7 @@ def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, loss
 @torch.no_grad()
 def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, cols: slice | None,
              class_weight: torch.Tensor | None = None, chunk: int = 256, world: World = SINGLE,
-             latency: tuple[int, int] = (0, 0)) -> dict[str, float]:
+             latency: tuple[int, int] | str = (0, 0)) -> dict[str, float]:
     """Loss and metrics over *every* window of ``episodes`` (each episode's frames encoded once). Under
     torchrun each rank scores its share of the episodes and every rank reduces all of them in episode order:
     the numbers one process would get. ``latency`` (steps, --latency-steps): hindsight labels, each latency of
@@ -107,7 +107,7 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, 
         for start in range(0, n, chunk):
             raise_if_stopped()
             segment = [(e, start, min(start + chunk, n))]
-            shifts = latency_shifts(segment, latency)
+            shifts = latency_shifts(segment, latency, recorded=data.latency_steps)
             frames, _, index, times, target = gather_segments(data, segment, W, S, cols, shifts=shifts)
             emb = policy.encode(torch.from_numpy(frames)[None])[0]
             raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(emb.device)],
@@ -449,7 +449,7 @@ class Trainer:
         each window's latency in seconds (--latency-steps; its own random stream, so runs without it keep theirs)."""
         aug, w, data, config = self.plan.augmentation, self.plan.windows, self.data, self.policy.config
         rng = np.random.default_rng([w.seed, epoch, self.state["batch"], self.world.rank, 31])
-        shifts = latency_shifts(segments, w.latency, rng)
+        shifts = latency_shifts(segments, w.latency, rng, data.latency_steps)
         latency = _latency_seconds(shifts, data, self.device)
         if aug.enabled and data.env.first_person:  # picks a camera per segment, adjusts the targets
             return (*augment_first_person(data, segments, aug, w, self.cols, config.color, self.device, self.recovery,

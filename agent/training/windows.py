@@ -217,11 +217,15 @@ def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generato
     return [segments[i] for i in order]
 
 
-def latency_shifts(segments: list[tuple[int, int, int]], latency: tuple[int, int],
-                   rng: np.random.Generator | None = None) -> list[np.ndarray] | None:
+def latency_shifts(segments: list[tuple[int, int, int]], latency: tuple[int, int] | str,
+                   rng: np.random.Generator | None = None, recorded: list[int] | None = None
+                   ) -> list[np.ndarray] | None:
     """Each window's latency in steps for hindsight labels (gather_segments' ``shifts``): one draw from
     ``latency`` (lo..hi) per segment with ``rng`` (training), else lo..hi in turn over the steps (validation:
-    every latency, deterministically). None when the range is 0:0."""
+    every latency, deterministically); "recorded": each episode's own (``recorded``, the latency it was driven
+    under). None when the range is 0:0."""
+    if latency == "recorded":
+        return [np.full(b - a, recorded[e] if recorded else 0) for e, a, b in segments]
     lo, hi = latency
     if hi == 0:
         return None

@@ -48,6 +48,8 @@ def test_latency_shifts_draw_per_segment_and_validate_every_latency_in_turn():
     drawn = latency_shifts(segments, (2, 5), np.random.default_rng(0))
     assert all(len(set(s)) == 1 and 2 <= s[0] <= 5 for s in drawn)
     assert [list(s) for s in latency_shifts(segments, (2, 4))] == [[2, 3, 4, 2, 3, 4], [3, 4, 2]]
+    # recorded: each episode at the latency it was driven under (collect.py --latency-steps)
+    assert [list(s) for s in latency_shifts(segments, "recorded", recorded=[0, 5])] == [[0] * 6, [5] * 3]
 
 
 def _ramp(root, episodes=6, length=40, size=32):
@@ -82,8 +84,8 @@ def test_a_student_told_its_latency_learns_what_one_not_told_cannot(tmp_path):
     assert configs == {"none": "none", "input": "input", "clock": "clock"}
 
 
-@pytest.mark.parametrize("argv, says", [(["--latency-steps", "5:2"], "--latency-steps must be D or A:B"),
-                                        (["--latency-steps", "-1"], "--latency-steps must be D or A:B"),
+@pytest.mark.parametrize("argv, says", [(["--latency-steps", "5:2"], "--latency-steps must be D, A:B"),
+                                        (["--latency-steps", "-1"], "--latency-steps must be D, A:B"),
                                         (["--latency-input", "clock", "--core", "gru"], "query a timestamp")])
 def test_bad_latency_flags_are_one_line(argv, says, tmp_path, capsys):
     code = train.main(["--data", str(_ramp(tmp_path / "d", episodes=2)), "--out", str(tmp_path / "o"),
