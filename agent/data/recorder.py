@@ -211,13 +211,17 @@ def record_episode(
     the first arrives); the recorded action is the one applied, the label the expert's for the recorded state."""
     t0 = time.perf_counter()
     labeller = Labeller(expert, recovery)
-    stop = EarlyStop(expert.spec, early_stop, cut_wrong_way)
+    # a replay drives at the recorded speed along a recorded path: it neither stalls nor ends off the road, the car
+    # is put back (an intervention, as evaluate.py counts them) and the episode goes on
+    stop = EarlyStop(expert.spec, early_stop and expert.spec.parts is None, cut_wrong_way)
     steps = _drive(env, labeller, track_seed, noise, on_step, stop, driver, beta, start, latency_steps)
     arrays = _episode_arrays(steps, labeller)
     meta = {"track_seed": int(track_seed), **_episode_meta(arrays, steps, expert, noise, driver, beta),
             "wall_s": time.perf_counter() - t0}
     if latency_steps:
         meta["latency_steps"] = int(latency_steps)
+    if expert.spec.parts is not None:
+        meta["interventions"] = steps.interventions
     if recovery is not None or start is not None:
         meta.update(recovery_labels=recovery is not None, recovery_label_steps=int(sum(steps.sources)), start=start)
     return arrays, meta
@@ -243,6 +247,7 @@ class _Steps:
     terminated: bool = False
     truncated: bool = False
     stopped: str | None = None  # EarlyStop's reason
+    interventions: int = 0  # a replay's: times the car was put back on the recorded path
 
     def cut(self, cut: int) -> None:
         """Keep steps 0 .. cut-1 and end at the state recorded as step ``cut`` (so final_* stay exact)."""
@@ -290,6 +295,9 @@ def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_s
         s.obs, reward, s.terminated, s.truncated, s.info = env.step(executed)
         raise_if_stopped()
         s.rewards.append(reward)
+        if spec.parts is not None and not (s.terminated or s.truncated) and not spec.on_road(s.info):
+            s.obs, s.info = spec.recover(env)  # a replay: back on the recorded path, and on
+            s.interventions += 1
         s.t += 1
         if on_step is not None:
             on_step()
