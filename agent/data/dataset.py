@@ -60,7 +60,7 @@ import numpy as np
 
 from agent.data.frames import JPEG_SUFFIX, OFFSETS_SUFFIX, FrameFile, JpegFrames, check_jpeg_quality, npy_header
 from common.files import atomic_write
-from envs.registry import EnvSpec, get_spec
+from envs.registry import REPLAY_PREFIX, EnvSpec, get_spec
 
 FORMAT = "nac-drive dataset v1 (see the agent/data/dataset.py docstring)"  # the card's "format"
 READABLE_FORMATS = (FORMAT, "agent.demos v1 (see the agent/data/dataset.py docstring)")  # the same layout, older name
@@ -332,10 +332,19 @@ def is_recording(meta: dict) -> bool:
     return meta.get("source") == RECORDING_SOURCE
 
 
+def trained_env(name: str) -> str:
+    """The env a dataset's frames belong to: a replay's (collect.py --env replay:FOLDER, DAgger on a recording) is the
+    env of the recording it replays, whose students it trains with."""
+    if not name.startswith(REPLAY_PREFIX):
+        return name
+    card = json.loads((Path(name[len(REPLAY_PREFIX):]) / CARD_NAME).read_text())
+    return trained_env(card.get("env") or "udacity")
+
+
 def _identity(ds: DemoDataset) -> dict[str, Any]:
     """What two datasets must share to be one: env, action space, expert (by SHA-256), the arrays of a step."""
     first = ds.episodes[0]
-    return {"env": ds.card.get("env") or first.get("env") or "carracing",
+    return {"env": trained_env(ds.card.get("env") or first.get("env") or "carracing"),
             "action space": ds.card.get("action_space") or first.get("action_space"),
             "expert": "a person (simulator recording)" if is_recording(first) else first.get("expert_sha256"),
             "arrays": sorted(ds.array_names(0))}
@@ -403,8 +412,7 @@ def dataset_action_spaces(card: dict, episodes: list[dict]) -> set[str]:
 
 def dataset_env(card: dict, episodes: list[dict]) -> EnvSpec:
     """The env a dataset was recorded in (card or episode meta; datasets older than the udacity env are CarRacing)."""
-    names = {card.get("env")} | {m.get("env") for m in episodes}
-    names.discard(None)
+    names = {trained_env(n) for n in {card.get("env")} | {m.get("env") for m in episodes} if n is not None}
     if len(names) > 1:
         raise ValueError(f"the dataset mixes environments {sorted(names)}")
     return get_spec(names.pop() if names else "carracing")

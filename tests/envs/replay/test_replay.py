@@ -248,5 +248,10 @@ def test_dagger_in_a_replay_drives_only_the_span_it_is_given(drive, tmp_path, ca
     meta = open_dataset(out).episodes[0]
     # the whole half is driven: a replay puts the car back on the path (counted) instead of ending the episode
     assert whole // 2 - 2 <= meta["length"] <= whole // 2 and "interventions" in meta
+    # the DAgger episodes train with the recording they replay: their env is the recording's
+    from agent.data.dataset import dataset_env
+
+    dagger = open_dataset(out)
+    assert dataset_env(dagger.card, dagger.episodes).name == open_dataset(drive).card["env"]
     assert collect_cli.main(["--replay-span", "0:0.5", "--out", str(tmp_path / "x")]) == 2
     assert "--replay-span is the driven part of a recording" in capsys.readouterr().err
