@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from agent.data.dataset import DemoDataset, dataset_env, is_recording, open_datasets
@@ -115,8 +116,9 @@ class TrainArgs:
         "first-person: train on left/right cameras too, steering + / - this (0 = center only); default: 0.2 "
         "for simulator data, 0 for real recordings (their keyboard labels are smaller than the correction: "
         "measured, docs/udacity.md)", group="augmentation")
-    flip: bool = option(True,
-        "first-person: mirror half of the segments and negate their steering", group="augmentation")
+    flip: bool | None = option(None,
+        "first-person: mirror half of the segments and negate their steering (default: on, except for real "
+        "recordings whose steering holds a steady bias, which mirroring would teach both ways)", group="augmentation")
     shift_steer: float | None = option(None,
         "first-person: shift up to 50 camera px sideways, steering += this per px (0 = off); default: 0.002 "
         "for simulator data, 0 for real recordings", group="augmentation")
@@ -335,15 +337,29 @@ def resolve_env_defaults(a: TrainArgs, dataset: DemoDataset | None = None) -> Tr
     shift the steering label: on for simulator data, off when any episode is a real simulator's recording).
     ``dataset``: the opened --data, when the caller has it."""
     if (a.encoder != "auto" and a.frame_stride and a.side_correction is not None and a.shift_steer is not None
-            and a.color_jitter is not None):
+            and a.color_jitter is not None and a.flip is not None):
         return a
     dataset = dataset or open_datasets(a.data)
     env = dataset_env(dataset.card, dataset.episodes)
-    recipe = RECORDING_AUGMENTATION if any(is_recording(m) for m in dataset.episodes) else SIMULATOR_AUGMENTATION
+    recorded = any(is_recording(m) for m in dataset.episodes)
+    recipe = {**(RECORDING_AUGMENTATION if recorded else SIMULATOR_AUGMENTATION),
+              "flip": not (recorded and steady_steering_bias(dataset))}
     return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
                    frame_stride=a.frame_stride or env.default_frame_stride,
                    color_jitter=env.default_color_jitter if a.color_jitter is None else a.color_jitter,
                    **{k: v if getattr(a, k) is None else getattr(a, k) for k, v in recipe.items()})
+
+
+STEADY_BIAS = 0.1  # mean^2 / variance of the recorded steering above which a driver's bias is steady
+
+
+def steady_steering_bias(dataset: DemoDataset) -> bool:
+    """Whether the people's recorded steering holds a steady bias: its mean squared above STEADY_BIAS times its
+    variance (measured: 0.16 on a mouse recording with a left bias, where mirrored segments taught the opposite
+    bias half the time; at most 0.03 on seven keyboard recordings, which mirroring helps; docs/results.md)."""
+    rows = [i for i, m in enumerate(dataset.episodes) if is_recording(m)]
+    steer = np.concatenate([dataset.load(i, keys=["expert_action"])["expert_action"][:, 0] for i in rows])
+    return bool(steer.mean() ** 2 > STEADY_BIAS * steer.var())
 
 
 def default_out(a: TrainArgs) -> str:
@@ -424,7 +440,8 @@ class Augmentation:
 
     @classmethod
     def of(cls, a: TrainArgs) -> "Augmentation":
-        return cls(a.augment, a.side_correction or 0.0, a.shift_steer or 0.0, a.flip, a.shadows, a.color_jitter or 0.0)
+        return cls(a.augment, a.side_correction or 0.0, a.shift_steer or 0.0, a.flip is not False, a.shadows,
+                   a.color_jitter or 0.0)
 
 
 @dataclass(frozen=True)

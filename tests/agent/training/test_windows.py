@@ -92,3 +92,27 @@ def test_bad_latency_flags_are_one_line(argv, says, tmp_path, capsys):
                        "--epochs", "1", "--no-progress", *argv])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and says in err[0], err
+
+
+def test_mirroring_is_off_by_default_only_for_a_recording_with_a_steady_steering_bias(tmp_path):
+    """--flip's default: on, except for a person's recording whose steering holds a steady bias (mirrored
+    segments would teach the opposite bias half the time)."""
+    from agent.udacity.recordings import import_udacity
+    from tests.agent.udacity.test_recordings import _sim_recording
+
+    def symmetric(lines):  # steering +-0.1 in turn: no bias
+        out = []
+        for k, line in enumerate(lines):
+            cells = line.split(", ")
+            cells[3] = "0.1" if k % 2 else "-0.1"
+            out.append(", ".join(cells))
+        return out
+
+    _sim_recording(tmp_path / "biased")  # steering 0 .. -0.25: mean^2 / variance 2.1
+    _sim_recording(tmp_path / "even", rows=symmetric)
+    for name, flip in (("biased", False), ("even", True)):
+        data = import_udacity(tmp_path / name, tmp_path / f"{name}_data")
+        assert resolve_env_defaults(TrainArgs(data=str(data))).flip is flip, name
+        assert resolve_env_defaults(TrainArgs(data=str(data), flip=True)).flip is True  # as given
+    sim = _ramp(tmp_path / "sim", episodes=2)  # simulator data: mirrored whatever its labels
+    assert resolve_env_defaults(TrainArgs(data=str(sim))).flip is True
