@@ -24,8 +24,8 @@ from typing import Any, Callable, NoReturn, Sequence, TypeVar
 T = TypeVar("T")
 
 # argument groups of --help, in this order; a group not listed here comes after them, in order of appearance
-GROUP_ORDER = ("input", "data", "what drives", "where it drives", "model", "optimisation", "augmentation", "evaluation conditions",
-               "output", "runtime")
+GROUP_ORDER = ("input", "data", "what drives", "where it drives", "model", "optimisation", "augmentation",
+               "evaluation conditions", "output", "runtime")
 _NO_DEFAULT = object()
 
 
