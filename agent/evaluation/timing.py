@@ -27,8 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from envs.registry import neutral_action  # noqa: F401  (the held action before the first late one)
-
 STREAM = 22  # the timing generator's stream constant: np.random.default_rng([STREAM, track seed])
 
 

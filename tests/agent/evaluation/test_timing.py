@@ -19,7 +19,8 @@ import evaluate as cli
 from agent.controllers import shipped_checkpoint
 from agent.evaluation.episode import run_episode
 from agent.evaluation.evaluate import EvalArgs, evaluate
-from agent.evaluation.timing import STREAM, TimingConditions, neutral_action, parse_jitter
+from agent.evaluation.timing import STREAM, TimingConditions, parse_jitter
+from envs.registry import neutral_action
 from agent.experts.expert import Expert
 from envs.registry import get_spec
 from policies.policy import DrivingPolicy, PolicyConfig, PolicyStream, save_checkpoint
