@@ -179,8 +179,8 @@ def core_names(policy: str) -> list[str]:
     return [s.strip() for s in policy.split(",") if s.strip()]
 
 
-def check_args(a: TrainArgs) -> list[str]:
-    """Validate at the boundary; returns the list of policy specs."""
+def check_args(a: TrainArgs) -> None:
+    """Validate at the boundary: every flag's value, before anything is read or written."""
     specs = core_names(a.policy)
     if not specs:
         raise ValueError(f"--core needs at least one name, got {a.policy!r}")
@@ -255,7 +255,6 @@ def check_args(a: TrainArgs) -> list[str]:
     parse_latency_steps(a.latency_steps)
     if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
         raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
-    return specs
 
 
 def parse_latency_steps(text: str) -> tuple[int, int] | str:

@@ -89,17 +89,17 @@ def auto_threads(processes: int = 1) -> int:
     return 1 if busy or cores < 2 else 2
 
 
-def run(a: TrainArgs, *, lock: bool = True) -> dict[str, Any]:
+def run(a: TrainArgs) -> dict[str, Any]:
     """The whole command: one or several policies, one split or k folds. Returns the summaries.
 
-    The arguments are checked once, before anything touches --out; then the folder is locked (``lock``: by rank 0
+    The arguments are checked once, before anything touches --out; then the folder is locked (by rank 0
     alone) and the arguments resolved once (resolve), into the plan every later step reads. Under torchrun
     (agent.training.distributed) every rank runs this: the checks and the data on each, one process group around
     the training runs, the files written by rank 0."""
     a = resumed_args(a)
     check_args(a)  # a bad flag is the likelier mistake: say that before anything about the folder
     out = Path(a.out)
-    with run_folder(out, "train.py", lock=lock and int(os.environ.get("RANK", "0")) == 0):
+    with run_folder(out, "train.py", lock=int(os.environ.get("RANK", "0")) == 0):
         if not a.resume and (out / "args.json").exists() and not a.overwrite:
             open_datasets(a.data)  # a mistyped --data is the likelier mistake: say that first
             raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
