@@ -20,7 +20,7 @@ import numpy as np
 
 # env name -> module that defines SPEC (imported on first use: each pulls its own dependencies)
 _MODULES: dict[str, str] = {"carracing": "envs.carracing", "udacity": "envs.udacity.spec",
-                             "udacity-hard": "envs.udacity.hard_spec"}
+                             "udacity-hard": "envs.udacity.hard_spec", "udacity-real": "envs.udacity.real_spec"}
 ENV_NAMES: tuple[str, ...] = tuple(_MODULES)
 
 

@@ -46,11 +46,6 @@ class CameraGeometry:
     def model(self) -> CameraModel:
         return CameraModel(self.width, self.height, self.cam_height_m, self.pitch_deg, self.hfov_deg)
 
-    @staticmethod
-    def hfov_from_vfov(vfov_deg: float, width: int = 320, height: int = 160) -> float:
-        f = (height / 2) / math.tan(math.radians(vfov_deg) / 2)
-        return math.degrees(2 * math.atan((width / 2) / f))
-
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 

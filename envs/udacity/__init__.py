@@ -40,12 +40,17 @@ HARD_ENV_ID = "UdacityStyle-v1"  # the hard world (hard_spec.py): hills, hairpin
 
 if ENV_ID not in gym.registry:  # importing twice (or reloading) must not register twice
     gym.register(id=ENV_ID, entry_point="envs.udacity.env:UdacityStyleEnv")
+REAL_LOOK_ENV_ID = "UdacityStyle-v2"  # the hard world drawn as the real simulator shows its roads (real_spec.py)
+
 if HARD_ENV_ID not in gym.registry:
     gym.register(id=HARD_ENV_ID, entry_point="envs.udacity.env:UdacityStyleEnv",
                  kwargs={"world": "hard", "throttle_action": True})
+if REAL_LOOK_ENV_ID not in gym.registry:
+    gym.register(id=REAL_LOOK_ENV_ID, entry_point="envs.udacity.env:UdacityStyleEnv",
+                 kwargs={"world": "hard", "throttle_action": True, "look": "real"})
 
 __all__ = [
-    "CAMERAS", "CAMERA_HEIGHT_M", "HARD_ENV_ID", "CAMERA_HFOV_DEG", "CAMERA_PITCH_DEG", "DT", "ENV_ID", "FEATURE_NAMES", "FRAME_H",
+    "CAMERAS", "CAMERA_HEIGHT_M", "HARD_ENV_ID", "REAL_LOOK_ENV_ID", "CAMERA_HFOV_DEG", "CAMERA_PITCH_DEG", "DT", "ENV_ID", "FEATURE_NAMES", "FRAME_H",
     "FRAME_W", "LOOKAHEAD_M", "MAX_STEER_DEG", "N_FEATURES", "SIDE_CAMERA_OFFSET_M", "TARGET_SPEED", "THEMES",
     "WHEELBASE_M", "CameraModel", "Renderer", "StanleyDriver", "Track", "UdacityPrivilegedObservation",
     "UdacityStyleEnv", "Vehicle", "generate_track",

@@ -153,6 +153,9 @@ class Palette:
     shadow_density: float  # tree shadows that reach the road, per tree (0..1)
     noise: float  # amplitude of the texture noise (fraction of the brightness)
     silhouette: str  # "mountains" or "treeline"
+    edge_line_px: int = 2  # edge line width in texture pixels (PX_PER_M per metre)
+    road_shift: float = 0.0  # m: the drawn road's centre lies this far right of the driven line (- = left: the
+    #                          driven line is the right lane of a two-lane road, real_look.py)
 
 
 PALETTES: dict[str, Palette] = {
@@ -331,8 +334,8 @@ def _scenery(tex: np.ndarray, shade: np.ndarray, track: Track, pal: Palette, rng
 def _road(tex: np.ndarray, track: Track, pal: Palette, to_tex: np.ndarray) -> None:
     """Verges, asphalt, kerbs, edge lines, centre line."""
     aa, sh = cv2.LINE_AA, 3
-    hw, ppm = track.half_width, PX_PER_M
-    centre_px = _pts(track.points, to_tex)
+    hw, ppm, shift = track.half_width, PX_PER_M, pal.road_shift
+    centre_px = _pts(track.offset_points(shift) if shift else track.points, to_tex)
     # (the wide bands without anti-aliasing: 4x faster, and their edges lie under the edge lines' blur)
     verge_px = int(round((track.road_width + 2 * pal.verge_width) * ppm))
     cv2.polylines(tex, [centre_px], True, pal.verge, verge_px, cv2.LINE_8, sh)
@@ -340,7 +343,7 @@ def _road(tex: np.ndarray, track: Track, pal: Palette, to_tex: np.ndarray) -> No
     if pal.kerb is not None:  # red/white kerbs in the bends (|curvature| > 1/70 m), both sides, 1.5 m blocks
         bend = np.abs(track.curvature) > 1.0 / 70.0
         step = max(1, int(round(1.5 / track.ds)))
-        for lateral in (-(hw + 0.45), hw + 0.45):
+        for lateral in (shift - (hw + 0.45), shift + hw + 0.45):
             edge = _pts(track.offset_points(lateral), to_tex)
             blocks = {0: [], 1: []}
             for k, i in enumerate(range(0, track.n - step, step)):
@@ -350,8 +353,8 @@ def _road(tex: np.ndarray, track: Track, pal: Palette, to_tex: np.ndarray) -> No
                 cv2.polylines(tex, blocks[0], False, pal.kerb, int(round(0.9 * ppm)), cv2.LINE_8, sh)
             if blocks[1]:
                 cv2.polylines(tex, blocks[1], False, pal.edge_line, int(round(0.9 * ppm)), cv2.LINE_8, sh)
-    for lateral in (-(hw - 0.25), hw - 0.25):
-        cv2.polylines(tex, [_pts(track.offset_points(lateral), to_tex)], True, pal.edge_line, 2, aa, sh)
+    for lateral in (shift - (hw - 0.25), shift + hw - 0.25):
+        cv2.polylines(tex, [_pts(track.offset_points(lateral), to_tex)], True, pal.edge_line, pal.edge_line_px, aa, sh)
     if pal.centre_line is not None:  # dashes 3 m long every 7 m
         period, on = int(round(7.0 / track.ds)), int(round(3.0 / track.ds))
         dashes = [centre_px[i : i + on + 1] for i in range(0, track.n - on, period)]

@@ -43,7 +43,7 @@ import numpy as np
 from envs import privileged
 
 from .camera import CAMERAS, FRAME_H, FRAME_W, Renderer
-from .scene import HillsRenderer
+from .scene import HillsRenderer, check_look
 from .track import Track, check_seed, check_theme, check_world, generate_track
 from .vehicle import CAR_WIDTH_M, DT, MAX_STEER_DEG, MAX_STEER_RAD, MPH_PER_MPS, Vehicle
 
@@ -192,11 +192,15 @@ class UdacityStyleEnv(gym.Env):
         render_mode: str | None = None,
         render_view: str = "hud",
         world: str = "classic",
+        look: str = "sim",
     ) -> None:
         super().__init__()
         self.theme = check_theme(theme)
         self.world = check_world(world)
         self.hard = self.world == "hard"
+        self.look = check_look(look)
+        if self.look != "sim" and not self.hard:
+            raise ValueError(f"look={look!r} draws the hard world's scenes: it needs world='hard'")
         self.cameras = _check_cameras(cameras)
         if target_speed is not None and not (isinstance(target_speed, (int, float)) and 0 < target_speed <= 25):
             raise ValueError(f"target_speed must be None (theme default) or in (0, 25] m/s, got {target_speed!r}")
@@ -265,12 +269,12 @@ class UdacityStyleEnv(gym.Env):
         self.vehicle.reset(0.0, 0.0, yaw, speed=start["start_speed_ratio"] * self.target_speed)
         self.vehicle.place_center(x + lateral * math.sin(heading), y - lateral * math.cos(heading), yaw)
         if self.render_frames:
-            key = (theme, track_seed, self.domain_randomization, self.world, condition)
+            key = (theme, track_seed, self.domain_randomization, self.world, condition, self.look)
             if key != self._renderer_key:  # the texture is the expensive part of a reset: reuse it
                 self._renderer = None  # free the old texture before drawing the new one
                 if self.hard:
                     self._renderer = HillsRenderer(self.track, theme, track_seed, condition=condition,
-                                                   domain_randomization=self.domain_randomization)
+                                                   domain_randomization=self.domain_randomization, look=self.look)
                 else:
                     self._renderer = Renderer(self.track, theme, track_seed,
                                               domain_randomization=self.domain_randomization)

@@ -31,11 +31,13 @@ import numpy as np
 
 from .camera import CAMERAS, CENTER_CAMERA, PALETTES, PX_PER_M, CameraModel, Palette, _jitter_palette, _pts, _sky
 from .camera import _CAMERA_SHIFT, draw_texture
+from .real_look import real_look
 from .track import THEMES, Track, check_theme
 
+LOOKS = ("sim", "real")  # HillsRenderer(look=...): v1's own, or v2's (real_look.py)
 _HM_RES_M = 2.0  # heightmap cell
 _PROFILE_M = np.geomspace(0.6, 400.0, 96)  # distances (m) of the terrain profile along the view
-_SKY_DEG = 32.0  # the sky panorama spans elevation angles -_SKY_DEG.._SKY_DEG
+_SKY_DEG = 32.0  # the sky panorama spans elevation angles -_SKY_DEG.._SKY_DEG at least (more for steep cameras)
 HOOD_ROWS = 14  # the car's hood covers up to this many rows at the bottom of the frame
 
 
@@ -59,6 +61,12 @@ CONDITION_LOOKS: dict[str, ConditionLook] = {
     "fog": ConditionLook(0.92, (0, 0, 4), 0.2, (196, 198, 202), ((190, 193, 198), (200, 202, 206)), 0.15, 0.8),
 }
 CONDITIONS = tuple(CONDITION_LOOKS)
+
+
+def check_look(look: str) -> str:
+    if look not in LOOKS:
+        raise ValueError(f"look must be one of {LOOKS}, got {look!r}")
+    return look
 
 
 def check_condition(condition: str) -> str:
@@ -113,13 +121,16 @@ class HillsRenderer:
     """
 
     def __init__(self, track: Track, theme: str, seed: int, *, condition: str = "clear",
-                 domain_randomization: bool = False) -> None:
+                 domain_randomization: bool = False, look: str = "sim") -> None:
         check_theme(theme)
         self.condition = check_condition(condition)
         rng = np.random.default_rng([int(seed), THEMES.index(theme), 5])
-        pal = PALETTES[theme]
-        if pal.kerb is None:  # every theme has kerbs in the hard world
-            pal = replace(pal, kerb=(196, 40, 36))
+        if check_look(look) == "real":  # UdacityStyle-v2: the real simulator's camera and look, drawn per seed
+            pal, self.camera = real_look(track, theme, seed)
+        else:
+            pal, self.camera = PALETTES[theme], CENTER_CAMERA
+            if pal.kerb is None:  # every theme has kerbs in the hard world
+                pal = replace(pal, kerb=(196, 40, 36))
         pal = replace(pal, tree_spacing=1e9)  # trees are upright objects here, not discs in the texture
         if domain_randomization:
             pal = _jitter_palette(pal, np.random.default_rng([int(seed), THEMES.index(theme), 6]))
@@ -144,9 +155,9 @@ class HillsRenderer:
         self.objects.bind(self.height_at)
         self._views: dict[tuple, _RayView] = {}
         self._sky_seed = THEMES.index(theme)  # one skyline per theme (and look): cached across resets
-        self.view = self._view(CENTER_CAMERA)
+        self.view = self._view(self.camera)
         self._rays_key, self._rays = None, None
-        self._hood = _hood(CENTER_CAMERA, pal)
+        self._hood = _hood(self.camera, pal)
 
     def _view(self, cam: CameraModel) -> _RayView:
         key = (cam.width, cam.height, cam.hfov_deg)
@@ -178,12 +189,12 @@ class HillsRenderer:
     def render(self, pose: tuple, camera: str = "center") -> np.ndarray:
         """uint8 RGB frame [160, 320, 3] of `camera` for the car pose (x, y, yaw, grade)."""
         x, y, yaw, grade = self.camera_position(pose, camera)
-        pitch = CENTER_CAMERA.pitch_deg - math.degrees(math.atan(grade))
+        pitch = self.camera.pitch_deg - math.degrees(math.atan(grade))
         # The side cameras, 1 m beside the centre one over a road that is level across, see the ground at the
         # same distances row by row: one ray cast per pose serves all three.
         key = (tuple(pose), pitch)
         if self._rays_key != key:
-            self._rays = self._cast(self.view, x, y, yaw, pitch, CENTER_CAMERA.cam_height)
+            self._rays = self._cast(self.view, x, y, yaw, pitch, self.camera.cam_height)
             self._rays_key = key
         frame = self._render(self.view, x, y, yaw, pitch, self._rays)
         self._hood(frame)
@@ -295,7 +306,9 @@ class _RayView:
 def _sky_panorama(cam: CameraModel, pal: Palette, sky_seed: int) -> tuple[np.ndarray, float]:
     """RGBA sky panorama over elevation angles -_SKY_DEG.._SKY_DEG (camera.py's sky and skyline) and its horizon
     row. Read-only: shared by every renderer with the same camera and palette."""
-    rows = int(round(2 * cam.f * math.tan(math.radians(_SKY_DEG))))
+    half_vfov = math.degrees(math.atan(cam.height / 2 / cam.f))
+    span = max(_SKY_DEG, half_vfov + cam.pitch_deg + 8.0)  # the frame's rays at the camera's pitch, +- 8 of hills
+    rows = int(round(2 * cam.f * math.tan(math.radians(span))))
     tall = CameraModel(cam.width, rows, cam_height=cam.cam_height, pitch_deg=0.0, hfov_deg=cam.hfov_deg)
     sky = cv2.cvtColor(_sky(tall, pal, np.random.default_rng([sky_seed, 7]), rows), cv2.COLOR_RGB2RGBA)
     sky.flags.writeable = False
@@ -334,9 +347,9 @@ class _Objects:
         right = np.stack([np.sin(track.headings), -np.cos(track.headings)], 1)
         ds = track.ds
 
-        def at(i, lateral):
+        def at(i, lateral):  # lateral from the drawn road's centre (palette.road_shift from the driven line)
             i = int(i) % track.n
-            return track.points[i] + lateral * right[i]
+            return track.points[i] + (lateral + pal.road_shift) * right[i]
 
         # posts every 25 m, both sides, white with a dark band
         for i in range(0, track.n, int(round(25 / ds))):
