@@ -30,7 +30,7 @@ def load_driver(path: str | Path, env: str, action_space: str, actions: str | No
 
 def shipped_checkpoint(env: str) -> Path:
     """The NAC student this project ships for ``env`` (evaluate.py's default policy)."""
-    return Path(f"checkpoints/{env}_nac.pt")
+    return get_spec(env).shipped_student or Path(f"checkpoints/{env}_nac.pt")
 
 
 class ExpertController:

@@ -119,6 +119,7 @@ class EnvSpec:
     feeds: tuple[str, ...] = ()
     # envs with a fixed number of episodes (a replay's parts): parts(span) -> how many; None: any number of seeds
     parts: Callable[[Any], int] | None = None
+    shipped_student: Path | None = None  # evaluate.py's default checkpoint (None: checkpoints/<name>_nac.pt)
     geometry: Any = None  # a replay's camera and car (envs.replay.camera.CameraGeometry), recorded in metrics.json
 
     def check_action_space(self, action_space: str) -> str:

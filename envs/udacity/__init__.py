@@ -47,7 +47,7 @@ if HARD_ENV_ID not in gym.registry:
                  kwargs={"world": "hard", "throttle_action": True})
 if REAL_LOOK_ENV_ID not in gym.registry:
     gym.register(id=REAL_LOOK_ENV_ID, entry_point="envs.udacity.env:UdacityStyleEnv",
-                 kwargs={"world": "hard", "throttle_action": True, "look": "real"})
+                 kwargs={"world": "hard", "throttle_action": True, "look": "real", "wheelbase_m": 2.87})
 
 __all__ = [
     "CAMERAS", "CAMERA_HEIGHT_M", "HARD_ENV_ID", "REAL_LOOK_ENV_ID", "CAMERA_HFOV_DEG", "CAMERA_PITCH_DEG", "DT", "ENV_ID", "FEATURE_NAMES", "FRAME_H",

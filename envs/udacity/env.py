@@ -45,7 +45,7 @@ from envs import privileged
 from .camera import CAMERAS, FRAME_H, FRAME_W, Renderer
 from .scene import HillsRenderer, check_look
 from .track import Track, check_seed, check_theme, check_world, generate_track
-from .vehicle import CAR_WIDTH_M, DT, MAX_STEER_DEG, MAX_STEER_RAD, MPH_PER_MPS, Vehicle
+from .vehicle import CAR_WIDTH_M, DT, MAX_STEER_DEG, MAX_STEER_RAD, MPH_PER_MPS, WHEELBASE_M, Vehicle
 
 TARGET_SPEED = {"lake": 9.0, "jungle": 7.0, "mountain": 6.0}  # m/s (20, 16, 13 mph): the PI controller's set-point
 # The hard world's speed limit (22 mph; target_speed overrides it): the throttle is the driver's, the progress reward
@@ -193,12 +193,14 @@ class UdacityStyleEnv(gym.Env):
         render_view: str = "hud",
         world: str = "classic",
         look: str = "sim",
+        wheelbase_m: float = WHEELBASE_M,
     ) -> None:
         super().__init__()
         self.theme = check_theme(theme)
         self.world = check_world(world)
         self.hard = self.world == "hard"
         self.look = check_look(look)
+        self.wheelbase_m = float(wheelbase_m)
         if self.look != "sim" and not self.hard:
             raise ValueError(f"look={look!r} draws the hard world's scenes: it needs world='hard'")
         self.cameras = _check_cameras(cameras)
@@ -262,7 +264,7 @@ class UdacityStyleEnv(gym.Env):
         self.track = _track(track_seed, theme, self.world)
         self._arrays = _TrackArrays(self.track)
         self.target_speed = self.target_speed_arg or (HARD_SPEED_LIMIT if self.hard else TARGET_SPEED[theme])
-        self.vehicle = Vehicle(self.target_speed)
+        self.vehicle = Vehicle(self.target_speed, wheelbase=self.wheelbase_m)
         x, y, heading = self.track.pose_at(0.0)
         lateral = start["start_offset"] * self.track.half_width  # + = right of the centreline
         yaw = heading + start["start_turn"]

@@ -32,6 +32,8 @@ from .track import THEMES, Track
 REAL_CAMERA_HEIGHT_M = 1.2  # the real simulator's camera mount (its public source)
 REAL_CAMERA_PITCH_DEG = 9.4
 REAL_CAMERA_VFOV_DEG = 60.0
+REAL_WHEELBASE_M = 2.87  # the real simulator's car: v2's car too, so that its steering labels mean what a
+#                          recording's do (the same bend takes 15 % more steering than on v1's 2.5 m car)
 
 _YELLOW, _WHITE = (226, 196, 64), (228, 228, 222)
 _VERGES = {"sand": (196, 178, 130), "dirt": (126, 104, 74), "dry grass": (168, 156, 96),

@@ -89,3 +89,21 @@ def test_bad_looks_are_clear_errors():
         UdacityStyleEnv("lake", world="hard", look="photo")
     with pytest.raises(ValueError, match="needs world='hard'"):
         UdacityStyleEnv("lake", look="real")
+
+
+def test_collect_records_the_real_look_with_the_hard_worlds_expert(tmp_path):
+    import json
+
+    import collect
+    from agent.data.dataset import CARD_NAME, open_dataset
+
+    out = tmp_path / "real"
+    assert collect.main(["--env", "udacity-real", "--episodes", "1", "--max-steps", "12", "--workers", "1",
+                         "--seed", "3000002", "--out", str(out), "--no-progress"]) == 0
+    ds = open_dataset(out)
+    assert json.loads((out / CARD_NAME).read_text())["env"] == "udacity-real"
+    frames = ds.load(0, "frames")["frames"]
+    assert frames.shape == (12, 160, 320, 3) and frames.std() > 10
+    env = SPEC.make("continuous", render=False)
+    env.reset(seed=3000002)
+    assert env.unwrapped.vehicle.wheelbase == pytest.approx(2.87)
