@@ -20,6 +20,7 @@ from agent.training.config import (
     TrainPlan,
     check_args,
     data_label,
+    data_paths,
     default_out,
     init_architecture,
     resolve_env_defaults,
@@ -101,7 +102,11 @@ def run(a: TrainArgs) -> dict[str, Any]:
     out = Path(a.out)
     with run_folder(out, "train.py", lock=int(os.environ.get("RANK", "0")) == 0):
         if not a.resume and (out / "args.json").exists() and not a.overwrite:
-            open_datasets(a.data)  # a mistyped --data is the likelier mistake: say that first
+            from agent.udacity.recordings import is_raw_recording
+
+            datasets = [d for d in data_paths(a.data) if not is_raw_recording(d)]  # a recording is imported, not opened
+            if datasets:
+                open_datasets(datasets)  # a mistyped --data is the likelier mistake: say that first
             raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
                              f"start again, or another --out")
         return _run_in(out, a)

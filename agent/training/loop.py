@@ -36,6 +36,7 @@ from agent.training.recovery import RecoveryViews
 from agent.training.windows import batch_plan, gather_segments, latency_shifts
 from common.files import write_json
 from common.stops import raise_if_stopped, stops_at_safe_points
+from envs.registry import camera_envs
 from policies.actions import check_temperature
 from policies.policy import (
     DrivingPolicy,
@@ -71,13 +72,17 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
         except ValueError as e:
             raise ValueError(f"--action-temperature: {e} (--init {path!r} drives {c.discrete_actions}; add "
                              "--discrete-actions sample)") from None
-    expected = {"env": data.env.gym_id, "head": head}
+    # a student of another first-person env whose frames have this data's shape (a simulator student fine-tuned on
+    # a real recording) becomes this env's student
+    same_camera = c.env in camera_envs(data.env.frame_shape) if data.env.first_person else False
+    expected = {"env": c.env if same_camera else data.env.gym_id, "head": head}
     if head == "continuous":
         expected["action_names"] = list(names or [])
     got = {"env": c.env, "head": c.head, "action_names": list(c.action_names)}
     wrong = [f"{k} {got[k]!r} (the data needs {v!r})" for k, v in expected.items() if got[k] != v]
     if wrong:
         raise ValueError(f"--init {path!r} cannot be fine-tuned on this dataset: its " + "; ".join(wrong))
+    c.env = data.env.gym_id
     return policy
 
 

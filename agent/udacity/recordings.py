@@ -515,6 +515,11 @@ def _stat(path: str | Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+def is_raw_recording(path: str | Path) -> bool:
+    """A simulator recording as the simulator wrote it (driving_log.csv, no dataset card): data to import."""
+    return (Path(path) / CSV_NAME).is_file() and not (Path(path) / CARD_NAME).is_file()
+
+
 def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, strict_images: bool = False,
                       warn: Callable[[str], None] | None = None) -> list[str]:
     """Each path as a dataset folder: a raw simulator recording (driving_log.csv + IMG/, no dataset card) is
@@ -524,7 +529,7 @@ def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, s
     say = warn or print
     out = []
     for path, target in zip(paths, targets):
-        if (Path(path) / CSV_NAME).is_file() and not (Path(path) / CARD_NAME).is_file():
+        if is_raw_recording(path):
             source = recording_fingerprint(path)
             if (target / CARD_NAME).is_file():
                 done = (json.loads((target / CARD_NAME).read_text()).get("import") or {})

@@ -255,3 +255,28 @@ def test_dagger_in_a_replay_drives_only_the_span_it_is_given(drive, tmp_path, ca
     assert dataset_env(dagger.card, dagger.episodes).name == open_dataset(drive).card["env"]
     assert collect_cli.main(["--replay-span", "0:0.5", "--out", str(tmp_path / "x")]) == 2
     assert "--replay-span is the driven part of a recording" in capsys.readouterr().err
+
+
+def test_a_simulator_student_fine_tunes_on_a_recording_and_a_rerun_is_told_the_folder_holds_a_run(drive, tmp_path,
+                                                                                                   capsys):
+    """--init with the shipped udacity-real student on a raw recording: it becomes the recording's student (its crop
+    and head kept); the same command again says the run folder is taken (not that the recording holds no episodes)."""
+    import train as train_cli
+    from agent.udacity.recordings import export_udacity
+    from policies.policy import load_checkpoint
+
+    rec = tmp_path / "rec"
+    export_udacity(drive, rec)
+    argv = ["--data", str(rec), "--init", "checkpoints/udacity_sim2real_nac.pt", "--head", "steer", "--epochs", "1",
+            "--threads", "1", "--out", str(tmp_path / "tuned"), "--no-progress"]
+    assert train_cli.main(argv) == 0
+    tuned = load_checkpoint(tmp_path / "tuned" / "best.pt")
+    assert tuned.config.env == "UdacityStyle-v0" and list(tuned.config.crop) == [60, 135]
+    assert list(tuned.config.action_names) == ["steer"]
+    capsys.readouterr()
+    assert train_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "Traceback" not in err
+    # a student of a world with other frames is still refused
+    carracing = ["--data", str(rec), "--init", "checkpoints/carracing_nac.pt", "--out", str(tmp_path / "cr")]
+    assert train_cli.main(carracing) == 2 and "cannot be fine-tuned" in capsys.readouterr().err
