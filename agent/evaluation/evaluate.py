@@ -59,7 +59,7 @@ import torch
 from tqdm import tqdm
 
 from agent.controllers import ExpertController, PolicyController, load_policy, shipped_checkpoint
-from agent.data.dataset import dataset_env
+from agent.data.dataset import dataset_env, is_recording
 from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
@@ -89,7 +89,8 @@ class EvalArgs:
         f"environment: {' | '.join(ENV_NAMES)}", group="where it drives", choices=ENV_NAMES)
     checkpoint: list[str] = option([],
         "policy checkpoint(s) (.pt from train.py) that drive; several -> one sub-folder each + comparison.md "
-        "(default: checkpoints/<env>_nac.pt, the shipped student)", group="what drives", metavar="CKPT")
+        "(default: the env's shipped student, checkpoints/<env>_nac.pt; --data on a real simulator recording: "
+        "checkpoints/udacity_sim2real_nac.pt, the one made for its frames)", group="what drives", metavar="CKPT")
     name: list[str] = option([],
         "display names of the --checkpoint policies, in order, in comparison.md and as folder names (default:"
         " the file stems)", group="what drives", metavar="NAME")
@@ -737,7 +738,9 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     root = Path(args.out) if args.out else Path("eval") / "offline"
     data = recorded_data(args.data, root)
     env = dataset_env(data.card, data.episodes)
-    paths = list(args.checkpoint) or [str(shipped_checkpoint(env.name))]
+    # a person's recording of the real simulator: the student made for its frames (trained on udacity-real)
+    real = any(is_recording(m) for m in data.episodes)
+    paths = list(args.checkpoint) or [str(shipped_checkpoint("udacity-real" if real else env.name))]
     policies = [load_policy(p, env.name, None, args.device, camera_students(data)) for p in paths]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     for path, policy in zip(paths, policies):
