@@ -120,6 +120,9 @@ class EnvSpec:
     # envs with a fixed number of episodes (a replay's parts): parts(span) -> how many; None: any number of seeds
     parts: Callable[[Any], int] | None = None
     shipped_student: Path | None = None  # evaluate.py's default checkpoint (None: checkpoints/<name>_nac.pt)
+    # its students are made for a person's recording of the real simulator: evaluate.py --data scores such a
+    # recording with this env's shipped student by default (real_frames_env)
+    real_frames: bool = False
     geometry: Any = None  # a replay's camera and car (envs.replay.camera.CameraGeometry), recorded in metrics.json
 
     def check_action_space(self, action_space: str) -> str:
@@ -189,6 +192,11 @@ def camera_envs(frame_shape: Any) -> tuple[str, ...]:
     (a real recording's, or a replay's)."""
     specs = (get_spec(name) for name in ENV_NAMES)
     return tuple(s.gym_id for s in specs if s.first_person and tuple(s.frame_shape) == tuple(frame_shape))
+
+
+def real_frames_env() -> str:
+    """The env whose students are made for the real simulator's recorded frames (EnvSpec.real_frames)."""
+    return next(name for name in ENV_NAMES if get_spec(name).real_frames)
 
 
 def spec_for_gym_id(gym_id: str) -> EnvSpec:

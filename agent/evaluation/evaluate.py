@@ -69,7 +69,7 @@ from agent.workers import MAX_WORKERS, EpisodePool, check_workers, default_worke
 from common.cli import option
 from common.files import atomic_write_text, write_json
 from common.stops import stop_handled
-from envs.registry import ENV_NAMES, REPLAY_PREFIX, SeedRanges, get_spec
+from envs.registry import ENV_NAMES, REPLAY_PREFIX, SeedRanges, get_spec, real_frames_env
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
                               spared_ids)
 from policies.policy import WINDOW_CLOCKS
@@ -738,9 +738,9 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     root = Path(args.out) if args.out else Path("eval") / "offline"
     data = recorded_data(args.data, root)
     env = dataset_env(data.card, data.episodes)
-    # a person's recording of the real simulator: the student made for its frames (trained on udacity-real)
+    # a person's recording of the real simulator: the student made for its frames
     real = any(is_recording(m) for m in data.episodes)
-    paths = list(args.checkpoint) or [str(shipped_checkpoint("udacity-real" if real else env.name))]
+    paths = list(args.checkpoint) or [str(shipped_checkpoint(real_frames_env() if real else env.name))]
     policies = [load_policy(p, env.name, None, args.device, camera_students(data)) for p in paths]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     for path, policy in zip(paths, policies):

@@ -16,7 +16,8 @@ import numpy as np
 from envs.registry import REPLAY_PREFIX as PREFIX
 from envs.registry import EnvSpec, SeedRanges, camera_envs, get_spec
 from envs.replay.camera import CameraGeometry
-from envs.udacity.real_look import REAL_CAMERA_VFOV_DEG, hfov_from_vfov
+from envs.udacity.real_look import (REAL_CAMERA_HEIGHT_M, REAL_CAMERA_PITCH_DEG, REAL_CAMERA_VFOV_DEG, REAL_WHEELBASE_M,
+                                    hfov_from_vfov)
 from envs.replay.env import FEATURE_NAMES, PathExpert, ReplayEnv, ReplayPart
 
 MIN_PART_FRAMES = 10  # shorter parts (a click of the record button) are not replayed
@@ -31,8 +32,9 @@ SIM_V1 = CameraGeometry(cam_height_m=1.5, pitch_deg=6.0, hfov_deg=65.0, side_off
 # The real (Unity) simulator: the camera mounts of its public source (60 degrees vertical field of view at
 # 320x160); the distance scale is measured on public recordings by `python -m envs.replay.calibrate` (consecutive
 # frames show the car moving 0.8 x speed x dt on four of them; docs/results.md).
-REAL_UDACITY = CameraGeometry(cam_height_m=1.2, pitch_deg=9.4, hfov_deg=hfov_from_vfov(REAL_CAMERA_VFOV_DEG),
-                              side_offset_m=0.81, hood_row=137, wheelbase_m=2.87, max_steer_deg=25.0, steer_tau_s=0.0,
+REAL_UDACITY = CameraGeometry(cam_height_m=REAL_CAMERA_HEIGHT_M, pitch_deg=REAL_CAMERA_PITCH_DEG,
+                              hfov_deg=hfov_from_vfov(REAL_CAMERA_VFOV_DEG), side_offset_m=0.81, hood_row=137,
+                              wheelbase_m=REAL_WHEELBASE_M, max_steer_deg=25.0, steer_tau_s=0.0,
                               distance_scale=0.8,
                               source="the Unity simulator's public source; distance scale measured on recordings")
 GEOMETRIES = {"UdacityStyle-v0": SIM_V0, "UdacityStyle-v1": SIM_V1, "recording": REAL_UDACITY}

@@ -30,6 +30,7 @@ from .env import (
     UdacityPrivilegedObservation,
     UdacityStyleEnv,
 )
+from .real_look import REAL_WHEELBASE_M
 from .teacher import StanleyDriver
 from .track import THEMES, Track, generate_track
 from .vehicle import DT, MAX_STEER_DEG, WHEELBASE_M, Vehicle
@@ -37,17 +38,16 @@ from .vehicle import DT, MAX_STEER_DEG, WHEELBASE_M, Vehicle
 ENV_ID = "UdacityStyle-v0"
 
 HARD_ENV_ID = "UdacityStyle-v1"  # the hard world (hard_spec.py): hills, hairpins, mountain theme, throttle
+REAL_LOOK_ENV_ID = "UdacityStyle-v2"  # the hard world drawn as the real simulator shows its roads (real_spec.py)
 
 if ENV_ID not in gym.registry:  # importing twice (or reloading) must not register twice
     gym.register(id=ENV_ID, entry_point="envs.udacity.env:UdacityStyleEnv")
-REAL_LOOK_ENV_ID = "UdacityStyle-v2"  # the hard world drawn as the real simulator shows its roads (real_spec.py)
-
 if HARD_ENV_ID not in gym.registry:
     gym.register(id=HARD_ENV_ID, entry_point="envs.udacity.env:UdacityStyleEnv",
                  kwargs={"world": "hard", "throttle_action": True})
 if REAL_LOOK_ENV_ID not in gym.registry:
     gym.register(id=REAL_LOOK_ENV_ID, entry_point="envs.udacity.env:UdacityStyleEnv",
-                 kwargs={"world": "hard", "throttle_action": True, "look": "real", "wheelbase_m": 2.87})
+                 kwargs={"world": "hard", "throttle_action": True, "look": "real", "wheelbase_m": REAL_WHEELBASE_M})
 
 __all__ = [
     "CAMERAS", "CAMERA_HEIGHT_M", "HARD_ENV_ID", "REAL_LOOK_ENV_ID", "CAMERA_HFOV_DEG", "CAMERA_PITCH_DEG", "DT", "ENV_ID", "FEATURE_NAMES", "FRAME_H",

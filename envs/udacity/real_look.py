@@ -17,7 +17,8 @@ What is drawn per episode (from the track seed, so a seed always gives the same 
   (the drawn road is shifted left by half a lane, a dashed white or yellow line between the lanes); lake and
   mountain roads are one wide lane, now and then with a yellow dashed centre line;
 * the verges and ground: sand, dirt, dry or green grass, concrete, in any mix; trees, rocks, sky jittered.
-The vehicle, the tracks, the privileged features and the expert are the hard world's (v1's), unchanged.
+The tracks, the privileged features and the expert are the hard world's (v1's); the car has the real simulator's
+wheelbase (REAL_WHEELBASE_M).
 """
 from __future__ import annotations
 

@@ -15,10 +15,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.udacity import UdacityPrivilegedObservation, hard_spec
+from envs.udacity import REAL_LOOK_ENV_ID, UdacityPrivilegedObservation, hard_spec
 from envs.udacity.real_look import REAL_WHEELBASE_M
-
-gym_id = "UdacityStyle-v2"
 
 
 def make(action_space: str = "continuous", **kwargs: Any) -> gym.Env:
@@ -36,7 +34,7 @@ def make_expert_env(action_space: str = "continuous", *, render: bool = False, m
 SPEC = replace(
     hard_spec.SPEC,
     name="udacity-real",
-    gym_id=gym_id,
+    gym_id=REAL_LOOK_ENV_ID,
     description="the hard world seen as the real Udacity simulator shows its roads: its camera (1.2 m, 9.4 degrees "
                 "down, 60 degrees vertical), yellow or white edge lines, two-lane jungle roads driven in the right "
                 "lane, sand/dirt/grass verges, a new variant per track seed; for students that steer real frames",
@@ -45,4 +43,5 @@ SPEC = replace(
     make_train_env=lambda action_space="continuous": make_expert_env(action_space),
     default_crop=(60, 135),
     shipped_student=Path("checkpoints/udacity_sim2real_nac.pt"),
+    real_frames=True,
 )
