@@ -5,9 +5,13 @@ interrupted one stopped (finished rounds are kept, a collection is topped up, a 
 
     python -m agent.training.dagger --core nac-focus --seed 2 --recipe long --renderer fast
     python -m agent.training.dagger --core lstm --seed 1 --recipe short --data data/dl1_lstm --out runs/dl1/lstm
+    python -m agent.training.dagger --recording RECORDING_DIR --seed 1      # DAgger in the replay of a recording
 
 The recipes are the ones measured in docs/results.md: ``short`` the like-for-like table's (3 collections, 8
-epochs, argmax drivers), ``long`` the shipped discrete student's (8 collections, 47 epochs, sampling drivers).
+epochs, argmax drivers), ``long`` the shipped discrete student's (8 collections, 47 epochs, sampling drivers),
+``replay`` (the one for ``--recording``) the real recordings' DAgger: round 0 is the default train.py student of the
+recording (its last 20 % of every session held out), each round after it drives the replay of the part it trained
+on, the path controller labelling what it sees, and fine-tunes on the recording plus every round's episodes.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any
 from agent.runtime import cli_exit_code
 from common.cli import flag_of, option, parse
 from common.files import write_json
+from envs.registry import get_spec
 
 
 @dataclass(frozen=True)
@@ -43,12 +48,20 @@ class Recipe:
     driver_actions: str  # how the students drive, in the rounds and afterwards (train.py --discrete-actions)
     action_space: str = "discrete"
     val_fraction: float = 0.1
+    split: str = "auto"  # train.py --split
+
+
+# Rounds in the replay of a recording: no expert episodes (round 0 trains on the recording), one episode per
+# recorded session each round (``episodes`` 0 = as many as the recording's sessions).
+REPLAY_RECIPE = Recipe(0, 15, 0, (Round(0.0, 4, 5e-4),) * 3, "argmax", action_space="continuous", val_fraction=0.2,
+                       split="blocks")
 
 
 RECIPES = {
     "short": Recipe(20, 4, 20, (Round(0.5, 2, 5e-4), Round(0.0, 2, 5e-4)), "argmax"),
     "long": Recipe(25, 15, 20, (Round(0.5, 6, 5e-4), Round(0.2, 6, 5e-4), Round(0.0, 4, 5e-4), Round(0.0, 4, 5e-4),
                                 Round(0.0, 3, 2e-4), Round(0.0, 3, 2e-4), Round(0.0, 3, 2e-4)), "sample"),
+    "replay": REPLAY_RECIPE,
 }
 
 
@@ -58,12 +71,18 @@ class Lineage:
 
     core: str = option("nac-focus", "the student's sequence core, as train.py --core", group="model")
     seed: int = option(1, "training and split seed of every round", group="optimisation")
-    recipe: str = option("long", "short: 20 expert episodes, 4 epochs, 2 rounds of 20 (argmax drivers); long: 25 "
-                         "expert episodes, 15 epochs, 7 rounds of 20 with sampling drivers", group="optimisation",
-                         choices=tuple(RECIPES))
-    data: str | None = option(None, "dataset folder (default: data/dagger/<recipe>_<core>_s<seed>)", group="data")
-    out: str | None = option(None, "run folder, round K in OUT/rK (default: runs/dagger/<recipe>_<core>_s<seed>)",
-                             group="output")
+    recipe: str | None = option(None, "short: 20 expert episodes, 4 epochs, 2 rounds of 20 (argmax drivers); long: "
+                                "25 expert episodes, 15 epochs, 7 rounds of 20 with sampling drivers; replay: a "
+                                "recording's default student, then 3 rounds of 4 epochs at lr 5e-4 in its replay "
+                                "(default: replay with --recording, else long)", group="optimisation",
+                                choices=tuple(RECIPES))
+    recording: str | None = option(None, "DAgger in the replay of this recording (a real simulator recording or "
+                                   "its imported dataset folder) instead of carracing with its PPO expert",
+                                   group="data", metavar="DIR")
+    data: str | None = option(None, "dataset folder (default: data/dagger/<name>; with --recording each round's "
+                              "episodes in DATA/rK)", group="data")
+    out: str | None = option(None, "run folder, round K in OUT/rK (default: runs/dagger/<name>; the name is "
+                             "<recipe>_<core>_s<seed>, or <recording>_<core>_s<seed>)", group="output")
     env: str = "carracing"
     renderer: str | None = option(None, "who draws the frames, as collect.py --renderer (the recipes were measured "
                                   "with fast)", group="data")
@@ -74,8 +93,13 @@ class Lineage:
     train_options: dict[str, Any] = field(default_factory=dict)  # further TrainArgs fields (tests: tiny models)
 
     @property
+    def recipe_name(self) -> str:
+        return self.recipe or ("replay" if self.recording else "long")
+
+    @property
     def name(self) -> str:
-        return f"{self.recipe}_{self.core}_s{self.seed}"
+        first = Path(self.recording).resolve().name if self.recording else self.recipe_name
+        return f"{first}_{self.core}_s{self.seed}"
 
     @property
     def data_dir(self) -> Path:
@@ -86,16 +110,24 @@ class Lineage:
         return Path(self.out or f"runs/dagger/{self.name}")
 
     def validate(self, recipes: dict[str, Recipe] = RECIPES) -> Recipe:
-        if self.recipe not in recipes:
+        if self.recipe_name not in recipes:
             raise ValueError(f"--recipe must be one of {', '.join(recipes)}, got {self.recipe!r}")
+        recipe = recipes[self.recipe_name]
+        if bool(self.recording) != (recipe.expert_episodes == 0):
+            raise ValueError(f"--recipe {self.recipe_name} is a recipe for carracing's expert; give --recipe replay "
+                             "with --recording" if self.recording else f"--recipe {self.recipe_name} runs in the "
+                             "replay of a recording: give --recording DIR")
+        if self.recording and not Path(self.recording).is_dir():
+            raise ValueError(f"--recording {self.recording!r} is not a folder (a simulator recording with "
+                             "driving_log.csv, or its imported dataset)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
         from agent.training.config import parse_policy_spec
-        from envs.registry import get_spec
 
         parse_policy_spec(self.core)  # a mistyped core fails now, not after round 0's collection
-        get_spec(self.env).check_renderer(self.renderer)
-        return recipes[self.recipe]
+        if not self.recording:
+            get_spec(self.env).check_renderer(self.renderer)
+        return recipe
 
 
 def _episodes_in(data: Path) -> int:
@@ -121,9 +153,65 @@ def _command(tool: str, config: Any) -> str:
         if f.name in ("progress", "resume") or value == default:
             continue
         flag = flag_of(f)
+        values = value if isinstance(value, list) else [value]
         words.append(flag if value is True else f"--no-{flag[2:]}" if value is False
-                     else f"{flag} {shlex.quote(str(value))}")
+                     else " ".join([flag, *(shlex.quote(str(v)) for v in values)]))
     return " ".join(words)
+
+
+@dataclass
+class RoundPlan:
+    """What round k does: collect ``collect`` (None: nothing) until ``data`` holds ``wanted`` episodes, then train."""
+
+    run_dir: Path
+    data: Path | None
+    wanted: int
+    collect: Any  # CollectConfig | None
+    train: Any  # TrainArgs
+
+
+def _recording_dataset(lin: Lineage, log: Callable[[str], None]) -> str:
+    """The recording as a dataset folder: a raw simulator recording is imported once into OUT/recording."""
+    from agent.udacity.recordings import import_recordings
+
+    return str(Path(import_recordings([lin.recording], [lin.out_dir / "recording"], warn=log)[0]).resolve())
+
+
+def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> list[RoundPlan]:
+    """Every round's collection and training, as collect.py / train.py configs."""
+    from agent.data.config import CollectConfig
+    from agent.training.config import TrainArgs
+
+    recording = _recording_dataset(lin, log) if lin.recording else None
+    env = f"replay:{recording}" if recording else lin.env
+    span = f"0:{1 - recipe.val_fraction:g}"  # the part of every session train.py --split blocks trains on
+    episodes = recipe.episodes or (get_spec(env).parts(span) if recording else 0)
+    rounds = [Round(1.0, recipe.epochs, TrainArgs.lr), *recipe.rounds]  # round 0: the expert drives
+    plans, data_sets, wanted = [], [recording] if recording else [], 0
+    for k, rnd in enumerate(rounds):
+        run_dir, driver = lin.out_dir / f"r{k}", None if k == 0 else lin.out_dir / f"r{k - 1}" / "best.pt"
+        collect, data = None, (lin.data_dir / f"r{k}" if recording else lin.data_dir)
+        if recording:
+            wanted = episodes if k else 0  # each round's episodes in a folder of their own
+        else:
+            wanted += recipe.expert_episodes if k == 0 else recipe.episodes
+        if not (recording and k == 0):
+            collect = CollectConfig(env=env, action_space=recipe.action_space if k == 0 else None,
+                                    episodes=recipe.expert_episodes if k == 0 else episodes,
+                                    max_steps=lin.max_steps, out=data, progress=lin.progress, driver=driver,
+                                    beta=rnd.beta if k else 0.0, renderer=lin.renderer, workers=lin.workers,
+                                    **({"seed": 0, "replay_span": span} if recording else {}))
+        if recording and k:
+            data_sets.append(str(data))  # the recording and every round's episodes so far
+        train_data = (data_sets if len(data_sets) > 1 else data_sets[0]) if recording else str(data)
+        args = TrainArgs(data=train_data, out=str(run_dir),
+                         epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed, val_fraction=recipe.val_fraction,
+                         split=recipe.split, threads=lin.threads, progress=lin.progress,
+                         resume=(run_dir / "last.pt").exists(), **lin.train_options,
+                         **({"policy": lin.core} if k == 0 else {"init": str(driver), "lr": rnd.lr}),
+                         **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
+        plans.append(RoundPlan(run_dir, None if collect is None else data, wanted, collect, args))
+    return plans
 
 
 def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
@@ -131,50 +219,45 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     """Run (or finish) every round of ``lin``; returns lineage.json's content. Interrupted (Ctrl-C/SIGTERM) with
     what was kept; a re-run goes on from there."""
     from agent.data.collection import collect
-    from agent.data.config import CollectConfig
-    from agent.training.config import TrainArgs
     from agent.training.experiment import run as train
     from agent.training.loop import Interrupted
 
     recipe = lin.validate(recipes)
-    data, out = lin.data_dir, lin.out_dir
-    rounds = [Round(1.0, recipe.epochs, TrainArgs.lr), *recipe.rounds]  # round 0: the expert drives
+    plans = plan_rounds(lin, recipe, log)
     steps: list[dict[str, Any]] = []
-    wanted = 0
-    for k, rnd in enumerate(rounds):
-        run_dir, driver = out / f"r{k}", None if k == 0 else out / f"r{k - 1}" / "best.pt"
-        wanted += recipe.expert_episodes if k == 0 else recipe.episodes
-        collect_cfg = CollectConfig(env=lin.env, action_space=recipe.action_space if k == 0 else None,
-                                    episodes=recipe.expert_episodes if k == 0 else recipe.episodes,
-                                    max_steps=lin.max_steps, out=data, progress=lin.progress, driver=driver,
-                                    beta=rnd.beta if k else 0.0, renderer=lin.renderer, workers=lin.workers)
-        args = TrainArgs(data=str(data), out=str(run_dir), epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed,
-                         val_fraction=recipe.val_fraction, threads=lin.threads, progress=lin.progress,
-                         resume=(run_dir / "last.pt").exists(), **lin.train_options,
-                         **({"policy": lin.core} if k == 0 else {"init": str(driver), "lr": rnd.lr}),
-                         **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
-        steps.append({"round": k, "episodes": wanted, "collect": _command("collect.py", collect_cfg),
-                      "train": _command("train.py", args)})
-        if _finished(run_dir):
+    for k, plan in enumerate(plans):
+        steps.append({"round": k, "episodes": plan.wanted, "train": _command("train.py", plan.train),
+                      **({"collect": _command("collect.py", plan.collect)} if plan.collect else {})})
+        if _finished(plan.run_dir):
             continue  # a finished round of an earlier run
-        held = _episodes_in(data)
-        if held > wanted:
-            raise ValueError(f"{data} holds {held} episodes, more than the {wanted} round {k} of this recipe "
-                             f"needs before training {run_dir}: it belongs to another lineage (give another --data)")
-        if held < wanted:
-            log(f"{lin.name} round {k}/{len(rounds) - 1}: {'the expert' if k == 0 else driver} drives "
-                f"{wanted - held} episode(s) into {data}")
-            top_up = replace(collect_cfg, episodes=wanted - held)
+        held = _episodes_in(plan.data) if plan.data else 0
+        if held > plan.wanted:
+            raise ValueError(f"{plan.data} holds {held} episodes, more than the {plan.wanted} round {k} of this "
+                             f"recipe needs before training {plan.run_dir}: it belongs to another lineage (give "
+                             "another --data)")
+        if plan.collect is not None and held < plan.wanted:
+            driver = plan.collect.driver or "the expert"
+            log(f"{lin.name} round {k}/{len(plans) - 1}: {driver} drives {plan.wanted - held} episode(s) into "
+                f"{plan.data}")
+            top_up = replace(plan.collect, episodes=plan.wanted - held,
+                             **({"seed": plan.collect.seed + held} if lin.recording else {}))
             result = collect(top_up, command=_command("collect.py", top_up), log=log)
             if result.interrupted:
                 raise Interrupted(f"interrupted in round {k}'s collection: {result.summary()}; run the same "
                                   "command again to go on")
-        log(f"{lin.name} round {k}/{len(rounds) - 1}: training {run_dir} ({rnd.epochs} epochs)")
-        train(args)
-    summary = {"lineage": lin.name, "core": lin.core, "seed": lin.seed, "recipe": lin.recipe,
-               "data": str(data), "final": str(out / f"r{len(rounds) - 1}" / "best.pt"), "rounds": steps}
-    write_json(out / "lineage.json", summary)
-    log(f"{lin.name}: {len(rounds)} rounds done; the student: {summary['final']} (lineage.json in {out})")
+        log(f"{lin.name} round {k}/{len(plans) - 1}: training {plan.run_dir} ({plan.train.epochs} epochs)")
+        train(plan.train)
+    final = str(plans[-1].run_dir / "best.pt")
+    summary = {"lineage": lin.name, "core": lin.core, "seed": lin.seed, "recipe": lin.recipe_name,
+               "data": str(lin.data_dir), "final": final, "rounds": steps}
+    if lin.recording:
+        names = [f"r{k}" for k in range(len(plans))]
+        summary["evaluate"] = (f"python evaluate.py --replay {shlex.quote(str(plans[0].train.data))} --replay-span "
+                               f"{1 - recipe.val_fraction:g}:1 --checkpoint "
+                               + " ".join(str(p.run_dir / "best.pt") for p in plans) + " --name " + " ".join(names))
+    write_json(lin.out_dir / "lineage.json", summary)
+    log(f"{lin.name}: {len(plans)} rounds done; the student: {final} (lineage.json in {lin.out_dir})"
+        + (f"; judge every round on the held-out part: {summary['evaluate']}" if lin.recording else ""))
     return summary
 
 

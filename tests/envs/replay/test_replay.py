@@ -283,3 +283,40 @@ def test_a_simulator_student_fine_tunes_on_a_recording_and_a_rerun_is_told_the_f
     # a student of a world with other frames is still refused
     carracing = ["--data", str(rec), "--init", "checkpoints/carracing_nac.pt", "--out", str(tmp_path / "cr")]
     assert train_cli.main(carracing) == 2 and "cannot be fine-tuned" in capsys.readouterr().err
+
+
+def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
+    """python -m agent.training.dagger --recording on a raw simulator recording: it is imported once, round 0 trains
+    on it, round 1's student drives the replay of the trained part only (0:0.8), the path controller labels it, and
+    the next student fine-tunes on the recording plus those episodes; the summary names the command that judges
+    every round on the held-out end."""
+    from agent.data.dataset import open_dataset
+    from agent.training.dagger import Lineage, Recipe, Round, main, run_lineage
+    from agent.udacity.recordings import export_udacity
+
+    rec = tmp_path / "rec"
+    export_udacity(drive, rec)
+
+    recipe = {"replay": Recipe(0, 1, 0, (Round(0.0, 1, 5e-4),), "argmax", action_space="continuous",
+                               val_fraction=0.2, split="blocks")}
+    tiny = dict(window=3, frame_stride=2, batch_size=32, segment=8, feature_dim=16, hidden=16, log_every=2)
+    lin = Lineage(recording=str(rec), core="mlp", seed=1, data=str(tmp_path / "data"), out=str(tmp_path / "runs"),
+                  workers=1, threads=1, progress=False, train_options=tiny)
+    summary = run_lineage(lin, recipe, log=lambda m: None)
+    runs, r1_data = tmp_path / "runs", tmp_path / "data" / "r1"
+    imported = str((runs / "recording").resolve())
+    episode = open_dataset(r1_data).episodes[0]
+    assert episode["driver"] == str(runs / "r0" / "best.pt") and episode["length"] <= 0.8 * STEPS
+    args = json.loads((runs / "r1" / "args.json").read_text())
+    assert args["data"] == [imported, str(r1_data)] and args["init"] == str(runs / "r0" / "best.pt")
+    assert args["split"] == "blocks" and json.loads((runs / "r0" / "args.json").read_text())["data"] == imported
+    assert "--replay-span 0.8:1" in summary["evaluate"] and "r1/best.pt" in summary["evaluate"]
+    assert "--replay-span 0:0.8" in summary["rounds"][1]["collect"] and "collect" not in summary["rounds"][0]
+
+    for argv, needle in ([["--recording", str(rec), "--recipe", "long"], "give --recipe replay with --recording"],
+                         [["--recipe", "replay"], "give --recording DIR"],
+                         [["--recording", str(tmp_path / "nowhere")], "is not a folder"]):
+        assert main([*argv, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "x").exists()
