@@ -193,6 +193,10 @@ class EvalArgs:
     replay_span: str | None = option(None,
         "with --replay: A:B, the part of every session that is replayed, as fractions (0.8:1 = its last 20 %,"
         " what train.py holds out of a recording) (default: 0:1)", group="where it drives", metavar="A:B")
+    data_span: str | None = option(None,
+        "with --data: A:B, the part of every session whose steering is scored, as fractions (0.8:1 = what "
+        "train.py --split blocks holds out); the policy still streams through the whole session (default: 0:1)",
+        group="where it drives", metavar="A:B")
     replay_max_offset: float = option(1.0,
         "with --replay: metres from the recorded driver's line beyond which the car is put back (an "
         "intervention; NVIDIA's rule is 1 m)", group="where it drives", metavar="M")
@@ -204,6 +208,12 @@ class EvalArgs:
             return self._check_replay_flags()
         if self.replay is None and (self.replay_span is not None or self.replay_max_offset != EvalArgs.replay_max_offset):
             raise ValueError("--replay-span and --replay-max-offset are options of a --replay recording; give --replay REC")
+        if self.data_span is not None:
+            if not self.data:
+                raise ValueError("--data-span is the scored part of recorded sessions; give --data REC")
+            from envs.replay.spec import parse_span
+
+            parse_span(self.data_span, "--data-span")
         spec = get_spec(self.env)  # ValueError naming the valid envs
         if self.max_steps is None:
             self.max_steps = spec.default_max_steps
@@ -734,6 +744,7 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     student's actions at the temperature it samples at (its own, or --action-temperature)."""
     from agent.evaluation.offline import (camera_students, evaluate_recorded, offline_markdown, recorded_data,
                                           vs_straight)
+    from envs.replay.spec import parse_span
 
     root = Path(args.out) if args.out else Path("eval") / "offline"
     data = recorded_data(args.data, root)
@@ -751,7 +762,7 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
                        else policy.config.temperature_for(args.discrete_actions))
         results[name] = evaluate_recorded(policy, data, root if len(paths) == 1 else root / name, name,
                                           progress=show_progress(args.progress), temperature=temperature,
-                                          spared=args.spared)
+                                          spared=args.spared, span=parse_span(args.data_span, "--data-span"))
         p = results[name]["pooled"]
         if "accuracy" in p:
             tqdm.write(f"{name}: agrees with the recorded action on {p['accuracy']:.3f} of {p['frames']} frames "

@@ -44,10 +44,11 @@ def scores(pred: np.ndarray, target: np.ndarray) -> dict[str, float]:
 
 
 def score_episode(steer: np.ndarray, times: np.ndarray, predicted: np.ndarray, mean: float,
-                  width_s: float = DEFAULT_SMOOTHING_S) -> dict[str, Any]:
+                  width_s: float = DEFAULT_SMOOTHING_S, keep: slice = slice(None)) -> dict[str, Any]:
     """MSE and MAE of the policy, always-straight and the training mean, against the raw steering and its
-    centred average over ``width_s``."""
-    smooth = centred_average(times, steer, width_s)
+    centred average over ``width_s``, on the frames ``keep`` (the average still sees the frames around them)."""
+    smooth = centred_average(times, steer, width_s)[keep]
+    steer, predicted = steer[keep], predicted[keep]
     preds = {"policy": predicted, "straight": np.zeros_like(steer), "mean": np.full_like(steer, mean)}
     return {"frames": int(len(steer)),
             **{f"{name}_raw": scores(p, steer) for name, p in preds.items()},
@@ -136,9 +137,12 @@ def camera_students(data: Any) -> tuple[str, ...]:
 
 
 def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, progress: bool = False,
-                      temperature: float = 1.0, spared: Sequence[int] = ()) -> dict[str, Any]:
+                      temperature: float = 1.0, spared: Sequence[int] = (),
+                      span: tuple[float, float] = (0.0, 1.0)) -> dict[str, Any]:
     """Score one policy on every episode of ``data``; writes OUT/offline.json and (steering) OUT/steering_<k>.png.
-    ``temperature``, ``spared``: a discrete student's softmax temperature and the actions it leaves alone."""
+    ``temperature``, ``spared``: a discrete student's softmax temperature and the actions it leaves alone.
+    ``span``: steering is scored on that part of every session (fractions, as the replay's), the policy streamed
+    through the whole session as in closed loop, so its window is full when the part begins."""
     env = dataset_env(data.card, data.episodes)
     if policy.config.env != env.gym_id and policy.config.env not in camera_students(data):
         raise ValueError(f"checkpoint {name!r} drives {policy.config.env!r}; the data was recorded in {env.gym_id!r}")
@@ -159,13 +163,18 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
         steer = np.asarray(arrays["expert_action"], np.float64).reshape(len(arrays["time"]), -1)[:, label_names.index("steer")]
         times = np.asarray(arrays["time"], np.float64)
         predicted = policy.predict_episode(arrays["frames"], times)[:, col].astype(np.float64)
-        row = {"episode": i, "duration_s": float(times[-1] - times[0]) if len(times) else 0.0,
-               **score_episode(steer, times, predicted, mean)}
+        keep = slice(int(np.floor(span[0] * len(times))), int(np.floor(span[1] * len(times))))
+        if keep.stop - keep.start < 2:
+            continue  # a session too short to hold two frames in the span
+        row = {"episode": i, "duration_s": float(times[keep][-1] - times[keep][0]),
+               **score_episode(steer, times, predicted, mean, keep=keep)}
         rows.append(row)
         steering_plot(out_dir / f"steering_{i}.png", times, steer, centred_average(times, steer), predicted,
                       f"{name}, session {i}", DEFAULT_SMOOTHING_S)
+    if not rows:
+        raise ValueError(f"no session of {data.root} holds two frames in the span {span[0]:g}:{span[1]:g}")
     summary = {"name": name, "data": str(data.root), "smoothing_s": DEFAULT_SMOOTHING_S, "mean_predictor": mean,
-               "pooled": pooled(rows), "sessions": rows}
+               **({"span": list(span)} if tuple(span) != (0.0, 1.0) else {}), "pooled": pooled(rows), "sessions": rows}
     write_json(out_dir / "offline.json", summary)
     return summary
 

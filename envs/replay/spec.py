@@ -40,8 +40,9 @@ REAL_UDACITY = CameraGeometry(cam_height_m=REAL_CAMERA_HEIGHT_M, pitch_deg=REAL_
 GEOMETRIES = {"UdacityStyle-v0": SIM_V0, "UdacityStyle-v1": SIM_V1, "recording": REAL_UDACITY}
 
 
-def parse_span(text: str | tuple[float, float] | None) -> tuple[float, float]:
-    """'A:B' (fractions 0 <= A < B <= 1 of every session) -> (A, B); None -> the whole session."""
+def parse_span(text: str | tuple[float, float] | None, flag: str = "--replay-span") -> tuple[float, float]:
+    """'A:B' (fractions 0 <= A < B <= 1 of every session) -> (A, B); None -> the whole session. ``flag`` names the
+    option in the error."""
     if text is None:
         return (0.0, 1.0)
     if isinstance(text, tuple):
@@ -50,10 +51,10 @@ def parse_span(text: str | tuple[float, float] | None) -> tuple[float, float]:
         try:
             a, b = (float(x) for x in str(text).split(":"))
         except ValueError:
-            raise ValueError(f"--replay-span takes A:B, fractions of every session (e.g. 0.8:1 for the last 20 %), "
+            raise ValueError(f"{flag} takes A:B, fractions of every session (e.g. 0.8:1 for the last 20 %), "
                              f"got {text!r}") from None
     if not 0.0 <= a < b <= 1.0:
-        raise ValueError(f"--replay-span A:B needs 0 <= A < B <= 1, got {text!r}")
+        raise ValueError(f"{flag} A:B needs 0 <= A < B <= 1, got {text!r}")
     return (float(a), float(b))
 
 

@@ -353,6 +353,24 @@ def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors
     assert cv2.imread(str(out / "steering_1.png")).shape == (360, 1400, 3)
     assert "| always straight |" in (out / "offline.md").read_text()
     assert "steering MSE" in capsys.readouterr().out  # tqdm.write: stdout
+    # --data-span 0.5:1 scores the second half of every session, its average still seeing the frames before it
+    assert evaluate.main(["--data", str(tmp_path / "rec"), "--checkpoint", str(tmp_path / "const.pt"),
+                          "--data-span", "0.5:1", "--out", str(tmp_path / "half"), "--no-progress"]) == 0
+    half = json.loads((tmp_path / "half" / "offline.json").read_text())
+    assert [s["frames"] for s in half["sessions"]] == [6, 2] and half["span"] == [0.5, 1.0]
+    for row, y, t, start in zip(half["sessions"], steer, times, (6, 1)):
+        assert row["policy_raw"]["mse"] == pytest.approx(np.mean((0.1 - y[start:]) ** 2), rel=1e-4)
+        assert row["straight_avg"]["mse"] == pytest.approx(np.mean(centred_average(t, y)[start:] ** 2), rel=1e-6)
+    for argv, needle in ((["--data-span", "0.5"], "--data-span takes A:B"),
+                         (["--data-span", "0.9:0.2"], "--data-span A:B needs 0 <= A < B <= 1"),
+                         (["--data-span", "0.95:1"], "holds two frames in the span")):
+        capsys.readouterr()
+        assert evaluate.main(["--data", str(tmp_path / "rec"), "--checkpoint", str(tmp_path / "const.pt"), *argv,
+                              "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+    assert evaluate.main(["--data-span", "0.5:1", "--checkpoint", str(tmp_path / "const.pt")]) == 2
+    assert "give --data REC" in capsys.readouterr().err
     # a checkpoint of the other env: one line, exit 2
     assert evaluate.main(["--data", str(tmp_path / "rec"), "--checkpoint", "checkpoints/carracing_nac.pt",
                           "--out", str(tmp_path / "e2")]) == 2
