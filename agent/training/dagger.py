@@ -70,6 +70,9 @@ class Lineage:
     """One lineage: a core, a training seed (also the split seed) and a recipe, in its data and run folders."""
 
     core: str = option("nac-focus", "the student's sequence core, as train.py --core", group="model")
+    init: str | None = option(None, "round 0 fine-tunes this checkpoint instead of training a --core from scratch "
+                              "(e.g. the simulator student checkpoints/udacity_sim2real_nac.pt on a short recording)",
+                              group="model", metavar="CKPT")
     seed: int = option(1, "training and split seed of every round", group="optimisation")
     recipe: str | None = option(None, "short: 20 expert episodes, 4 epochs, 2 rounds of 20 (argmax drivers); long: "
                                 "25 expert episodes, 15 epochs, 7 rounds of 20 with sampling drivers; replay: a "
@@ -99,7 +102,8 @@ class Lineage:
     @property
     def name(self) -> str:
         first = Path(self.recording).resolve().name if self.recording else self.recipe_name
-        return f"{first}_{self.core}_s{self.seed}"
+        student = f"from-{Path(self.init).stem}" if self.init else self.core
+        return f"{first}_{student}_s{self.seed}"
 
     @property
     def data_dir(self) -> Path:
@@ -125,6 +129,8 @@ class Lineage:
         from agent.training.config import parse_policy_spec
 
         parse_policy_spec(self.core)  # a mistyped core fails now, not after round 0's collection
+        if self.init is not None and not Path(self.init).is_file():
+            raise ValueError(f"--init {self.init!r} is not a file (a train.py checkpoint)")
         if not self.recording:
             get_spec(self.env).check_renderer(self.renderer)
         return recipe
@@ -208,7 +214,8 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
                          epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed, val_fraction=recipe.val_fraction,
                          split=recipe.split, threads=lin.threads, progress=lin.progress,
                          resume=(run_dir / "last.pt").exists(), **lin.train_options,
-                         **({"policy": lin.core} if k == 0 else {"init": str(driver), "lr": rnd.lr}),
+                         **(({"init": lin.init} if lin.init else {"policy": lin.core}) if k == 0
+                            else {"init": str(driver), "lr": rnd.lr}),
                          **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
         plans.append(RoundPlan(run_dir, None if collect is None else data, wanted, collect, args))
     return plans

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -313,7 +314,19 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     assert "--replay-span 0.8:1" in summary["evaluate"] and "r1/best.pt" in summary["evaluate"]
     assert "--replay-span 0:0.8" in summary["rounds"][1]["collect"] and "collect" not in summary["rounds"][0]
 
+    # --init: round 0 fine-tunes a given student (a simulator student on a short recording), the rounds follow it
+    from dataclasses import replace
+
+    from agent.training.dagger import plan_rounds
+
+    tuned = replace(lin, init="checkpoints/udacity_sim2real_nac.pt", out=str(tmp_path / "ft"), data=None)
+    plans = plan_rounds(tuned, recipe["replay"], log=lambda m: None)
+    assert plans[0].train.init == "checkpoints/udacity_sim2real_nac.pt" and plans[0].collect is None
+    assert plans[1].train.init == str(tmp_path / "ft" / "r0" / "best.pt")
+    assert tuned.name == "rec_from-udacity_sim2real_nac_s1" and plans[1].data == Path("data/dagger") / tuned.name / "r1"
+
     for argv, needle in ([["--recording", str(rec), "--recipe", "long"], "give --recipe replay with --recording"],
+                         [["--recording", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
                          [["--recipe", "replay"], "give --recording DIR"],
                          [["--recording", str(tmp_path / "nowhere")], "is not a folder"]):
         assert main([*argv, "--out", str(tmp_path / "x")]) == 2
