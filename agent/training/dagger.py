@@ -209,7 +209,7 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
                                     **({"seed": 0, "replay_span": span} if recording else {}))
         if recording and k:
             data_sets.append(str(data))  # the recording and every round's episodes so far
-        train_data = (data_sets if len(data_sets) > 1 else data_sets[0]) if recording else str(data)
+        train_data = (list(data_sets) if len(data_sets) > 1 else data_sets[0]) if recording else str(data)
         args = TrainArgs(data=train_data, out=str(run_dir),
                          epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed, val_fraction=recipe.val_fraction,
                          split=recipe.split, threads=lin.threads, progress=lin.progress,

@@ -298,7 +298,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     rec = tmp_path / "rec"
     export_udacity(drive, rec)
 
-    recipe = {"replay": Recipe(0, 1, 0, (Round(0.0, 1, 5e-4),), "argmax", action_space="continuous",
+    recipe = {"replay": Recipe(0, 1, 0, (Round(0.0, 1, 5e-4),) * 2, "argmax", action_space="continuous",
                                val_fraction=0.2, split="blocks")}
     tiny = dict(window=3, frame_stride=2, batch_size=32, segment=8, feature_dim=16, hidden=16, log_every=2)
     lin = Lineage(recording=str(rec), core="mlp", seed=1, data=str(tmp_path / "data"), out=str(tmp_path / "runs"),
@@ -310,8 +310,11 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     assert episode["driver"] == str(runs / "r0" / "best.pt") and episode["length"] <= 0.8 * STEPS
     args = json.loads((runs / "r1" / "args.json").read_text())
     assert args["data"] == [imported, str(r1_data)] and args["init"] == str(runs / "r0" / "best.pt")
+    second = json.loads((runs / "r2" / "args.json").read_text())  # round 2: the recording and both rounds' episodes
+    assert second["data"] == [imported, str(r1_data), str(tmp_path / "data" / "r2")]
+    assert open_dataset(tmp_path / "data" / "r2").episodes[0]["driver"] == str(runs / "r1" / "best.pt")
     assert args["split"] == "blocks" and json.loads((runs / "r0" / "args.json").read_text())["data"] == imported
-    assert "--replay-span 0.8:1" in summary["evaluate"] and "r1/best.pt" in summary["evaluate"]
+    assert "--replay-span 0.8:1" in summary["evaluate"] and "r2/best.pt" in summary["evaluate"]
     assert "--replay-span 0:0.8" in summary["rounds"][1]["collect"] and "collect" not in summary["rounds"][0]
 
     # --init: round 0 fine-tunes a given student (a simulator student on a short recording), the rounds follow it
