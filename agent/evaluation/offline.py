@@ -143,6 +143,8 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
     ``temperature``, ``spared``: a discrete student's softmax temperature and the actions it leaves alone.
     ``span``: steering is scored on that part of every session (fractions, as the replay's), the policy streamed
     through the whole session as in closed loop, so its window is full when the part begins."""
+    from envs.replay.spec import span_slice
+
     env = dataset_env(data.card, data.episodes)
     if policy.config.env != env.gym_id and policy.config.env not in camera_students(data):
         raise ValueError(f"checkpoint {name!r} drives {policy.config.env!r}; the data was recorded in {env.gym_id!r}")
@@ -163,7 +165,7 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
         steer = np.asarray(arrays["expert_action"], np.float64).reshape(len(arrays["time"]), -1)[:, label_names.index("steer")]
         times = np.asarray(arrays["time"], np.float64)
         predicted = policy.predict_episode(arrays["frames"], times)[:, col].astype(np.float64)
-        keep = slice(int(np.floor(span[0] * len(times))), int(np.floor(span[1] * len(times))))
+        keep = span_slice(span, len(times))
         if keep.stop - keep.start < 2:
             continue  # a session too short to hold two frames in the span
         row = {"episode": i, "duration_s": float(times[keep][-1] - times[keep][0]),

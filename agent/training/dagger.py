@@ -167,13 +167,17 @@ def _command(tool: str, config: Any) -> str:
 
 @dataclass
 class RoundPlan:
-    """What round k does: collect ``collect`` (None: nothing) until ``data`` holds ``wanted`` episodes, then train."""
+    """What round k does: collect ``collect`` (None: nothing) until its folder holds ``wanted`` episodes, then train."""
 
     run_dir: Path
-    data: Path | None
     wanted: int
     collect: Any  # CollectConfig | None
     train: Any  # TrainArgs
+
+    @property
+    def data(self) -> Path | None:
+        """The folder this round collects into (None: it collects nothing)."""
+        return None if self.collect is None else Path(self.collect.out)
 
 
 def _recording_dataset(lin: Lineage, log: Callable[[str], None]) -> str:
@@ -217,7 +221,7 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
                          **(({"init": lin.init} if lin.init else {"policy": lin.core}) if k == 0
                             else {"init": str(driver), "lr": rnd.lr}),
                          **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
-        plans.append(RoundPlan(run_dir, None if collect is None else data, wanted, collect, args))
+        plans.append(RoundPlan(run_dir, wanted, collect, args))
     return plans
 
 

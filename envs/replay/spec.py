@@ -58,11 +58,16 @@ def parse_span(text: str | tuple[float, float] | None, flag: str = "--replay-spa
     return (float(a), float(b))
 
 
+def span_slice(span: tuple[float, float], n: int) -> slice:
+    """The frames of a session of ``n`` frames that ``span`` (parse_span) covers: what is replayed, or scored offline."""
+    return slice(int(np.floor(span[0] * n)), int(np.floor(span[1] * n)))
+
+
 def replay_parts(dataset: Any, span: tuple[float, float]) -> list[ReplayPart]:
     parts = []
     for i, meta in enumerate(dataset.episodes):
-        n = int(meta["length"])
-        part = ReplayPart(i, int(np.floor(span[0] * n)), int(np.floor(span[1] * n)))
+        frames = span_slice(span, int(meta["length"]))
+        part = ReplayPart(i, frames.start, frames.stop)
         if part.length >= MIN_PART_FRAMES:
             parts.append(part)
     return parts
