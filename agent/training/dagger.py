@@ -79,6 +79,9 @@ class Lineage:
                                 "recording's default student, then 3 rounds of 4 epochs at lr 5e-4 in its replay "
                                 "(default: replay with --recording, else long)", group="optimisation",
                                 choices=tuple(RECIPES))
+    rounds: int | None = option(None, "DAgger rounds after round 0 (default: the recipe's); more than the recipe's "
+                                "repeat its last round, so a finished lineage goes on where it stopped",
+                                group="optimisation", metavar="N")
     recording: str | None = option(None, "DAgger in the replay of this recording (a real simulator recording or "
                                    "its imported dataset folder) instead of carracing with its PPO expert",
                                    group="data", metavar="DIR")
@@ -126,6 +129,9 @@ class Lineage:
                              "driving_log.csv, or its imported dataset)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        if self.rounds is not None and (isinstance(self.rounds, bool) or not isinstance(self.rounds, int)
+                                        or self.rounds < 1):
+            raise ValueError(f"--rounds must be an integer >= 1, got {self.rounds!r}")
         from agent.training.config import parse_policy_spec
 
         parse_policy_spec(self.core)  # a mistyped core fails now, not after round 0's collection
@@ -196,7 +202,9 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
     env = f"replay:{recording}" if recording else lin.env
     span = f"0:{1 - recipe.val_fraction:g}"  # the part of every session train.py --split blocks trains on
     episodes = recipe.episodes or (get_spec(env).parts(span) if recording else 0)
-    rounds = [Round(1.0, recipe.epochs, TrainArgs.lr), *recipe.rounds]  # round 0: the expert drives
+    later = list(recipe.rounds[:lin.rounds])
+    later += [recipe.rounds[-1]] * ((lin.rounds or 0) - len(later))  # --rounds beyond the recipe's: its last again
+    rounds = [Round(1.0, recipe.epochs, TrainArgs.lr), *later]  # round 0: the expert drives
     plans, data_sets, wanted = [], [recording] if recording else [], 0
     for k, rnd in enumerate(rounds):
         run_dir, driver = lin.out_dir / f"r{k}", None if k == 0 else lin.out_dir / f"r{k - 1}" / "best.pt"

@@ -327,10 +327,17 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     assert plans[0].train.init == "checkpoints/udacity_sim2real_nac.pt" and plans[0].collect is None
     assert plans[1].train.init == str(tmp_path / "ft" / "r0" / "best.pt")
     assert tuned.name == "rec_from-udacity_sim2real_nac_s1" and plans[1].data == Path("data/dagger") / tuned.name / "r1"
+    # --rounds: a finished lineage goes on with the recipe's last round repeated; fewer rounds stop early
+    longer = plan_rounds(replace(lin, rounds=4), recipe["replay"], log=lambda m: None)
+    assert [p.run_dir.name for p in longer] == ["r0", "r1", "r2", "r3", "r4"]
+    assert longer[4].train.init == str(runs / "r3" / "best.pt") and longer[4].train.lr == 5e-4
+    assert len(longer[4].train.data) == 5 and longer[2].train == plan_rounds(lin, recipe["replay"], lambda m: None)[2].train
+    assert len(plan_rounds(replace(lin, rounds=1), recipe["replay"], log=lambda m: None)) == 2
 
     for argv, needle in ([["--recording", str(rec), "--recipe", "long"], "give --recipe replay with --recording"],
                          [["--recording", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
                          [["--recipe", "replay"], "give --recording DIR"],
+                         [["--recording", str(rec), "--rounds", "0"], "--rounds must be an integer >= 1"],
                          [["--recording", str(tmp_path / "nowhere")], "is not a folder"]):
         assert main([*argv, "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
