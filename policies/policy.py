@@ -42,9 +42,8 @@ COLORS = ("rgb", "yuv")
 _YUV = torch.tensor([[0.299, 0.587, 0.114], [-0.14713, -0.28886, 0.436], [0.615, -0.51499, -0.10001]])
 TIME_INPUTS = ("seconds", "index")
 # how a policy is told its latency, the time from its newest frame to the moment its action lands:
-# none (it is not told) | clock (NAC: the query's timestamp is that moment) | input (one more input feature) |
-# lead (the action for now plus the latency times a learnt rate of change: at latency 0 exactly the action for now)
-LATENCY_INPUTS = ("none", "clock", "input", "lead")
+# none (it is not told) | clock (NAC: the query's timestamp is that moment) | input (one more input feature)
+LATENCY_INPUTS = ("none", "clock", "input")
 ACTION_RANGES = {"steer": (-1.0, 1.0), "gas": (0.0, 1.0), "brake": (0.0, 1.0), "throttle": (-1.0, 1.0)}  # throttle < 0 brakes
 
 
@@ -75,7 +74,7 @@ class PolicyConfig:
     action_space: str = "continuous"
     discrete_actions: str = "argmax"  # discrete head: the rule it drives with unless told (policies.actions.DISCRETE_ACTION_RULES); a student trained on sampling drivers' data drives best sampling
     action_temperature: float = 1.0  # discrete head, sample / dither: the softmax temperature it drives at unless told (policies.actions.check_temperature)
-    latency_input: str = "none"  # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature) | lead
+    latency_input: str = "none"  # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature)
 
     def temperature_for(self, rule: str | None) -> float:
         """The temperature a discrete student samples at under ``rule`` (None: its own rule): its own temperature
@@ -213,13 +212,6 @@ class DrivingPolicy(nn.Module):
         self.encoder = build_encoder(c.encoder, tuple(c.image_size), c.feature_dim, c.encoder_dropout)
         self.core = build_core(c.core, c.feature_dim + (c.latency_input == "input"), c.window, **c.core_options)
         self.head = nn.Linear(self.core.output_dim, c.action_dim)
-        if c.latency_input == "lead":  # how fast the action for now changes, per core time unit (starts at 0),
-            # read by a core of its own from the same frame features
-            self.lead_core = build_core(c.core, c.feature_dim, c.window, **c.core_options)
-            self.lead = nn.Sequential(nn.Linear(self.core.output_dim, self.core.output_dim), nn.Tanh(),
-                                      nn.Linear(self.core.output_dim, c.action_dim))
-            nn.init.zeros_(self.lead[-1].weight)
-            nn.init.zeros_(self.lead[-1].bias)
         mean = c.target_mean if c.target_mean is not None else [0.0] * c.action_dim
         std = c.target_std if c.target_std is not None else [1.0] * c.action_dim
         self.register_buffer("target_mean", torch.tensor(mean, dtype=torch.float32), persistent=False)
@@ -266,9 +258,6 @@ class DrivingPolicy(nn.Module):
         time = self.core_time(time, B, W)
         if self.config.latency_input == "clock":
             return self.head(self.core(emb, time, query_time=self.latency_units(latency, B, emb.device)))
-        if self.config.latency_input == "lead":  # first order in the latency: the action now, led by its rate
-            rate = self.lead(self.lead_core(emb, time))
-            return self.head(self.core(emb, time)) + self.latency_units(latency, B, emb.device)[:, None] * rate
         return self.head(self.core(self.core_input(emb, latency), time))
 
     def latency_units(self, latency: torch.Tensor | float | None, batch: int, device: torch.device) -> torch.Tensor:
@@ -518,21 +507,19 @@ def policy_from_checkpoint(payload: dict[str, Any], where: str = "checkpoint") -
     return policy
 
 
-def with_latency_input(policy: DrivingPolicy, how: str = "input") -> DrivingPolicy:
-    """The same policy told its latency (``how``: "input", one more input feature whose weights start at 0, or
-    "lead", a lead core copied from its core and a rate head whose output layer starts at 0): every weight kept, so it answers exactly as before until
-    training teaches it the latency (fine-tuning a student that was not told)."""
+def with_latency_input(policy: DrivingPolicy) -> DrivingPolicy:
+    """The same policy told its latency as one more input feature: every weight kept, the new input's weights 0,
+    so it answers exactly as before until training teaches it the latency (fine-tuning a student that was not
+    told)."""
     if policy.config.latency_input != "none":
         raise ValueError(f"the policy is already told its latency ({policy.config.latency_input})")
-    config = PolicyConfig.from_dict({**policy.config.to_dict(), "latency_input": how})
+    config = PolicyConfig.from_dict({**policy.config.to_dict(), "latency_input": "input"})
     told = DrivingPolicy(config).to(policy.device)
     old = policy.state_dict()
     state = {}
     for key, new in told.state_dict().items():
-        was = old.get(key.replace("lead_core.", "core.", 1))
-        if was is None:  # the rate head: as built
-            state[key] = new
-        elif new.shape == was.shape:
+        was = old[key]
+        if new.shape == was.shape:
             state[key] = was
         elif new.shape[:-1] == was.shape[:-1] and new.shape[-1] == was.shape[-1] + 1:  # the core's input layer
             state[key] = torch.cat([was, was.new_zeros(*was.shape[:-1], 1)], -1)

@@ -63,10 +63,8 @@ class TrainArgs:
         group="optimisation", metavar="D|A:B|recorded")
     latency_input: str | None = option(
         None, "how the policy is told its latency: none | clock (nac cores: the query's timestamp is the moment "
-        "the action lands) | input (one more input feature; any core) | lead (the action for now plus the latency "
-        "times a learnt rate of change; with --init only that rate trains, so at latency 0 the student answers bit "
-        "for bit as its checkpoint); with --init, the checkpoint's unless given (default: none)", group="model",
-        choices=LATENCY_INPUTS)
+        "the action lands) | input (one more input feature; any core); with --init, the checkpoint's unless given "
+        "(default: none)", group="model", choices=LATENCY_INPUTS)
     lr: float = option(1e-3, "peak AdamW learning rate", group="optimisation")
     weight_decay: float = option(1e-4, "AdamW weight decay", group="optimisation")
     warmup: float = option(0.05,
@@ -323,9 +321,9 @@ def init_architecture(a: TrainArgs) -> TrainArgs:
             raise ValueError(f"--init takes the policy's shape from {a.init}: {flag} {given} contradicts its "
                              f"{kept}; leave {flag} out to fine-tune it, or train from scratch without --init")
     told = a.latency_input or c.latency_input
-    if c.latency_input in ("input", "lead") and told != c.latency_input:
-        raise ValueError(f"--latency-input {told}: {a.init} is told its latency with weights of its own "
-                         f"({c.latency_input}); fine-tune it with --latency-input {c.latency_input}, or train from scratch")
+    if c.latency_input == "input" and told != "input":
+        raise ValueError(f"--latency-input {told}: {a.init} reads its latency as an input; fine-tune it with "
+                         "--latency-input input, or train from scratch")
     return replace(a, **shape, time_input=a.time_input or c.time_input, latency_input=told)
 
 

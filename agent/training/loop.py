@@ -58,8 +58,8 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     target normalisation is kept: the weights were trained against it."""
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
-    if latency_input in ("input", "lead") and c.latency_input == "none":  # its weights kept, the new ones at 0
-        policy = with_latency_input(policy, latency_input)
+    if latency_input == "input" and c.latency_input == "none":  # its weights kept, the new input's at 0
+        policy = with_latency_input(policy)
         c = policy.config
     c.time_input = time_input or c.time_input
     c.latency_input = latency_input or c.latency_input  # clock on a nac core adds no weights (init_architecture)
@@ -269,15 +269,11 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
                  train_targets: np.ndarray, resumed: dict[str, Any] | None, where: Path) -> DrivingPolicy:
     """The policy to train: the resumed one, the --init checkpoint's, or a new one whose continuous targets are
     normalised with the training split's statistics."""
-    if resumed or a.init is not None:
-        policy = (policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}") if resumed else
-                  initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions, a.action_temperature,
-                                 a.latency_input))
-        if a.init is not None and policy.config.latency_input == "lead":  # its answer at latency 0 stays the init's
-            policy.requires_grad_(False)
-            for part in (policy.lead_core, policy.lead):
-                part.requires_grad_(True)
-        return policy
+    if resumed:
+        return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
+    if a.init is not None:
+        return initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions, a.action_temperature,
+                              a.latency_input)
     if a.action_temperature not in (None, 1.0) and not a.discrete_actions:
         raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
                          "temperature (add --discrete-actions sample)")

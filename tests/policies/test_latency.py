@@ -93,24 +93,3 @@ def test_a_student_that_was_not_told_gets_the_input_and_answers_as_before(core):
     torch.testing.assert_close(told.postprocess(told.raw_from_embeddings(emb, time, 0.2)), ref)
     with pytest.raises(ValueError, match="already told"):
         with_latency_input(told)
-
-
-def test_the_lead_mode_answers_at_latency_0_exactly_as_the_student_it_extends():
-    """lead: the action for now plus latency x a learnt rate; built from a student not told, it starts equal at
-    every latency (the rate's output layer at 0) and stays equal at latency 0 whatever the rate learns."""
-    from policies.policy import with_latency_input
-
-    plain = _policy("none", core="gru")
-    lead = with_latency_input(plain, "lead")
-    assert lead.config.latency_input == "lead" and lead.core.rnn.input_size == TINY["feature_dim"]
-    frames = torch.randint(0, 255, (2, 4, 32, 32, 3), dtype=torch.uint8)
-    time = torch.tensor([[-0.12, -0.08, -0.04, 0.0]] * 2)
-    emb = plain.encode(frames)
-    ref = plain.postprocess(plain.raw_from_embeddings(emb, time))
-    torch.testing.assert_close(lead.postprocess(lead.raw_from_embeddings(emb, time, 0.2)), ref, rtol=0, atol=0)
-    with torch.no_grad():
-        lead.lead[-1].bias.fill_(0.5)  # as if trained: a rate of 0.5 per core time unit
-    torch.testing.assert_close(lead.postprocess(lead.raw_from_embeddings(emb, time, 0.0)), ref, rtol=0, atol=0)
-    later = lead.raw_from_embeddings(emb, time, 0.2) - lead.raw_from_embeddings(emb, time, 0.0)
-    units = 0.2 / (lead.config.frame_period * lead.config.frame_stride)
-    torch.testing.assert_close(later, torch.full_like(later, 0.5 * units))  # first order in the latency
