@@ -10,7 +10,9 @@ over the recorded time steps. When it is more than ``max_offset`` m from the rec
 ``info`` holds what evaluation reads: ``privileged`` = [offset, yaw, recorded steering, speed] (what the path
 controller steers by), ``speed`` (m/s), ``cte`` / ``heading_error`` (the pose), ``time`` (the recorded timestamp,
 s from the part's start), ``progress`` (fraction of the part driven); the last step adds ``elapsed_s`` and the
-always-straight driver's interventions on the same part (``straight_interventions``), and ``path_trace``
+always-straight driver's interventions on the same part (``straight_interventions``), how many of the car's own
+interventions came after it drifted left of the driver's line (``interventions_left``: a driver who kept to one
+side of the road while the student keeps nearer its middle shows as drifts to one side), and ``path_trace``
 (per-step time, offset, yaw, recorded steering, speed, and the interventions) for the path plot.
 """
 from __future__ import annotations
@@ -96,6 +98,7 @@ class ReplayEnv(gym.Env):
         self._load(int(seed or 0))
         self._k, self._pose, self._distance = 0, PathPose(), 0.0
         self._interventions: list[int] = []
+        self._left = 0  # interventions after a drift left of the driver's line
         self._trace: list[tuple[float, float, float, float, float]] = []
         return self._observe(), self._info()
 
@@ -115,6 +118,7 @@ class ReplayEnv(gym.Env):
     def recenter(self) -> tuple[np.ndarray, dict[str, Any]]:
         """An intervention: the car is put back on the recorded path, aligned with it."""
         self._interventions.append(self._k)
+        self._left += self._pose.offset < 0  # + offset: right of the path
         self._pose = self._pose.back_on_path()
         return self._observe(), self._info()
 
@@ -138,6 +142,7 @@ class ReplayEnv(gym.Env):
         if final:
             info["elapsed_s"] = float(np.sum(self._dt[:self._limit]))
             info["straight_interventions"] = self._straight
+            info["interventions_left"] = self._left
             info["path_trace"] = {"trace": np.asarray(self._trace, np.float32), "interventions": list(self._interventions),
                                   "dt": self._dt[:self._limit].astype(np.float32)}
         return info

@@ -214,6 +214,21 @@ def test_a_wider_intervention_limit_counts_fewer_interventions(drive):
     assert counts[0][0] > counts[1][0] >= counts[2][0]
 
 
+@pytest.mark.parametrize("steer, left", [(-1.0, True), (1.0, False)])
+def test_interventions_count_the_side_the_car_left_the_drivers_line(drive, steer, left):
+    """A driver at full left lock leaves the line to the left every time, and at full right lock to the right."""
+    env = get_spec("replay:" + str(drive.resolve())).make()
+    env.reset(seed=0)
+    for _ in range(STEPS):
+        *_, truncated, info = env.step(np.full(1, steer, np.float32))
+        if truncated:  # as evaluation: no intervention on the last step
+            break
+        if info["lane_departure"]:
+            env.recenter()
+    assert len(env._interventions) >= 2
+    assert info["interventions_left"] == (len(env._interventions) if left else 0)
+
+
 def test_dagger_data_is_recorded_in_the_replay(drive, tmp_path):
     """collect.py --driver in a replay: the student drives, the path controller labels the states it reaches."""
     out = tmp_path / "dagger"
