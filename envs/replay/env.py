@@ -118,7 +118,7 @@ class ReplayEnv(gym.Env):
     def recenter(self) -> tuple[np.ndarray, dict[str, Any]]:
         """An intervention: the car is put back on the recorded path, aligned with it."""
         self._interventions.append(self._k)
-        self._left += self._pose.offset < 0  # + offset: right of the path
+        self._left += int(self._pose.offset < 0)  # + offset: right of the path
         self._pose = self._pose.back_on_path()
         return self._observe(), self._info()
 

@@ -227,6 +227,7 @@ def test_interventions_count_the_side_the_car_left_the_drivers_line(drive, steer
             env.recenter()
     assert len(env._interventions) >= 2
     assert info["interventions_left"] == (len(env._interventions) if left else 0)
+    assert type(info["interventions_left"]) is int  # it goes into JSON with the episode (DAgger data)
 
 
 def test_dagger_data_is_recorded_in_the_replay(drive, tmp_path):
