@@ -58,6 +58,10 @@ def parse_span(text: str | tuple[float, float] | None, flag: str = "--replay-spa
     return (float(a), float(b))
 
 
+# what the last step's info adds to a replay episode's row (envs.replay.env's docstring says what each is)
+EPISODE_META = ("distance", "elapsed_s", "straight_interventions", "interventions_left")
+
+
 def span_slice(span: tuple[float, float], n: int) -> slice:
     """The frames of a session of ``n`` frames that ``span`` (parse_span) covers: what is replayed, or scored offline."""
     return slice(int(np.floor(span[0] * n)), int(np.floor(span[1] * n)))
@@ -140,8 +144,7 @@ def replay_spec(folder: str) -> EnvSpec:
         lap_complete=lambda info: float(info["progress"]) >= 1.0,
         on_road=lambda info: not info["lane_departure"],
         episode_meta=lambda info: {"lap_complete": float(info["progress"]) >= 1.0,
-                                   **{k: info[k] for k in ("distance", "elapsed_s", "straight_interventions",
-                                                                    "interventions_left") if k in info}},
+                                   **{k: info[k] for k in EPISODE_META if k in info}},
         first_person=True,
         default_crop=recipe.default_crop,
         default_image_size=recipe.default_image_size,
