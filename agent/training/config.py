@@ -65,11 +65,6 @@ class TrainArgs:
         None, "how the policy is told its latency: none | clock (nac cores: the query's timestamp is the moment "
         "the action lands) | input (one more input feature; any core); with --init, the checkpoint's unless given "
         "(default: none)", group="model", choices=LATENCY_INPUTS)
-    regular_anchor: float = option(
-        0.0, "with --init and --latency-input: each training window is also answered told latency 0 and pulled "
-        "to the --init checkpoint's answer (MSE on normalised actions, this weight against the label's loss), so "
-        "learning to act for a late action keeps the regular-timing driving of the student it started from; "
-        "0 = off", group="optimisation")
     lr: float = option(1e-3, "peak AdamW learning rate", group="optimisation")
     weight_decay: float = option(1e-4, "AdamW weight decay", group="optimisation")
     warmup: float = option(0.05,
@@ -258,11 +253,6 @@ def check_args(a: TrainArgs) -> None:
         raise ValueError(f"--recovery-return must be in [0.2, 5] seconds (where the label rejoins the path), "
                          f"got {a.recovery_return}")
     parse_latency_steps(a.latency_steps)
-    if not 0 <= a.regular_anchor <= 100:  # NaN fails too
-        raise ValueError(f"--regular-anchor must be in [0, 100] (a loss weight), got {a.regular_anchor}")
-    if a.regular_anchor > 0 and (a.init is None or a.latency_input in (None, "none")):
-        raise ValueError("--regular-anchor keeps the --init checkpoint's answers at latency 0 while a latency is "
-                         "learnt: it needs --init and --latency-input clock|input")
     if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
         raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
 
@@ -480,12 +470,10 @@ class Optimisation:
     class_weights: bool  # discrete heads
     log_every: int
     seed: int
-    regular_anchor: float = 0.0  # weight of the pull to the --init checkpoint's answer at latency 0
 
     @classmethod
     def of(cls, a: TrainArgs) -> "Optimisation":
-        return cls(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every, a.seed,
-                   a.regular_anchor)
+        return cls(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every, a.seed)
 
 
 @dataclass(frozen=True)

@@ -216,12 +216,9 @@ class WindowsForward(torch.nn.Module):
         self.policy = policy
 
     def forward(self, x: torch.Tensor, index: torch.Tensor, times: torch.Tensor,
-                latency: torch.Tensor | None = None, also_regular: bool = False
-                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Head outputs told ``latency``; ``also_regular``: and told latency 0, from the same embeddings."""
-        emb = self.policy.encode(x[None])[0][index]
-        raw = self.policy.raw_from_embeddings(emb, times, latency)
-        return (raw, self.policy.raw_from_embeddings(emb, times, None)) if also_regular else raw
+                latency: torch.Tensor | None = None) -> torch.Tensor:
+        emb = self.policy.encode(x[None])[0]
+        return self.policy.raw_from_embeddings(emb[index], times, latency)
 
 
 class _NoWriter:
@@ -357,10 +354,6 @@ class Trainer:
         if world.active:  # also makes every rank start from rank 0's weights
             self.forward = data_parallel(self.forward, device)
         self.batch_rng: dict[str, Any] | None = None  # the RNG as the running batch began (replayed on resume)
-        self.anchor = None  # --regular-anchor: the --init checkpoint, frozen, whose answers latency 0 keeps
-        if opt.regular_anchor > 0:
-            self.anchor = policy_from_checkpoint(read_checkpoint(a.init), f"--init {a.init!r}").to(device).eval()
-            self.anchor.requires_grad_(False)
 
     def restore(self, ts: dict[str, Any]) -> None:
         """Continue a run from its last.pt: optimizer, schedule, counters and RNG as they were."""
@@ -437,18 +430,8 @@ class Trainer:
             share = sum(b - s for _, s, b in mine) / n * world.size  # DDP's mean over ranks -> the step's mean
             segments = mine or segments[:1]  # too few segments for every rank: compute one, weigh it 0
         x, index, times, target, latency = self.batch(segments, epoch)
-        index_t, times_t = torch.from_numpy(index).to(device), torch.from_numpy(times).to(device)
-        if self.anchor is None:
-            raw = self.forward(x, index_t, times_t, latency)
-        else:
-            raw, regular = self.forward(x, index_t, times_t, latency, also_regular=True)
+        raw = self.forward(x, torch.from_numpy(index).to(device), torch.from_numpy(times).to(device), latency)
         loss = loss_fn(self.policy, raw, torch.from_numpy(target).to(device), opt.loss, self.class_weight)
-        if self.anchor is not None:
-            with torch.no_grad():
-                kept = self.anchor.raw_from_embeddings(self.anchor.encode(x[None])[0][index_t], times_t)
-            told_zero = (latency == 0) if latency is not None else torch.ones(len(kept), dtype=torch.bool, device=device)
-            if told_zero.any():  # windows of episodes driven at regular timing: the states it should drive as before
-                loss = loss + opt.regular_anchor * F.mse_loss(regular[told_zero], kept[told_zero])
         if world.active:
             loss = loss * share
         self.optimizer.zero_grad(set_to_none=True)
