@@ -200,14 +200,20 @@ class EvalArgs:
     replay_max_offset: float = option(1.0,
         "with --replay: metres from the recorded driver's line beyond which the car is put back (an "
         "intervention; NVIDIA's rule is 1 m)", group="where it drives", metavar="M")
+    replay_reference: str = option("driver",
+        "with --replay: what the car's offset is measured from: driver (the recorded driver's line) or road (the "
+        "road's or lane's middle, measured on the recorded frames by envs/replay/road.py; docs/udacity.md)",
+        group="where it drives", metavar="driver|road")
 
     def validate(self) -> "EvalArgs":
         """Check and resolve every flag. With --replay before the recording is imported (replay_env), only the
         replay's own flags: the rest needs the env that the import makes."""
         if self.replay is not None and not self.env.startswith(REPLAY_PREFIX):
             return self._check_replay_flags()
-        if self.replay is None and (self.replay_span is not None or self.replay_max_offset != EvalArgs.replay_max_offset):
-            raise ValueError("--replay-span and --replay-max-offset are options of a --replay recording; give --replay REC")
+        if self.replay is None and (self.replay_span is not None or self.replay_max_offset != EvalArgs.replay_max_offset
+                                    or self.replay_reference != EvalArgs.replay_reference):
+            raise ValueError("--replay-span, --replay-max-offset and --replay-reference are options of a --replay "
+                             "recording; give --replay REC")
         if self.data_span is not None:
             if not self.data:
                 raise ValueError("--data-span is the scored part of recorded sessions; give --data REC")
@@ -292,6 +298,9 @@ class EvalArgs:
         parse_span(self.replay_span)
         if isinstance(self.replay_max_offset, bool) or not self.replay_max_offset > 0:
             raise ValueError(f"--replay-max-offset must be a distance > 0 in metres, got {self.replay_max_offset!r}")
+        from envs.replay.road import check_reference
+
+        check_reference(self.replay_reference, "--replay-reference")
         return self
 
     def _resolve_seeds(self, spec: Any) -> None:
@@ -331,7 +340,8 @@ class EvalArgs:
     def make_kwargs(self) -> dict[str, Any]:
         """The env options of the run beyond the spec's defaults: its scenes and the PI speed control."""
         return {**get_spec(self.env).scene(self.theme, self.condition), **({"pi_speed": True} if self.pi_speed else {}),
-                **({"span": self.replay_span, "max_offset": self.replay_max_offset} if self.replay else {})}
+                **({"span": self.replay_span, "max_offset": self.replay_max_offset,
+                    "reference": self.replay_reference} if self.replay else {})}
 
     @property
     def spared(self) -> tuple[int, ...]:
@@ -726,7 +736,9 @@ def _replay_meta(args: EvalArgs, spec: Any) -> dict[str, Any]:
             "geometry": spec.geometry.to_dict(),
             "intervention": f"more than {args.replay_max_offset:g} m from the recorded path or more than "
                             f"{math.degrees(DEFAULT_MAX_YAW_RAD):.0f} degrees off its direction (measured from the "
-                            "recorded driver's line, not the road's edges); the car is put back on the path",
+                            + ("recorded driver's line, not the road's edges" if args.replay_reference == "driver" else
+                               "road's middle measured on the recorded frames (envs/replay/road.py)")
+                            + "); the car is put back on the path",
             "straight": "straight_*: the always-straight driver on the same parts (the trivial reference)"}
 
 

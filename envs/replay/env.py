@@ -5,14 +5,17 @@ One episode replays one part of one recorded session (``ReplayEnv.reset(seed=k)`
 to the car's pose relative to the recorded path (``vehicle.PathVehicle``); the car moves at the recorded speed
 over the recorded time steps. When it is more than ``max_offset`` m from the recorded path (or points more than
 ``max_yaw`` off its direction) ``info["lane_departure"]`` is set, and evaluation puts it back on the path
-(``recenter``: an intervention). The limit is measured from the recorded driver's line, not from the road's edges.
+(``recenter``: an intervention). The limit is measured from the recorded driver's line (``reference="driver"``), or
+from the road's middle that road.py measures on the recorded frames (``reference="road"``: the car's offset from
+the driver's line minus the middle's; the intervention still puts it back on the driver's line).
 
 ``info`` holds what evaluation reads: ``privileged`` = [offset, yaw, recorded steering, speed] (what the path
 controller steers by), ``speed`` (m/s), ``cte`` / ``heading_error`` (the pose), ``time`` (the recorded timestamp,
 s from the part's start), ``progress`` (fraction of the part driven); the last step adds ``elapsed_s`` and the
 always-straight driver's interventions on the same part (``straight_interventions``), how many of the car's own
-interventions came after it drifted left of the driver's line (``interventions_left``: a driver who kept to one
-side of the road while the student keeps nearer its middle shows as drifts to one side), and ``path_trace``
+interventions came after it drifted left of the driver's line (``interventions_left``, left of the reference: a
+driver who kept to one side of the road while the student keeps nearer its middle shows as drifts to one side), and
+``path_trace``
 (per-step time, offset, yaw, recorded steering, speed, and the interventions) for the path plot.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.replay.camera import CameraGeometry, Reprojector
+from envs.replay.road import check_reference, part_middle
 from envs.replay.vehicle import (DEFAULT_MAX_OFFSET_M, DEFAULT_MAX_YAW_RAD, PathController, PathPose, PathVehicle,
                                  count_interventions)
 
@@ -52,8 +56,10 @@ class ReplayEnv(gym.Env):
 
     def __init__(self, dataset: Any, parts: list[ReplayPart], geometry: CameraGeometry, *,
                  max_offset: float = DEFAULT_MAX_OFFSET_M, max_yaw: float = DEFAULT_MAX_YAW_RAD,
-                 max_episode_steps: int | None = None, render_mode: str | None = None) -> None:
+                 max_episode_steps: int | None = None, render_mode: str | None = None,
+                 reference: str = "driver") -> None:
         self.dataset, self.parts, self.geometry = dataset, parts, geometry
+        self.reference = check_reference(reference, "the replay's reference")
         self.max_offset, self.max_yaw = float(max_offset), float(max_yaw)
         self.max_steps = max_episode_steps
         self.render_mode = render_mode
@@ -82,9 +88,13 @@ class ReplayEnv(gym.Env):
         self._raw = None if self._jpeg is not None else self.dataset.load(part.episode, keys="frames")["frames"]
         self._start = part.start
         self._limit = part.length if self.max_steps is None else min(part.length, self.max_steps)
+        # where the offset is measured from, per frame: the driver's line (0), or the road's middle (m right of it)
+        self._middle = (part_middle(self.dataset, part.episode, slice(part.start, part.stop), self.geometry)
+                        if self.reference == "road" else np.zeros(part.length))
         straight = np.zeros(self._limit)
         self._straight = count_interventions(self.vehicle, straight, self._steer[:self._limit], self._speed[:self._limit],
-                                             self._dt[:self._limit], self.max_offset, self.max_yaw)
+                                             self._dt[:self._limit], self.max_offset, self.max_yaw,
+                                             self._middle[:self._limit])
 
     def recorded_frame(self, k: int) -> np.ndarray:
         """The recorded center frame of step k of the current part (uint8 RGB)."""
@@ -98,7 +108,7 @@ class ReplayEnv(gym.Env):
         self._load(int(seed or 0))
         self._k, self._pose, self._distance = 0, PathPose(), 0.0
         self._interventions: list[int] = []
-        self._left = 0  # interventions after a drift left of the driver's line
+        self._left = 0  # interventions after a drift left of the reference
         self._trace: list[tuple[float, float, float, float, float]] = []
         return self._observe(), self._info()
 
@@ -118,7 +128,7 @@ class ReplayEnv(gym.Env):
     def recenter(self) -> tuple[np.ndarray, dict[str, Any]]:
         """An intervention: the car is put back on the recorded path, aligned with it."""
         self._interventions.append(self._k)
-        self._left += int(self._pose.offset < 0)  # + offset: right of the path
+        self._left += int(self._pose.offset < self._middle[self._k])  # + offset: right of the path
         self._pose = self._pose.back_on_path()
         return self._observe(), self._info()
 
@@ -137,7 +147,7 @@ class ReplayEnv(gym.Env):
             "speed": float(self._speed[k]), "cte": float(p.offset), "heading_error": float(p.yaw),
             "recorded_steer": float(self._steer[k]), "time": float(self._time[k]),
             "progress": (k + 1) / self._limit if final else k / self._limit, "distance": self._distance,
-            "lane_departure": p.off_path(self.max_offset, self.max_yaw),
+            "lane_departure": p.off_path(self.max_offset, self.max_yaw, float(self._middle[k])),
         }
         if final:
             info["elapsed_s"] = float(np.sum(self._dt[:self._limit]))

@@ -143,6 +143,9 @@ def test_the_replay_env_is_a_gym_env_with_the_recorded_time(drive):
     (["--replay", "{drive}", "--data", "{drive}", "--expert-drives"], "give one of them"),
     (["--replay", "{drive}", "--seed", "1", "--episodes", "1", "--expert-drives"], "has 1 part(s)"),
     (["--replay", "{drive}", "--expert-drives", "--expert", "checkpoints/expert_udacity.zip"], "built in"),
+    (["--replay", "{drive}", "--replay-reference", "lane", "--expert-drives"],
+     "--replay-reference must be one of driver, road"),
+    (["--replay-reference", "road"], "options of a --replay recording"),
 ])
 def test_bad_replay_flags_are_one_line_errors(drive, tmp_path, capsys, argv, needle):
     argv = [a.replace("{drive}", str(drive)) for a in argv]
@@ -212,6 +215,49 @@ def test_a_wider_intervention_limit_counts_fewer_interventions(drive):
         counts.append((len(env._interventions), info["straight_interventions"]))
     assert [c[0] for c in counts] == [c[1] for c in counts], "a straight driver's replay matches the reference count"
     assert counts[0][0] > counts[1][0] >= counts[2][0]
+
+
+def _drive_steady(env, steer):
+    """Steer ``steer`` through the whole part, put back at every intervention as evaluation does."""
+    env.reset(seed=0)
+    for _ in range(STEPS):
+        *_, truncated, info = env.step(np.full(1, steer, np.float32))
+        if truncated:
+            break
+        if info["lane_departure"]:
+            env.recenter()
+    return list(env._interventions), info["interventions_left"], info["straight_interventions"]
+
+
+def test_the_driver_reference_is_the_rule_of_old_and_the_road_reference_moves_the_limit(drive, monkeypatch):
+    """reference="driver" (the default) counts exactly what the replay always counted; "road" measures from the
+    middle road.py measured (here replaced by known ones): a middle of 0 is the driver's line, a middle left of the
+    driver lets a car that drifts left go further, and always-straight's count follows the same reference."""
+    import envs.replay.env as replay_env
+
+    spec = get_spec("replay:" + str(drive.resolve()))
+    default = _drive_steady(spec.make(), -0.15)
+    assert _drive_steady(spec.make(reference="driver"), -0.15) == default and len(default[0]) >= 2
+    monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.zeros(rows.stop - rows.start))
+    assert _drive_steady(spec.make(reference="road"), -0.15) == default
+    monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -0.6))
+    road = _drive_steady(spec.make(reference="road"), -0.15)
+    assert len(road[0]) < len(default[0]) and road[0][0] > default[0][0]
+    wavy = lambda ds, episode, rows, geometry: 0.8 * np.sin(np.arange(rows.stop - rows.start) / 7.0)
+    monkeypatch.setattr(replay_env, "part_middle", wavy)
+    interventions, _, straight = _drive_steady(spec.make(reference="road"), 0.0)
+    assert len(interventions) == straight  # the env's always-straight drive and the frame-free count agree
+    with pytest.raises(ValueError, match="reference must be one of driver, road"):
+        spec.make(reference="lane")
+
+
+def test_the_road_reference_runs_end_to_end_and_says_so(drive, tmp_path):
+    """The expert drove the middle of this project's road: measured from the road's middle it still needs none."""
+    results = evaluate(EvalArgs(replay=str(drive), expert_drives=True, out=str(tmp_path / "road"), workers=1,
+                                video_episodes=0, progress=False, tensorboard=False, replay_reference="road"))
+    assert results["expert"]["total_interventions"] == 0
+    saved = json.loads((tmp_path / "road" / "metrics.json").read_text())
+    assert "road's middle" in saved["replay"]["intervention"] and saved["reference"] == "road"
 
 
 @pytest.mark.parametrize("steer, left", [(-1.0, True), (1.0, False)])
