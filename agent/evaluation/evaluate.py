@@ -201,9 +201,10 @@ class EvalArgs:
         "with --replay: metres from the recorded driver's line beyond which the car is put back (an "
         "intervention; NVIDIA's rule is 1 m)", group="where it drives", metavar="M")
     replay_reference: str = option("driver",
-        "with --replay: what the car's offset is measured from: driver (the recorded driver's line) or road (the "
-        "road's or lane's middle, measured on the recorded frames by envs/replay/road.py; docs/udacity.md)",
-        group="where it drives", metavar="driver|road")
+        "with --replay: where the car may be: driver (within --replay-max-offset of the recorded driver's line) or "
+        "driver-or-middle (within it of that line or of the road's or lane's middle, measured on the recorded "
+        "frames by envs/replay/road.py: a student keeping the middle behind a driver who kept to one side is not "
+        "counted off; docs/udacity.md)", group="where it drives", metavar="driver|driver-or-middle")
 
     def validate(self) -> "EvalArgs":
         """Check and resolve every flag. With --replay before the recording is imported (replay_env), only the
@@ -737,7 +738,8 @@ def _replay_meta(args: EvalArgs, spec: Any) -> dict[str, Any]:
             "intervention": f"more than {args.replay_max_offset:g} m from the recorded path or more than "
                             f"{math.degrees(DEFAULT_MAX_YAW_RAD):.0f} degrees off its direction (measured from the "
                             + ("recorded driver's line, not the road's edges" if args.replay_reference == "driver" else
-                               "road's middle measured on the recorded frames (envs/replay/road.py)")
+                               "recorded driver's line and from the road's middle measured on the recorded frames, "
+                               "envs/replay/road.py: off when beyond both")
                             + "); the car is put back on the path",
             "straight": "straight_*: the always-straight driver on the same parts (the trivial reference)"}
 

@@ -5,15 +5,16 @@ One episode replays one part of one recorded session (``ReplayEnv.reset(seed=k)`
 to the car's pose relative to the recorded path (``vehicle.PathVehicle``); the car moves at the recorded speed
 over the recorded time steps. When it is more than ``max_offset`` m from the recorded path (or points more than
 ``max_yaw`` off its direction) ``info["lane_departure"]`` is set, and evaluation puts it back on the path
-(``recenter``: an intervention). The limit is measured from the recorded driver's line (``reference="driver"``), or
-from the road's middle that road.py measures on the recorded frames (``reference="road"``: the car's offset from
-the driver's line minus the middle's; the intervention still puts it back on the driver's line).
+(``recenter``: an intervention). The limit is measured from the recorded driver's line (``reference="driver"``),
+or from that line and from the road's middle that road.py measures on the recorded frames, the car off only when
+beyond the limit of both (``reference="driver-or-middle"``: a student that keeps the middle behind a driver who
+kept to one side is not counted off; the intervention still puts it back on the driver's line).
 
 ``info`` holds what evaluation reads: ``privileged`` = [offset, yaw, recorded steering, speed] (what the path
 controller steers by), ``speed`` (m/s), ``cte`` / ``heading_error`` (the pose), ``time`` (the recorded timestamp,
 s from the part's start), ``progress`` (fraction of the part driven); the last step adds ``elapsed_s`` and the
 always-straight driver's interventions on the same part (``straight_interventions``), how many of the car's own
-interventions came after it drifted left of the driver's line (``interventions_left``, left of the reference: a
+interventions came after it drifted left of the driver's line (``interventions_left``: a
 driver who kept to one side of the road while the student keeps nearer its middle shows as drifts to one side), and
 ``path_trace``
 (per-step time, offset, yaw, recorded steering, speed, and the interventions) for the path plot.
@@ -88,13 +89,13 @@ class ReplayEnv(gym.Env):
         self._raw = None if self._jpeg is not None else self.dataset.load(part.episode, keys="frames")["frames"]
         self._start = part.start
         self._limit = part.length if self.max_steps is None else min(part.length, self.max_steps)
-        # where the offset is measured from, per frame: the driver's line (0), or the road's middle (m right of it)
+        # the road's middle per frame, m right of the driver's line (driver-or-middle only)
         self._middle = (part_middle(self.dataset, part.episode, slice(part.start, part.stop), self.geometry)
-                        if self.reference == "road" else np.zeros(part.length))
+                        if self.reference == "driver-or-middle" else None)
         straight = np.zeros(self._limit)
         self._straight = count_interventions(self.vehicle, straight, self._steer[:self._limit], self._speed[:self._limit],
                                              self._dt[:self._limit], self.max_offset, self.max_yaw,
-                                             self._middle[:self._limit])
+                                             None if self._middle is None else self._middle[:self._limit])
 
     def recorded_frame(self, k: int) -> np.ndarray:
         """The recorded center frame of step k of the current part (uint8 RGB)."""
@@ -108,7 +109,7 @@ class ReplayEnv(gym.Env):
         self._load(int(seed or 0))
         self._k, self._pose, self._distance = 0, PathPose(), 0.0
         self._interventions: list[int] = []
-        self._left = 0  # interventions after a drift left of the reference
+        self._left = 0  # interventions after a drift left of the driver's line
         self._trace: list[tuple[float, float, float, float, float]] = []
         return self._observe(), self._info()
 
@@ -128,7 +129,7 @@ class ReplayEnv(gym.Env):
     def recenter(self) -> tuple[np.ndarray, dict[str, Any]]:
         """An intervention: the car is put back on the recorded path, aligned with it."""
         self._interventions.append(self._k)
-        self._left += int(self._pose.offset < self._middle[self._k])  # + offset: right of the path
+        self._left += int(self._pose.offset < 0)  # + offset: right of the path
         self._pose = self._pose.back_on_path()
         return self._observe(), self._info()
 
@@ -147,7 +148,8 @@ class ReplayEnv(gym.Env):
             "speed": float(self._speed[k]), "cte": float(p.offset), "heading_error": float(p.yaw),
             "recorded_steer": float(self._steer[k]), "time": float(self._time[k]),
             "progress": (k + 1) / self._limit if final else k / self._limit, "distance": self._distance,
-            "lane_departure": p.off_path(self.max_offset, self.max_yaw, float(self._middle[k])),
+            "lane_departure": p.off_path(self.max_offset, self.max_yaw,
+                                         None if self._middle is None else float(self._middle[k])),
         }
         if final:
             info["elapsed_s"] = float(np.sum(self._dt[:self._limit]))

@@ -4,7 +4,7 @@ car, measured on each recorded center frame from the painted lines and road boun
 Why: the replay counts an intervention when the car is more than ``max_offset`` from the DRIVER'S line, because a
 recording has no map; NVIDIA counts one when the car leaves the LANE'S centre by more than 1 m. A driver who
 keeps to one side makes a student that keeps the middle look like it drifts. With the middle measured here, the
-replay can judge the car's offset from the middle instead (``ReplayEnv(reference="road")``).
+replay lets the car be near the driver's line or near the middle (``ReplayEnv(reference="driver-or-middle")``).
 
 How, per frame (a few ms):
 
@@ -232,7 +232,7 @@ def _frames(dataset: Any, episode: int, key: str) -> Any:
     return frames if frames is not None else dataset.load(episode, keys=key)[key]
 
 
-REFERENCES = ("driver", "road")  # what a replay measures the car's offset from (ReplayEnv's reference)
+REFERENCES = ("driver", "driver-or-middle")  # where a replay lets the car be (ReplayEnv's reference)
 
 
 def check_reference(reference: str, flag: str = "reference") -> str:

@@ -34,10 +34,12 @@ class PathPose:
     wheel: float = 0.0  # the car's wheel angle, rad
     wheel_rec: float = 0.0  # the recording's wheel angle, rad
 
-    def off_path(self, max_offset: float, max_yaw: float, reference: float = 0.0) -> bool:
-        """Far enough off the recorded path for an intervention; ``reference``: where the offset is measured
-        from, m right of the path (0: the path itself; the road's middle with ReplayEnv(reference="road"))."""
-        return abs(self.offset - reference) > max_offset or abs(self.yaw) > max_yaw
+    def off_path(self, max_offset: float, max_yaw: float, middle: float | None = None) -> bool:
+        """Far enough off for an intervention: beyond ``max_offset`` of the recorded path and, given the road's
+        ``middle`` (m right of the path), of that too: keeping the middle behind a driver who kept to one side
+        is driving the road as well (ReplayEnv(reference="driver-or-middle"))."""
+        far = abs(self.offset) > max_offset and (middle is None or abs(self.offset - middle) > max_offset)
+        return far or abs(self.yaw) > max_yaw
 
     def back_on_path(self) -> "PathPose":
         """After an intervention: on the path, aligned with it, the wheel where the recording's is."""
@@ -79,16 +81,15 @@ class PathVehicle:
 
 
 def count_interventions(vehicle: PathVehicle, steer: np.ndarray, steer_rec: np.ndarray, speed: np.ndarray,
-                        dt: np.ndarray, max_offset: float, max_yaw: float, reference: np.ndarray | None = None) -> int:
+                        dt: np.ndarray, max_offset: float, max_yaw: float, middle: np.ndarray | None = None) -> int:
     """Interventions of a driver whose steering is known in advance (always-straight): no frames needed.
-    ``reference``: per frame, where the offset is measured from (PathPose.off_path); after step j the car is at
-    frame j + 1 (the last frame stays), as in the env."""
+    ``middle``: per frame, the road's middle (PathPose.off_path); after step j the car is at frame j + 1 (the last
+    frame stays), as in the env."""
     pose, n = PathPose(), 0
     last = len(steer) - 1
     for j, (a, r, v, h) in enumerate(zip(steer, steer_rec, speed, dt)):
         pose = vehicle.step(pose, float(a), float(r), float(v), float(h))
-        ref = 0.0 if reference is None else float(reference[min(j + 1, last)])
-        if pose.off_path(max_offset, max_yaw, ref):
+        if pose.off_path(max_offset, max_yaw, None if middle is None else float(middle[min(j + 1, last)])):
             pose, n = pose.back_on_path(), n + 1
     return n
 

@@ -144,8 +144,8 @@ def test_the_replay_env_is_a_gym_env_with_the_recorded_time(drive):
     (["--replay", "{drive}", "--seed", "1", "--episodes", "1", "--expert-drives"], "has 1 part(s)"),
     (["--replay", "{drive}", "--expert-drives", "--expert", "checkpoints/expert_udacity.zip"], "built in"),
     (["--replay", "{drive}", "--replay-reference", "lane", "--expert-drives"],
-     "--replay-reference must be one of driver, road"),
-    (["--replay-reference", "road"], "options of a --replay recording"),
+     "--replay-reference must be one of driver, driver-or-middle"),
+    (["--replay-reference", "driver-or-middle"], "options of a --replay recording"),
 ])
 def test_bad_replay_flags_are_one_line_errors(drive, tmp_path, capsys, argv, needle):
     argv = [a.replace("{drive}", str(drive)) for a in argv]
@@ -229,35 +229,39 @@ def _drive_steady(env, steer):
     return list(env._interventions), info["interventions_left"], info["straight_interventions"]
 
 
-def test_the_driver_reference_is_the_rule_of_old_and_the_road_reference_moves_the_limit(drive, monkeypatch):
-    """reference="driver" (the default) counts exactly what the replay always counted; "road" measures from the
-    middle road.py measured (here replaced by known ones): a middle of 0 is the driver's line, a middle left of the
-    driver lets a car that drifts left go further, and always-straight's count follows the same reference."""
+def test_the_driver_reference_is_the_rule_of_old_and_the_middle_widens_where_the_car_may_be(drive, monkeypatch):
+    """reference="driver" (the default) counts exactly what the replay always counted; "driver-or-middle" also
+    lets the car be near the middle road.py measured (here replaced by known ones): a middle of 0 is the driver's
+    line, a middle left of the driver lets a car that drifts left go further, a middle further than the car ever
+    gets changes nothing, and always-straight's count follows the same rule."""
     import envs.replay.env as replay_env
 
     spec = get_spec("replay:" + str(drive.resolve()))
     default = _drive_steady(spec.make(), -0.15)
     assert _drive_steady(spec.make(reference="driver"), -0.15) == default and len(default[0]) >= 2
     monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.zeros(rows.stop - rows.start))
-    assert _drive_steady(spec.make(reference="road"), -0.15) == default
+    assert _drive_steady(spec.make(reference="driver-or-middle"), -0.15) == default
     monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -0.6))
-    road = _drive_steady(spec.make(reference="road"), -0.15)
-    assert len(road[0]) < len(default[0]) and road[0][0] > default[0][0]
+    middle_left = _drive_steady(spec.make(reference="driver-or-middle"), -0.15)
+    assert len(middle_left[0]) < len(default[0]) and middle_left[0][0] > default[0][0]
+    monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -5.0))
+    assert _drive_steady(spec.make(reference="driver-or-middle"), -0.15) == default
     wavy = lambda ds, episode, rows, geometry: 0.8 * np.sin(np.arange(rows.stop - rows.start) / 7.0)
     monkeypatch.setattr(replay_env, "part_middle", wavy)
-    interventions, _, straight = _drive_steady(spec.make(reference="road"), 0.0)
+    interventions, _, straight = _drive_steady(spec.make(reference="driver-or-middle"), 0.0)
     assert len(interventions) == straight  # the env's always-straight drive and the frame-free count agree
-    with pytest.raises(ValueError, match="reference must be one of driver, road"):
+    with pytest.raises(ValueError, match="reference must be one of driver, driver-or-middle"):
         spec.make(reference="lane")
 
 
-def test_the_road_reference_runs_end_to_end_and_says_so(drive, tmp_path):
-    """The expert drove the middle of this project's road: measured from the road's middle it still needs none."""
+def test_the_middle_reference_runs_end_to_end_and_says_so(drive, tmp_path):
+    """The recorded steering never leaves the driver's line, so it needs no intervention whatever the middle."""
     results = evaluate(EvalArgs(replay=str(drive), expert_drives=True, out=str(tmp_path / "road"), workers=1,
-                                video_episodes=0, progress=False, tensorboard=False, replay_reference="road"))
+                                video_episodes=0, progress=False, tensorboard=False,
+                                replay_reference="driver-or-middle"))
     assert results["expert"]["total_interventions"] == 0
     saved = json.loads((tmp_path / "road" / "metrics.json").read_text())
-    assert "road's middle" in saved["replay"]["intervention"] and saved["reference"] == "road"
+    assert "road's middle" in saved["replay"]["intervention"] and saved["reference"] == "driver-or-middle"
 
 
 @pytest.mark.parametrize("steer, left", [(-1.0, True), (1.0, False)])
