@@ -29,6 +29,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from common.checks import is_int
 from common.stops import stop_handler
 
 MAX_WORKERS = 8  # the default's cap: past this, the machine's memory and disk, not cores, set the pace
@@ -59,7 +60,7 @@ def default_workers(tasks: int, threads: int = 1, cap: int = MAX_WORKERS) -> int
 
 
 def check_workers(workers: Any, flag: str = "--workers") -> int:
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if not is_int(workers, 1):
         raise ValueError(f"{flag} must be an integer >= 1 (processes running episodes), got {workers!r}")
     return workers
 

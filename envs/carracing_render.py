@@ -40,6 +40,8 @@ from gymnasium.envs.box2d.car_racing import (
     ZOOM,
 )
 
+from common.checks import is_int
+
 RENDERERS: tuple[str, ...] = ("pygame", "fast")
 LAYERS: tuple[str, ...] = ("grass", "road", "car", "indicators", "score")
 _ALL = frozenset(LAYERS)
@@ -235,7 +237,7 @@ class FastRenderer:
 
     def __init__(self, supersample: int = 2, car_supersample: int = 4) -> None:
         for name, value in (("supersample", supersample), ("car_supersample", car_supersample)):
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 8:
+            if not is_int(value, 1, 8):
                 raise ValueError(f"{name} must be an int in [1, 8], got {value!r}")
         self.supersample = supersample
         self.car_supersample = car_supersample

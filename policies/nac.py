@@ -113,6 +113,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.checks import is_int
 from policies import nac_native
 from policies.wiring import backbone_masks, backbone_sizes, check_sparsity, sensory_mask
 
@@ -153,7 +154,7 @@ class NACConfig:
     def validate(self) -> None:
         def positive_int(name: str) -> None:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
 
         for name in ("input_dim", "d_model", "num_heads", "topk", "euler_steps"):

@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.checks import is_int
 from common.files import atomic_write
 from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_temperature
 from policies.cores import CORES, build_core
@@ -108,7 +109,7 @@ class PolicyConfig:
             raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
         for name in ("window", "frame_stride", "feature_dim"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if len(self.image_size) != 2 or min(self.image_size) < 1:
             raise ValueError(f"image_size must be [height, width], got {self.image_size!r}")

@@ -11,6 +11,8 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
+from common.checks import is_int
+
 JPEG_SUFFIX = "__jpeg"
 OFFSETS_SUFFIX = "__jpeg_offsets"
 # Quality for first-person camera frames, three 160x320 cameras per step: 33-37 MB per 1000 steps at a
@@ -71,7 +73,7 @@ def _decode_jpeg(buf: np.ndarray, channels: int) -> np.ndarray | None:
 
 def check_jpeg_quality(quality: Any) -> int:
     """The quality as an int, or a ValueError naming the argument (JPEG qualities are 1..100)."""
-    if isinstance(quality, bool) or not isinstance(quality, (int, np.integer)) or not 1 <= quality <= 100:
+    if not is_int(quality, 1, 100):
         raise ValueError(f"jpeg_quality must be an integer in [1, 100], got {quality!r}")
     return int(quality)
 

@@ -66,6 +66,7 @@ from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
 from agent.runtime import show_progress
 from agent.workers import MAX_WORKERS, EpisodePool, check_workers, default_workers, warm_up
+from common.checks import is_int
 from common.cli import option
 from common.files import atomic_write_text, write_json
 from common.stops import stop_handled
@@ -236,7 +237,7 @@ class EvalArgs:
             raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
         for name, low in (("episodes", 1), ("max_steps", 1), ("video_episodes", 0), ("threads", 1), ("seed", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            if not is_int(value, low):
                 raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
         if self.saliency_method not in vid.SALIENCY_METHODS:
             raise ValueError(f"--saliency-method must be one of {vid.SALIENCY_METHODS}, got {self.saliency_method!r}")
@@ -274,8 +275,7 @@ class EvalArgs:
         if self.pi_speed and (self.expert_drives or self.with_expert):
             raise ValueError("--pi-speed drives steering-only students; the expert drives with throttle (drop "
                              "--expert-drives / --with-expert, or --pi-speed)")
-        if self.told_latency_steps is not None and (isinstance(self.told_latency_steps, bool)
-                                                    or not 0 <= self.told_latency_steps <= 10_000):
+        if self.told_latency_steps is not None and not is_int(self.told_latency_steps, 0, 10_000):
             raise ValueError(f"--told-latency-steps must be an integer in [0, 10000], got {self.told_latency_steps!r}")
         timing = self.timing.check(self.max_steps)
         if self.data and not timing.regular:
@@ -319,7 +319,7 @@ class EvalArgs:
 
             raise ValueError(f"--replay {self.replay!r} has no session of at least {MIN_PART_FRAMES} frames in the span "
                              f"{self.replay_span or '0:1'}")
-        if isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.episodes is None:
+        if is_int(self.seed) and self.episodes is None:
             self.episodes = max(parts - self.seed, 0)
         if isinstance(self.episodes, int) and isinstance(self.seed, int) and self.seed + self.episodes > parts:
             raise ValueError(f"--replay {self.replay!r} has {parts} part(s) (seeds 0..{parts - 1}); --seed {self.seed} "

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from common.checks import is_int
+
 STREAM = 22  # the timing generator's stream constant: np.random.default_rng([STREAM, track seed])
 
 
@@ -64,7 +66,7 @@ class TimingConditions:
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:  # NaN fails too
             raise ValueError(f"--drop-prob must be a probability in [0, 1), got {p!r}")
         d = self.latency_steps
-        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+        if not is_int(d, 0):
             raise ValueError(f"--latency-steps must be an integer >= 0, got {d!r}")
         if d >= max_steps:
             raise ValueError(f"--latency-steps {d} leaves no step of a {max_steps}-step episode to the policy "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.runtime import cli_exit_code
+from common.checks import is_int
 from common.cli import flag_of, option, parse
 from common.files import write_json
 from envs.registry import get_spec
@@ -127,10 +128,9 @@ class Lineage:
         if self.recording and not Path(self.recording).is_dir():
             raise ValueError(f"--recording {self.recording!r} is not a folder (a simulator recording with "
                              "driving_log.csv, or its imported dataset)")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if not is_int(self.seed, 0):
             raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
-        if self.rounds is not None and (isinstance(self.rounds, bool) or not isinstance(self.rounds, int)
-                                        or self.rounds < 1):
+        if self.rounds is not None and not is_int(self.rounds, 1):
             raise ValueError(f"--rounds must be an integer >= 1, got {self.rounds!r}")
         from agent.training.config import parse_policy_spec
 

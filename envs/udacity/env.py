@@ -40,6 +40,7 @@ import cv2
 import gymnasium as gym
 import numpy as np
 
+from common.checks import is_int
 from envs import privileged
 
 from .camera import CAMERAS, FRAME_H, FRAME_W, Renderer
@@ -206,9 +207,9 @@ class UdacityStyleEnv(gym.Env):
         self.cameras = _check_cameras(cameras)
         if target_speed is not None and not (isinstance(target_speed, (int, float)) and 0 < target_speed <= 25):
             raise ValueError(f"target_speed must be None (theme default) or in (0, 25] m/s, got {target_speed!r}")
-        if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps <= 0:
+        if not is_int(max_episode_steps, 1):
             raise ValueError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
-        if max_laps is not None and (isinstance(max_laps, bool) or not isinstance(max_laps, int) or max_laps <= 0):
+        if max_laps is not None and not is_int(max_laps, 1):
             raise ValueError(f"max_laps must be None or a positive int, got {max_laps!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
