@@ -364,5 +364,6 @@ def test_a_latency_aware_student_is_told_the_latency_or_the_belief_given(tiny, t
     told.clear()
     evaluate(_args(tmp_path / "wrong", checkpoint=[str(clock)], latency_steps=3, told_latency_steps=0))
     assert set(told) == {0.0}
-    with pytest.raises(ValueError, match="--told-latency-steps must be an integer"):
-        EvalArgs(told_latency_steps=-1).validate()
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="--told-latency-steps must be an integer"):
+            EvalArgs(told_latency_steps=bad).validate()
