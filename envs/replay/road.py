@@ -24,14 +24,13 @@ On the two-lane jungle track, driven in its right lane, the nearest line on the 
 the "middle" is the lane's middle. Over time (``smooth_middle``): a running median, interpolation over short
 gaps, and the driver's own line (middle 0) where nothing is known for longer.
 
-``python -m envs.replay.road REC [REC ...]`` validates the estimate on recordings (coverage, the side cameras'
+``python -m benchmarks.road_middle REC [REC ...]`` validates the estimate on recordings (coverage, the side cameras'
 known offsets, the width along the track): docs/udacity.md says what it showed.
 """
 from __future__ import annotations
 
 import functools
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -227,7 +226,8 @@ def measure_frames(estimator: RoadEstimator, frames: Any, rows: Sequence[int]) -
     return out
 
 
-def _frames(dataset: Any, episode: int, key: str) -> Any:
+def frames_of(dataset: Any, episode: int, key: str) -> Any:
+    """One camera's frames of a dataset episode, decoded on demand where they are stored as JPEG."""
     frames = dataset.jpeg_frames(episode, key)
     return frames if frames is not None else dataset.load(episode, keys=key)[key]
 
@@ -262,93 +262,5 @@ def episode_middle(dataset: Any, episode: int, geometry: CameraGeometry, rows: s
     """The middle (m, + right of the driver) the replay uses at each center frame of ``rows`` of a dataset
     episode: measured, the implausible widths dropped, smoothed and filled (``smooth_middle``)."""
     est = estimator or RoadEstimator(geometry)
-    readings = measure_frames(est, _frames(dataset, episode, "frames"), range(rows.start, rows.stop))
+    readings = measure_frames(est, frames_of(dataset, episode, "frames"), range(rows.start, rows.stop))
     return smooth_middle(plausible(readings)[:, 0])
-
-
-# -- validation ---------------------------------------------------------------------------------------------------
-def validate(dataset: Any, geometry: CameraGeometry, span: tuple[float, float] = (0.0, 1.0)) -> dict[str, Any]:
-    """Coverage, side-camera consistency and width of the estimate over ``span`` of every session of a dataset."""
-    from envs.replay.spec import span_slice
-
-    est = RoadEstimator(geometry)
-    cams = ("frames", "frames_left", "frames_right")
-    raw: dict[str, list[np.ndarray]] = {k: [] for k in cams}
-    smooth: dict[str, list[np.ndarray]] = {k: [] for k in cams}
-    for i in range(len(dataset)):
-        rows = span_slice(span, int(dataset.episodes[i]["length"]))
-        for key in cams:
-            readings = plausible(measure_frames(est, _frames(dataset, i, key), range(rows.start, rows.stop)))
-            raw[key].append(readings)
-            smooth[key].append(smooth_middle(readings[:, 0]))
-    c, left, right = (np.concatenate(raw[k]) for k in cams)
-    sc, sleft, sright = (np.concatenate(smooth[k]) for k in cams)
-    known = np.isfinite(c[:, 0])
-    out: dict[str, Any] = {"frames": len(c), "coverage": float(np.mean(known)),
-                           "filled": float(np.mean(sc != 0.0))}
-    if known.any():
-        w = c[known, 1]
-        out["width"] = {q: float(np.percentile(w, p)) for q, p in (("q10", 10), ("q25", 25), ("median", 50),
-                                                                  ("q75", 75), ("q90", 90))}
-        out["middle"] = {"median": float(np.median(c[known, 0])), "mean_abs": float(np.mean(np.abs(c[known, 0]))),
-                         "right_of_middle": float(np.mean(c[known, 0] < 0))}
-    for name, side, smooth_side, sign in (("left", left, sleft, -1.0), ("right", right, sright, 1.0)):
-        both = known & np.isfinite(side[:, 0])
-        # the middle seen from a camera d right of the center one lies d further left: center - side = sign * d
-        shift = sign * (c[both, 0] - side[both, 0])
-        filled = (sc != 0.0) & (smooth_side != 0.0)
-        smooth_shift = sign * (sc[filled] - smooth_side[filled])
-        out[name] = {"pairs": int(both.sum()), "smoothed_pairs": int(filled.sum())}
-        if both.any():
-            out[name].update(median_shift_m=float(np.median(shift)), **{
-                f"abs_err_{d:g}": float(np.median(np.abs(shift - d))) for d in (geometry.side_offset_m, MEASURED_SIDE_M)},
-                gross=float(np.mean(np.abs(shift - MEASURED_SIDE_M) > 0.5)))
-        if filled.any():
-            out[name].update(smoothed_abs_err=float(np.median(np.abs(smooth_shift - MEASURED_SIDE_M))),
-                             smoothed_gross=float(np.mean(np.abs(smooth_shift - MEASURED_SIDE_M) > 0.5)))
-    return out
-
-
-def report(name: str, r: dict[str, Any]) -> str:
-    lines = [f"{name}: {r['frames']} center frames, measured on {100 * r['coverage']:.1f} %, "
-             f"known after smoothing and filling {100 * r['filled']:.1f} %"]
-    if "width" in r:
-        w, m = r["width"], r["middle"]
-        lines.append(f"  width m: median {w['median']:.2f}, quartiles {w['q25']:.2f}-{w['q75']:.2f}, "
-                     f"10-90 % {w['q10']:.2f}-{w['q90']:.2f}; middle m: median {m['median']:+.2f}, "
-                     f"mean |.| {m['mean_abs']:.2f}, driver right of the middle on {100 * m['right_of_middle']:.0f} %")
-    for side in ("left", "right"):
-        s = r[side]
-        if s["pairs"]:
-            lines.append(f"  {side} camera: {s['pairs']} frames with both measured: center - {side} = "
-                         f"{s['median_shift_m']:.2f} m (median); median abs error against 0.81 m "
-                         f"{s['abs_err_0.81']:.2f}, against {MEASURED_SIDE_M} m {s[f'abs_err_{MEASURED_SIDE_M:g}']:.2f}; "
-                         f"off by > 0.5 m on {100 * s['gross']:.1f} %")
-        if s["smoothed_pairs"]:
-            lines.append(f"    smoothed series ({s['smoothed_pairs']} frames): median abs error {s['smoothed_abs_err']:.2f},"
-                         f" off by > 0.5 m on {100 * s['smoothed_gross']:.1f} %")
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
-    from agent.data.dataset import open_dataset
-    from envs.replay.spec import geometry_of, parse_span
-
-    p = argparse.ArgumentParser(prog="python -m envs.replay.road", description=__doc__.split("\n\n")[0])
-    p.add_argument("dataset", nargs="+", help="imported recordings (dataset folders with frames_left / _right)")
-    p.add_argument("--span", default=None, help="A:B, the part of every session measured (default 0:1)")
-    a = p.parse_args(argv)
-    try:
-        for folder in a.dataset:
-            ds = open_dataset(folder)
-            print(report(folder, validate(ds, geometry_of(ds), parse_span(a.span, "--span"))), flush=True)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

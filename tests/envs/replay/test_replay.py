@@ -409,3 +409,16 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_road_middle_benchmark_reports_a_drive_and_refuses_a_missing_folder(drive, capsys):
+    """`python -m benchmarks.road_middle`: coverage and side-camera agreement on a recorded drive, one-line error
+    for a folder that is not there."""
+    from benchmarks import road_middle
+
+    assert road_middle.main([str(drive)]) == 0
+    out = capsys.readouterr().out
+    assert "center frames, measured on" in out and "left camera" in out
+    assert road_middle.main([str(drive.parent / "missing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "does not exist" in err and "\n" not in err

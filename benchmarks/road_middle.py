@@ -1,0 +1,102 @@
+"""How well envs/replay/road.py measures the road's middle on a recording, checked against what is known: the
+side cameras sit a fixed offset left and right of the center one, so the middle each of them sees must lie that
+offset from the center camera's; the road's width must stay steady along a track; and how much of it is measured
+at all. docs/udacity.md and docs/results.md give what it showed on five public recordings.
+
+    python -m benchmarks.road_middle REC [REC ...] [--span A:B]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+from agent.data.dataset import open_dataset
+from benchmarks import run_main
+from envs.replay.camera import CameraGeometry
+from envs.replay.road import MEASURED_SIDE_M, RoadEstimator, frames_of, measure_frames, plausible, smooth_middle
+from envs.replay.spec import geometry_of, parse_span, span_slice
+
+
+def validate(dataset: Any, geometry: CameraGeometry, span: tuple[float, float] = (0.0, 1.0)) -> dict[str, Any]:
+    """Coverage, side-camera consistency and width of the estimate over ``span`` of every session of a dataset."""
+    est = RoadEstimator(geometry)
+    cams = ("frames", "frames_left", "frames_right")
+    raw: dict[str, list[np.ndarray]] = {k: [] for k in cams}
+    smooth: dict[str, list[np.ndarray]] = {k: [] for k in cams}
+    for i in range(len(dataset)):
+        rows = span_slice(span, int(dataset.episodes[i]["length"]))
+        for key in cams:
+            readings = plausible(measure_frames(est, frames_of(dataset, i, key), range(rows.start, rows.stop)))
+            raw[key].append(readings)
+            smooth[key].append(smooth_middle(readings[:, 0]))
+    c, left, right = (np.concatenate(raw[k]) for k in cams)
+    sc, sleft, sright = (np.concatenate(smooth[k]) for k in cams)
+    known = np.isfinite(c[:, 0])
+    out: dict[str, Any] = {"frames": len(c), "coverage": float(np.mean(known)),
+                           "filled": float(np.mean(sc != 0.0))}
+    if known.any():
+        w = c[known, 1]
+        out["width"] = {q: float(np.percentile(w, p)) for q, p in (("q10", 10), ("q25", 25), ("median", 50),
+                                                                  ("q75", 75), ("q90", 90))}
+        out["middle"] = {"median": float(np.median(c[known, 0])), "mean_abs": float(np.mean(np.abs(c[known, 0]))),
+                         "right_of_middle": float(np.mean(c[known, 0] < 0))}
+    for name, side, smooth_side, sign in (("left", left, sleft, -1.0), ("right", right, sright, 1.0)):
+        both = known & np.isfinite(side[:, 0])
+        # the middle seen from a camera d right of the center one lies d further left: center - side = sign * d
+        shift = sign * (c[both, 0] - side[both, 0])
+        filled = (sc != 0.0) & (smooth_side != 0.0)
+        smooth_shift = sign * (sc[filled] - smooth_side[filled])
+        out[name] = {"pairs": int(both.sum()), "smoothed_pairs": int(filled.sum())}
+        if both.any():
+            out[name].update(median_shift_m=float(np.median(shift)), geometry_offset_m=geometry.side_offset_m,
+                             abs_err_geometry=float(np.median(np.abs(shift - geometry.side_offset_m))),
+                             abs_err_measured=float(np.median(np.abs(shift - MEASURED_SIDE_M))),
+                             gross=float(np.mean(np.abs(shift - MEASURED_SIDE_M) > 0.5)))
+        if filled.any():
+            out[name].update(smoothed_abs_err=float(np.median(np.abs(smooth_shift - MEASURED_SIDE_M))),
+                             smoothed_gross=float(np.mean(np.abs(smooth_shift - MEASURED_SIDE_M) > 0.5)))
+    return out
+
+
+def report(name: str, r: dict[str, Any]) -> str:
+    lines = [f"{name}: {r['frames']} center frames, measured on {100 * r['coverage']:.1f} %, "
+             f"known after smoothing and filling {100 * r['filled']:.1f} %"]
+    if "width" in r:
+        w, m = r["width"], r["middle"]
+        lines.append(f"  width m: median {w['median']:.2f}, quartiles {w['q25']:.2f}-{w['q75']:.2f}, "
+                     f"10-90 % {w['q10']:.2f}-{w['q90']:.2f}; middle m: median {m['median']:+.2f}, "
+                     f"mean |.| {m['mean_abs']:.2f}, driver right of the middle on {100 * m['right_of_middle']:.0f} %")
+    for side in ("left", "right"):
+        s = r[side]
+        if s["pairs"]:
+            lines.append(f"  {side} camera: {s['pairs']} frames with both measured: center - {side} = "
+                         f"{s['median_shift_m']:.2f} m (median); median abs error against the geometry's "
+                         f"{s['geometry_offset_m']:.2f} m {s['abs_err_geometry']:.2f}, against the real simulator's "
+                         f"measured {MEASURED_SIDE_M} m {s['abs_err_measured']:.2f}; off by > 0.5 m from it on "
+                         f"{100 * s['gross']:.1f} %")
+        if s["smoothed_pairs"]:
+            lines.append(f"    smoothed series ({s['smoothed_pairs']} frames): median abs error {s['smoothed_abs_err']:.2f},"
+                         f" off by > 0.5 m on {100 * s['smoothed_gross']:.1f} %")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.road_middle", description=__doc__.split("\n\n")[0])
+    p.add_argument("dataset", nargs="+", help="imported recordings (dataset folders with frames_left / _right)")
+    p.add_argument("--span", default=None, help="A:B, the part of every session measured (default 0:1)")
+    a = p.parse_args(argv)
+    try:
+        for folder in a.dataset:
+            ds = open_dataset(folder)
+            print(report(folder, validate(ds, geometry_of(ds), parse_span(a.span, "--span"))), flush=True)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
