@@ -15,7 +15,9 @@ controller steers by), ``speed`` (m/s), ``cte`` / ``heading_error`` (the pose), 
 s from the part's start), ``progress`` (fraction of the part driven); the last step adds ``elapsed_s`` and the
 always-straight driver's interventions on the same part (``straight_interventions``), how many of the car's own
 interventions came after it drifted left of the driver's line (``interventions_left``: a
-driver who kept to one side of the road while the student keeps nearer its middle shows as drifts to one side), and
+driver who kept to one side of the road while the student keeps nearer its middle shows as drifts to one side),
+with ``reference="driver-or-middle"`` how many came where the middle was not measured (``interventions_unmeasured``:
+there the rule is the driver's line alone), and
 ``path_trace``
 (per-step time, offset, yaw, recorded steering, speed, and the interventions) for the path plot.
 """
@@ -110,6 +112,7 @@ class ReplayEnv(gym.Env):
         self._k, self._pose, self._distance = 0, PathPose(), 0.0
         self._interventions: list[int] = []
         self._left = 0  # interventions after a drift left of the driver's line
+        self._unmeasured = 0  # driver-or-middle: interventions where the middle was not measured
         self._trace: list[tuple[float, float, float, float, float]] = []
         return self._observe(), self._info()
 
@@ -130,6 +133,8 @@ class ReplayEnv(gym.Env):
         """An intervention: the car is put back on the recorded path, aligned with it."""
         self._interventions.append(self._k)
         self._left += int(self._pose.offset < 0)  # + offset: right of the path
+        if self._middle is not None:  # road.smooth_middle leaves exactly 0.0 (the driver's line) where unknown
+            self._unmeasured += int(self._middle[self._k] == 0.0)
         self._pose = self._pose.back_on_path()
         return self._observe(), self._info()
 
@@ -155,6 +160,8 @@ class ReplayEnv(gym.Env):
             info["elapsed_s"] = float(np.sum(self._dt[:self._limit]))
             info["straight_interventions"] = self._straight
             info["interventions_left"] = self._left
+            if self._middle is not None:
+                info["interventions_unmeasured"] = self._unmeasured
             info["path_trace"] = {"trace": np.asarray(self._trace, np.float32), "interventions": list(self._interventions),
                                   "dt": self._dt[:self._limit].astype(np.float32)}
         return info

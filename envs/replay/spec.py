@@ -59,7 +59,7 @@ def parse_span(text: str | tuple[float, float] | None, flag: str = "--replay-spa
 
 
 # what the last step's info adds to a replay episode's row (envs.replay.env's docstring says what each is)
-EPISODE_META = ("distance", "elapsed_s", "straight_interventions", "interventions_left")
+EPISODE_META = ("distance", "elapsed_s", "straight_interventions", "interventions_left", "interventions_unmeasured")
 
 
 def span_slice(span: tuple[float, float], n: int) -> slice:

@@ -254,6 +254,32 @@ def test_the_driver_reference_is_the_rule_of_old_and_the_middle_widens_where_the
         spec.make(reference="lane")
 
 
+def test_interventions_where_the_middle_was_not_measured_are_counted(drive, monkeypatch):
+    """driver-or-middle counts the interventions made where road.py measured no middle (its 0.0 fill): all of
+    them when nothing was measured, none when every frame was; the driver's rule has no such count."""
+    import envs.replay.env as replay_env
+
+    spec = get_spec("replay:" + str(drive.resolve()))
+
+    def final_info(env):
+        env.reset(seed=0)
+        for _ in range(STEPS):
+            *_, truncated, info = env.step(np.full(1, -0.15, np.float32))
+            if truncated:
+                return info, len(env._interventions)
+            if info["lane_departure"]:
+                env.recenter()
+
+    info, n = final_info(spec.make())
+    assert "interventions_unmeasured" not in info and n >= 2
+    monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.zeros(rows.stop - rows.start))
+    info, n = final_info(spec.make(reference="driver-or-middle"))
+    assert info["interventions_unmeasured"] == n and type(info["interventions_unmeasured"]) is int
+    monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -0.6))
+    info, n = final_info(spec.make(reference="driver-or-middle"))
+    assert info["interventions_unmeasured"] == 0 and n >= 1
+
+
 def test_the_middle_reference_runs_end_to_end_and_says_so(drive, tmp_path):
     """The recorded steering never leaves the driver's line, so it needs no intervention whatever the middle."""
     results = evaluate(EvalArgs(replay=str(drive), expert_drives=True, out=str(tmp_path / "road"), workers=1,
