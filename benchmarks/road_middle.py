@@ -16,7 +16,8 @@ import numpy as np
 from agent.data.dataset import open_dataset
 from benchmarks import run_main
 from envs.replay.camera import CameraGeometry
-from envs.replay.road import MEASURED_SIDE_M, RoadEstimator, frames_of, measure_frames, plausible, smooth_middle
+from envs.replay.road import (MEASURED_SIDE_M, UNMEASURED, RoadEstimator, frames_of, measure_frames, plausible,
+                              smooth_middle)
 from envs.replay.spec import geometry_of, parse_span, span_slice
 
 
@@ -36,7 +37,7 @@ def validate(dataset: Any, geometry: CameraGeometry, span: tuple[float, float] =
     sc, sleft, sright = (np.concatenate(smooth[k]) for k in cams)
     known = np.isfinite(c[:, 0])
     out: dict[str, Any] = {"frames": len(c), "coverage": float(np.mean(known)),
-                           "filled": float(np.mean(sc != 0.0))}
+                           "filled": float(np.mean(sc != UNMEASURED))}
     if known.any():
         w = c[known, 1]
         out["width"] = {q: float(np.percentile(w, p)) for q, p in (("q10", 10), ("q25", 25), ("median", 50),
@@ -47,7 +48,7 @@ def validate(dataset: Any, geometry: CameraGeometry, span: tuple[float, float] =
         both = known & np.isfinite(side[:, 0])
         # the middle seen from a camera d right of the center one lies d further left: center - side = sign * d
         shift = sign * (c[both, 0] - side[both, 0])
-        filled = (sc != 0.0) & (smooth_side != 0.0)
+        filled = (sc != UNMEASURED) & (smooth_side != UNMEASURED)
         smooth_shift = sign * (sc[filled] - smooth_side[filled])
         out[name] = {"pairs": int(both.sum()), "smoothed_pairs": int(filled.sum())}
         if both.any():

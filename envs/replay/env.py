@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.replay.camera import CameraGeometry, Reprojector
-from envs.replay.road import check_reference, part_middle
+from envs.replay.road import UNMEASURED, check_reference, part_middle
 from envs.replay.vehicle import (DEFAULT_MAX_OFFSET_M, DEFAULT_MAX_YAW_RAD, PathController, PathPose, PathVehicle,
                                  count_interventions)
 
@@ -133,8 +133,8 @@ class ReplayEnv(gym.Env):
         """An intervention: the car is put back on the recorded path, aligned with it."""
         self._interventions.append(self._k)
         self._left += int(self._pose.offset < 0)  # + offset: right of the path
-        if self._middle is not None:  # road.smooth_middle leaves exactly 0.0 (the driver's line) where unknown
-            self._unmeasured += int(self._middle[self._k] == 0.0)
+        if self._middle is not None:
+            self._unmeasured += int(self._middle[self._k] == UNMEASURED)
         self._pose = self._pose.back_on_path()
         return self._observe(), self._info()
 

@@ -65,6 +65,7 @@ WIDTH_TOLERANCE = 0.15  # a frame's width this far (a fraction) off the stretch'
 MEASURED_SIDE_M = 0.72  # the side cameras' offset the photometric fit finds (0.70-0.75 m; the source says 0.81)
 MIN_PEAK_SHARE = 0.3  # a boundary gathers at least this share of the points of its side's strongest line
 NO_READING = RoadReading(math.nan, math.nan)
+UNMEASURED = 0.0  # smooth_middle's middle where nothing was measured: the driver's own line
 
 
 class RoadEstimator:
@@ -197,9 +198,10 @@ def plausible(readings: np.ndarray, tolerance: float = WIDTH_TOLERANCE) -> np.nd
 
 def smooth_middle(middle: np.ndarray, window: int = 5, max_gap: int = 10) -> np.ndarray:
     """A time series of middles (NaN: unknown) made usable: a running median over ``window`` frames of the known
-    values, linear interpolation over gaps of up to ``max_gap`` frames, 0 (the driver's own line) elsewhere."""
+    values, linear interpolation over gaps of up to ``max_gap`` frames, ``UNMEASURED`` (the driver's own line)
+    elsewhere."""
     m = np.asarray(middle, np.float64)
-    out = np.zeros(len(m))
+    out = np.full(len(m), UNMEASURED)
     known = np.flatnonzero(np.isfinite(m))
     if len(known) == 0:
         return out

@@ -217,8 +217,8 @@ def test_a_wider_intervention_limit_counts_fewer_interventions(drive):
     assert counts[0][0] > counts[1][0] >= counts[2][0]
 
 
-def _drive_steady(env, steer):
-    """Steer ``steer`` through the whole part, put back at every intervention as evaluation does."""
+def _final_info(env, steer):
+    """Steer ``steer`` through the whole part, put back at every intervention as evaluation does; the last info."""
     env.reset(seed=0)
     for _ in range(STEPS):
         *_, truncated, info = env.step(np.full(1, steer, np.float32))
@@ -226,6 +226,11 @@ def _drive_steady(env, steer):
             break
         if info["lane_departure"]:
             env.recenter()
+    return info
+
+
+def _drive_steady(env, steer):
+    info = _final_info(env, steer)
     return list(env._interventions), info["interventions_left"], info["straight_interventions"]
 
 
@@ -262,13 +267,7 @@ def test_interventions_where_the_middle_was_not_measured_are_counted(drive, monk
     spec = get_spec("replay:" + str(drive.resolve()))
 
     def final_info(env):
-        env.reset(seed=0)
-        for _ in range(STEPS):
-            *_, truncated, info = env.step(np.full(1, -0.15, np.float32))
-            if truncated:
-                return info, len(env._interventions)
-            if info["lane_departure"]:
-                env.recenter()
+        return _final_info(env, -0.15), len(env._interventions)
 
     info, n = final_info(spec.make())
     assert "interventions_unmeasured" not in info and n >= 2
