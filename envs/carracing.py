@@ -376,6 +376,13 @@ def expert_to_env_action(action: Any, action_space: str) -> np.ndarray | int:
     return int(action) if action_space == "discrete" else ppo_to_env_action(action)
 
 
+def env_to_expert_action(action: Any) -> np.ndarray:
+    """The continuous env action [steer, gas, brake] as PPO's [steer, throttle] (clipped to PPO's box): what a
+    latency expert sees of the actions on their way, whoever chose them."""
+    a = np.asarray(action, dtype=np.float32)
+    return np.clip(np.array([a[0] / STEER_SCALE, a[1] - a[2]], dtype=np.float32), -1.0, 1.0)
+
+
 # --------------------------------------------------------------------------------------------- scripted teacher
 _F = {name: i for i, name in enumerate(FEATURE_NAMES)}
 _AHEAD_DIST = np.asarray(LOOKAHEAD_STEPS, dtype=np.float64) * TRACK_DETAIL_STEP
@@ -510,6 +517,7 @@ def _make_spec():
         make_expert_env=make_expert_env,
         make_train_env=make_train_env,
         expert_to_env_action=expert_to_env_action,
+        env_to_expert_action=env_to_expert_action,
         teacher=ScriptedDriver,
         recovery_teacher=RecoveryDriver,
         recovery_start=recovery_start,

@@ -117,6 +117,9 @@ class EnvSpec:
     builtin_expert: Callable[[], Any] | None = None
     # gym ids of other envs whose students this env's frames can feed (a replay drives udacity and udacity-hard ones)
     feeds: tuple[str, ...] = ()
+    # continuous env action -> PPO's (its inverse, clipped): how a latency expert (agent.experts.latency) sees the
+    # actions on their way when it labels a recorded drive; None: this env has no latency expert
+    env_to_expert_action: Callable[[Any], Any] | None = None
     # envs with a fixed number of episodes (a replay's parts): parts(span) -> how many; None: any number of seeds
     parts: Callable[[Any], int] | None = None
     shipped_student: Path | None = None  # evaluate.py's default checkpoint (None: checkpoints/<name>_nac.pt)

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
+from agent.experts.latency import LatencyQueue, extra_features, latency_observation
 from common.files import resolve_path
 from envs.registry import EnvSpec, get_spec
 
@@ -31,6 +32,8 @@ class Expert:
         self.action_space = action_space
         self.card = card
         self.path = path
+        # a latency expert (agent.experts.latency): trained under latencies up to this many steps, which it is shown
+        self.max_latency = int((card.get("latency_steps") or [0, 0])[1])
 
     @classmethod
     def load(cls, path: str | Path | None = None, action_space: str | None = None, env: str = "carracing") -> "Expert":
@@ -58,14 +61,18 @@ class Expert:
         got = space_of(model)
         if got != action_space:
             raise ValueError(f"expert file {str(p)!r} is a {got!r} expert, but action_space={action_space!r} was requested")
+        card_path = p.with_suffix(".json")
+        card = json.loads(card_path.read_text()) if card_path.is_file() else {}
         n = len(spec.feature_names)
+        max_latency = int((card.get("latency_steps") or [0, 0])[1])
+        if max_latency:
+            n += extra_features(max_latency, int(np.prod(model.action_space.shape)))
         if model.observation_space.shape != (n,):
             raise ValueError(
                 f"expert file {str(p)!r} expects observations of shape {model.observation_space.shape}, "
-                f"but the {env} env provides {n} privileged features (is it an expert for another env?)"
+                f"but the {env} env provides {n} privileged features (is it an expert for another env, or a "
+                f"latency expert without its card?)"
             )
-        card_path = p.with_suffix(".json")
-        card = json.loads(card_path.read_text()) if card_path.is_file() else {}
         return cls(model, spec, action_space, card, p)
 
     def _obs(self, privileged: np.ndarray) -> np.ndarray:
@@ -75,9 +82,18 @@ class Expert:
             raise ValueError(f"privileged must have shape ({n},), got {obs.shape}")
         return obs
 
-    def act(self, privileged: np.ndarray) -> np.ndarray | int:
-        """Deterministic env action (float32 array, or an int for a discrete expert)."""
-        action, _ = self.model.predict(self._obs(privileged), deterministic=True)
+    def act(self, privileged: np.ndarray, latency: int = 0, on_the_way: Sequence[Any] = ()) -> np.ndarray | int:
+        """Deterministic env action (float32 array, or an int for a discrete expert). A latency expert is also
+        shown ``latency`` (steps until this action lands) and the env actions ``on_the_way`` (next to land first);
+        a regular one ignores both."""
+        obs = self._obs(privileged)
+        if self.max_latency:
+            if not 0 <= latency <= self.max_latency or len(on_the_way) != latency:
+                raise ValueError(f"a latency expert for up to {self.max_latency} steps was shown latency {latency} "
+                                 f"with {len(on_the_way)} actions on the way")
+            queue = [self.spec.env_to_expert_action(a) for a in on_the_way]
+            obs = latency_observation(obs, latency, queue, self.max_latency, len(self.model.action_space.low))
+        action, _ = self.model.predict(obs, deterministic=True)
         return self.spec.expert_to_env_action(action, self.action_space)
 
     def action_probs(self, privileged: np.ndarray) -> np.ndarray:
@@ -119,11 +135,15 @@ class EvalResult:
 
 
 def evaluate_model(model: Any, spec: EnvSpec, action_space: str, seeds: Sequence[int], *, render: bool = False,
-                   max_episode_steps: int | None = None) -> EvalResult:
+                   max_episode_steps: int | None = None, latencies: Sequence[int] | None = None,
+                   max_latency: int = 0) -> EvalResult:
     """Run one deterministic episode per track seed with the TRUE env reward; envs step in lockstep
-    so the policy runs batched."""
+    so the policy runs batched. ``latencies``: per track, the steps its actions take to land (a latency
+    expert, agent.experts.latency, trained for latencies up to ``max_latency``, sees them; a regular one does not)."""
     steps = max_episode_steps or spec.default_max_steps
     envs = [spec.make_expert_env(action_space, render=render, max_episode_steps=steps) for _ in seeds]
+    if latencies is not None:
+        envs = [LatencyQueue(env, (d, d), shown=max_latency) for env, d in zip(envs, latencies)]
     obs = np.stack([env.reset(seed=int(s))[0] for env, s in zip(envs, seeds)])
     returns = np.zeros(len(seeds))
     lengths = np.zeros(len(seeds), dtype=int)

@@ -35,6 +35,7 @@ import gymnasium as gym
 import numpy as np
 
 from agent.experts.expert import EvalResult, Expert, evaluate_model, space_of
+from agent.experts.latency import LatencyQueue, widen_policy
 from common.cli import option, parse_command
 from common.files import resolve_path, write_json
 from envs.registry import ENV_NAMES, EnvSpec, get_spec
@@ -55,9 +56,27 @@ class RandomTrack(gym.Wrapper):
         return self.env.reset(seed=track_seed, options=options)
 
 
-def make_train_env(spec: EnvSpec, action_space: str, seed: int) -> gym.Env:
-    """The env's shaped training env on random training tracks (seeds from spec.seeds)."""
-    return RandomTrack(spec.make_train_env(action_space), seed, spec.seeds.train_low, spec.seeds.train_high)
+def make_train_env(spec: EnvSpec, action_space: str, seed: int, latency: tuple[int, int] | None = None) -> gym.Env:
+    """The env's shaped training env on random training tracks (seeds from spec.seeds); with ``latency`` (lo, hi)
+    every episode is driven under a latency drawn from lo..hi steps, shown to the expert (agent.experts.latency)."""
+    env = spec.make_train_env(action_space)
+    if latency is not None:
+        env = LatencyQueue(env, latency, seed)
+    return RandomTrack(env, seed, spec.seeds.train_low, spec.seeds.train_high)
+
+
+def parse_latency_range(text: str | None) -> tuple[int, int] | None:
+    """``--latency-steps 0:10`` -> (0, 10); ``5`` -> (5, 5); None stays None."""
+    if text is None:
+        return None
+    try:
+        lo, _, hi = text.partition(":")
+        lo_hi = (int(lo), int(hi or lo))
+    except ValueError:
+        lo_hi = (-1, -1)
+    if not 0 <= lo_hi[0] <= lo_hi[1] <= 100 or lo_hi[1] == 0:
+        raise ValueError(f"--latency-steps must be D or A:B steps with 0 <= A <= B <= 100 and B > 0, got {text!r}")
+    return lo_hi
 
 
 def collect_teacher_data(
@@ -145,7 +164,9 @@ class TrainArgs:
     env: str = option("carracing", "environment", group="data", choices=ENV_NAMES)
     timesteps: int = option(1_500_000, "total env steps", group="optimisation")
     seed: int = option(0, "RNG seed for PPO and the training-track draws", group="optimisation")
-    n_envs: int = option(8, "envs in the DummyVecEnv", group="optimisation")
+    n_envs: int = option(8, "envs PPO steps together", group="optimisation")
+    subprocesses: bool = option(False, "step each env in its own process (SB3's SubprocVecEnv; faster where cores "
+                                "are spare, the same numbers otherwise)", group="optimisation")
     eval_every: int = option(50_000, "env steps between validations", group="evaluation conditions")
     eval_episodes: int = option(20, "validation tracks (the env's validation seeds) per validation",
                                 group="evaluation conditions")
@@ -165,6 +186,10 @@ class TrainArgs:
     target_kl: float | None = option(None, "PPO per-update KL early stop (protects a warm-started policy)",
                                      group="optimisation")
     logdir: Path = option(Path("runs/expert"), "TensorBoard root", group="output")
+    latency_steps: str | None = option(
+        None, "train an expert that drives under latency: each episode's actions land D steps after they are "
+        "chosen, D drawn per episode from A:B (or fixed D); the expert sees D and the actions on their way "
+        "(continuous only; with --init the regular expert's weights start it, the new inputs at 0)", group="model")
 
     @property
     def spec(self) -> EnvSpec:
@@ -188,6 +213,19 @@ class TrainArgs:
             raise ValueError("--init and --bc-episodes are exclusive (both choose the starting policy)")
         if self.init is not None and not resolve_path(self.init).is_file():
             raise FileNotFoundError(f"--init expert file not found: {str(self.init)!r}")
+        if self.latency is not None and self.action_space != "continuous":
+            raise ValueError("--latency-steps needs --action-space continuous (the expert sees its queued actions)")
+
+    @property
+    def latency(self) -> tuple[int, int] | None:
+        return parse_latency_range(self.latency_steps)
+
+    def validation_latencies(self) -> list[int] | None:
+        """One latency per validation track, lo..hi in turn (every latency of the range is selected for)."""
+        if self.latency is None:
+            return None
+        lo, hi = self.latency
+        return [lo + k % (hi - lo + 1) for k in range(self.eval_episodes)]
 
 
 def _atomic_save(model: Any, path: Path) -> None:
@@ -223,7 +261,8 @@ def _make_best_callback(args: TrainArgs, best_path: Path, log: Any):
 
         def evaluate(self) -> None:
             res = evaluate_model(self.model, args.spec, args.action_space, args.spec.seeds.validation[: args.eval_episodes],
-                                 max_episode_steps=args.max_episode_steps)
+                                 max_episode_steps=args.max_episode_steps, latencies=args.validation_latencies(),
+                                 max_latency=(args.latency or (0, 0))[1])
             self.logger.record("eval/mean_return", res.mean)
             self.logger.record("eval/std_return", res.std)
             self.logger.record("eval/laps_finished", sum(res.laps) / len(res.laps))
@@ -247,7 +286,7 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
     """Train a PPO expert, keep the best checkpoint by multi-seed validation, write .zip + JSON card."""
     import torch
     from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
 
     args.validate()
     torch.set_num_threads(1)
@@ -256,8 +295,9 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
     out.parent.mkdir(parents=True, exist_ok=True)
     spec = args.spec
     run_name = f"{spec.name}_{args.action_space}_seed{args.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
-    venv = VecMonitor(DummyVecEnv([(lambda i=i: make_train_env(spec, args.action_space, args.seed * 1000 + i))
-                                   for i in range(args.n_envs)]))
+    vec_env = SubprocVecEnv if args.subprocesses else DummyVecEnv
+    venv = VecMonitor(vec_env([(lambda i=i: make_train_env(spec, args.action_space, args.seed * 1000 + i, args.latency))
+                               for i in range(args.n_envs)]))
     model, init_card = _initial_model(args, venv)
     teacher = spec.teacher()
     if args.bc_episodes:
@@ -271,8 +311,10 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
     if callback.best_result is None:  # shorter than one validation period
         callback.evaluate()
     best = PPO.load(best_path, device="cpu")
+    card_latencies = None if args.latency is None else [args.latency[1]] * args.card_episodes
     res = evaluate_model(best, spec, args.action_space, spec.seeds.card[: args.card_episodes],
-                         max_episode_steps=args.max_episode_steps)
+                         max_episode_steps=args.max_episode_steps, latencies=card_latencies,
+                         max_latency=(args.latency or (0, 0))[1])
     log(f"card evaluation (unseen seeds): {res.summary()}")
     os.replace(best_path, out)
     card = _expert_card(args, venv, model, teacher, callback, res, init_card)
@@ -291,13 +333,24 @@ def _initial_model(args: TrainArgs, venv: Any) -> tuple[Any, dict[str, Any] | No
     if args.init is not None:
         init_json = resolve_path(args.init).with_suffix(".json")
         init_card = json.loads(init_json.read_text()) if init_json.is_file() else None
+        source = PPO.load(resolve_path(args.init), device="cpu")
+        if space_of(source) != args.action_space:
+            raise ValueError(f"--init {str(args.init)!r} is not a {args.action_space!r} expert")
+        if source.observation_space.shape != venv.observation_space.shape:  # a regular expert -> a latency expert
+            model = _fresh_model(args, venv)
+            widen_policy(source, model)
+            return model, init_card
         model = PPO.load(resolve_path(args.init), env=venv, device="cpu", learning_rate=args.learning_rate,
                          n_steps=args.n_steps, batch_size=args.batch_size, ent_coef=args.ent_coef,
                          target_kl=args.target_kl, tensorboard_log=str(args.logdir), seed=args.seed)
-        if space_of(model) != args.action_space:
-            raise ValueError(f"--init {str(args.init)!r} is not a {args.action_space!r} expert")
         return model, init_card
-    model = PPO(
+    return _fresh_model(args, venv), None
+
+
+def _fresh_model(args: TrainArgs, venv: Any) -> Any:
+    from stable_baselines3 import PPO
+
+    return PPO(
         "MlpPolicy",
         venv,
         learning_rate=args.learning_rate,
@@ -317,7 +370,6 @@ def _initial_model(args: TrainArgs, venv: Any) -> tuple[Any, dict[str, Any] | No
         device="cpu",
         verbose=0,
     )
-    return model, None
 
 
 def _shaping_of(spec: EnvSpec, action_space: str) -> Any:
@@ -361,8 +413,10 @@ def _expert_card(args: TrainArgs, venv: Any, model: Any, teacher: Any, callback:
                        "laps_finished": int(sum(res.laps)), "episodes": len(res.seeds),
                        "returns": [round(r, 2) for r in res.returns], "lengths": res.lengths,
                        "off_road_steps": res.off_road_steps,
+                       "latency_steps": None if args.latency is None else args.latency[1],  # the hardest
                        "reward": "true env reward, deterministic policy"},
         "shaping": _shaping_of(spec, args.action_space),
+        "latency_steps": None if args.latency is None else list(args.latency),  # drawn per episode; shown to it
         "hyperparameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
     }
 
@@ -378,6 +432,8 @@ class EvaluateArgs:
     max_episode_steps: int | None = option(None, "steps per episode (default: the env's own limit)",
                                            group="evaluation conditions")
     render: bool = option(False, "use the rendered env instead of physics-only", group="evaluation conditions")
+    latency_steps: int = option(0, "actions land D steps after they are chosen (a latency expert is shown D)",
+                                group="evaluation conditions")
 
 
 COMMANDS = {
@@ -391,6 +447,8 @@ COMMANDS = {
 def _evaluate(ns: EvaluateArgs) -> None:
     if ns.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {ns.episodes}")
+    if ns.latency_steps < 0:
+        raise ValueError(f"--latency-steps must be >= 0, got {ns.latency_steps}")
     card = _card_of(ns.expert) if ns.expert is not None else {}
     env = ns.env or card.get("env_name", "carracing")
     spec = get_spec(env)
@@ -399,8 +457,12 @@ def _evaluate(ns: EvaluateArgs) -> None:
         space = _space_of_file(ns.expert) if ns.expert is not None else spec.action_spaces[0]
     expert = Expert.load(ns.expert, space, env)
     t0 = time.time()
+    if expert.max_latency and not ns.latency_steps <= expert.max_latency:
+        raise ValueError(f"--latency-steps {ns.latency_steps}: {expert.path} was trained for up to "
+                         f"{expert.max_latency} steps")
+    latencies = [ns.latency_steps] * ns.episodes if ns.latency_steps or expert.max_latency else None
     res = evaluate_model(expert.model, spec, space, range(ns.seed, ns.seed + ns.episodes), render=ns.render,
-                         max_episode_steps=ns.max_episode_steps)
+                         max_episode_steps=ns.max_episode_steps, latencies=latencies, max_latency=expert.max_latency)
     print(f"{expert.path} [{env}, {space}, {'rendered' if ns.render else 'physics-only'}]: {res.summary()} "
           f"({time.time() - t0:.0f} s)")
     print("returns: " + " ".join(f"{r:.1f}" for r in res.returns))
