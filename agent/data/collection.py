@@ -225,13 +225,17 @@ def _load_expert(cfg: CollectConfig) -> Any:
     from agent.experts.expert import Expert
 
     try:
-        return Expert.load(cfg.expert, cfg.action_space, cfg.env)
+        expert = Expert.load(cfg.expert, cfg.action_space, cfg.env)
     except (FileNotFoundError, ValueError) as e:
         hint = ""
         if "expert, but action_space" in str(e):
             other = "discrete" if cfg.action_space == "continuous" else "continuous"
             hint = f" (pass --action-space {other} or an expert for {cfg.action_space})"
         raise CollectError(f"{e}{hint}") from None
+    if getattr(expert, "max_latency", 0) and cfg.latency_steps > expert.max_latency:
+        raise CollectError(f"--latency-steps {cfg.latency_steps}: the latency expert {str(cfg.expert)!r} was trained "
+                           f"for up to {expert.max_latency} steps")
+    return expert
 
 
 def _load_student(cfg: CollectConfig) -> tuple[Any, dict[str, Any]]:

@@ -77,14 +77,20 @@ class Labeller:
     def __init__(self, expert: Any, recovery: Any = None) -> None:
         self.expert, self.recovery = expert, recovery
         self.discrete = expert.action_space == "discrete"
+        # a latency expert (agent.experts.latency) is also shown the latency and the actions on their way
+        self.latency_aware = getattr(expert, "max_latency", 0) > 0
 
-    def __call__(self, privileged: np.ndarray) -> tuple[Any, np.ndarray | None, int]:
+    def __call__(self, privileged: np.ndarray, latency: int = 0, on_the_way: Any = ()
+                 ) -> tuple[Any, np.ndarray | None, int]:
+        """``latency``, ``on_the_way``: what a latency expert is shown (see Expert.act)."""
         if self.recovery is not None and self.recovery.needs(privileged):
             label = self.recovery.env_action(privileged, self.expert.action_space)
             probs = np.eye(len(self.expert.spec.action_names["discrete"]), dtype=np.float32)[label] \
                 if self.discrete else None
             return label, probs, 1
         probs = self.expert.action_probs(privileged) if self.discrete else None
+        if self.latency_aware:
+            return self.expert.act(privileged, latency, on_the_way), probs, 0
         return self.expert.act(privileged), probs, 0
 
 
@@ -220,6 +226,8 @@ def record_episode(
             "wall_s": time.perf_counter() - t0}
     if latency_steps:
         meta["latency_steps"] = int(latency_steps)
+    if labeller.latency_aware:  # a latency expert's labels are already for when the action lands
+        meta["labels_land"] = True
     if expert.spec.parts is not None:
         meta["interventions"] = steps.interventions
     if recovery is not None or start is not None:
@@ -271,7 +279,7 @@ def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_s
         driver.reset(track_seed)
     run = 0
     while not (s.terminated or s.truncated or s.stopped):
-        label, probs, source = labeller(s.info["privileged"])
+        label, probs, source = labeller(s.info["privileged"], latency_steps, late)
         chosen, expert_turn = label, True
         if driver is not None:
             student, _ = driver.act(s.obs, s.t * spec.dt, s.info, label)  # steps the stream on every frame

@@ -54,6 +54,7 @@ class Data:
     speeds: list[np.ndarray] = field(default_factory=list)  # per episode: float32 [T] recorded speed, m/s (recovery labels)
     geometry: CameraGeometry | None = None  # the camera of --recovery-views (envs.replay.spec), when they are on
     latency_steps: list[int] = field(default_factory=list)  # per episode: the latency it was driven under (collect.py)
+    labels_land: list[bool] = field(default_factory=list)  # per episode: a latency expert labelled it (no hindsight shift)
 
 
 def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
@@ -123,7 +124,8 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
                    for t, y, r in zip(times, targets, recorded)]
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
                 camera_width, len(dataset), lazy, smoothing_s=smoothing, recorded=recorded, speeds=speeds,
-                geometry=geometry, latency_steps=[int(m.get("latency_steps") or 0) for m in dataset.episodes])
+                geometry=geometry, latency_steps=[int(m.get("latency_steps") or 0) for m in dataset.episodes],
+                labels_land=[bool(m.get("labels_land")) for m in dataset.episodes])
 
 
 def label_smoothing_s(smooth_labels: str, dataset: DemoDataset) -> float:
@@ -243,4 +245,5 @@ def take_pieces(data: Data, pieces: list[tuple[int, int, int]]) -> Data:
                    speeds=[data.speeds[e][a:b] for e, a, b in pieces] if data.speeds else [],
                    num_episodes=len(pieces), pieces=list(pieces),
                    recorded=[data.recorded[e] for e, _, _ in pieces] if data.recorded else [],
-                   latency_steps=[data.latency_steps[e] for e, _, _ in pieces] if data.latency_steps else [])
+                   latency_steps=[data.latency_steps[e] for e, _, _ in pieces] if data.latency_steps else [],
+                   labels_land=[data.labels_land[e] for e, _, _ in pieces] if data.labels_land else [])

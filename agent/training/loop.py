@@ -33,7 +33,7 @@ from agent.training.data import Data, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
-from agent.training.windows import batch_plan, gather_segments, latency_shifts
+from agent.training.windows import batch_plan, gather_segments, label_shifts, latency_shifts
 from common.files import write_json
 from common.stops import raise_if_stopped, stops_at_safe_points
 from envs.registry import camera_envs
@@ -113,7 +113,8 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, 
             raise_if_stopped()
             segment = [(e, start, min(start + chunk, n))]
             shifts = latency_shifts(segment, latency, recorded=data.latency_steps)
-            frames, _, index, times, target = gather_segments(data, segment, W, S, cols, shifts=shifts)
+            frames, _, index, times, target = gather_segments(data, segment, W, S, cols,
+                                                              shifts=label_shifts(segment, shifts, data.labels_land))
             emb = policy.encode(torch.from_numpy(frames)[None])[0]
             raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(emb.device)],
                                              torch.from_numpy(times).to(emb.device),
@@ -456,6 +457,7 @@ class Trainer:
         rng = np.random.default_rng([w.seed, epoch, self.state["batch"], self.world.rank, 31])
         shifts = latency_shifts(segments, w.latency, rng, data.latency_steps)
         latency = _latency_seconds(shifts, data, self.device)
+        shifts = label_shifts(segments, shifts, data.labels_land)
         if aug.enabled and data.env.first_person:  # picks a camera per segment, adjusts the targets
             return (*augment_first_person(data, segments, aug, w, self.cols, config.color, self.device, self.recovery,
                                           shifts), latency)

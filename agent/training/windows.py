@@ -234,6 +234,15 @@ def latency_shifts(segments: list[tuple[int, int, int]], latency: tuple[int, int
     return [lo + np.arange(a, b) % (hi - lo + 1) for _, a, b in segments]
 
 
+def label_shifts(segments: list[tuple[int, int, int]], shifts: list[np.ndarray] | None,
+                 labels_land: list[bool]) -> list[np.ndarray] | None:
+    """The hindsight shifts of the labels: ``shifts``, but 0 in the episodes whose labels a latency expert already
+    chose for when the action lands (``labels_land``, per episode); the policy is still told ``shifts``."""
+    if shifts is None or not any(labels_land):
+        return shifts
+    return [np.zeros_like(s) if labels_land[e] else s for (e, _, _), s in zip(segments, shifts)]
+
+
 def batch_plan(lengths: dict[int, int], w: Windows, epoch: int,
                turns: dict[int, np.ndarray] | None = None) -> list[list[tuple[int, int, int]]]:
     """The epoch's batches: deterministic in (seed, epoch), so a resumed run replays the same order.

@@ -549,3 +549,32 @@ def test_latency_steps_apply_each_chosen_action_that_many_steps_later(tmp_path):
     np.testing.assert_array_equal(arrays["action"][3:], arrays["expert_action"][:-3])
     np.testing.assert_array_equal(arrays["action"][:3], np.zeros((3, 3), np.float32))
     assert ds.episodes[0]["latency_steps"] == 3
+
+
+def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
+    """With a latency expert (agent.experts.latency) each label is its answer shown the latency and the actions on
+    their way, which are the ones applied over the next D steps; the episode says its labels need no hindsight."""
+    import collect
+    from agent.data.dataset import open_dataset
+    from agent.experts.expert import Expert
+    from agent.experts.ppo import TrainArgs, train
+    from envs.carracing import SPEC
+
+    expert_zip = tmp_path / "late.zip"
+    train(TrainArgs(action_space="continuous", timesteps=64, out=expert_zip, n_envs=1, n_steps=64, batch_size=64,
+                    eval_every=64, eval_episodes=1, card_episodes=1, max_episode_steps=20, logdir=tmp_path / "tb",
+                    init=SPEC.default_expert["continuous"], latency_steps="0:4"), log=lambda *_: None)
+    out = tmp_path / "data"
+    assert collect.main(["--episodes", "1", "--max-steps", "30", "--noise", "0", "--latency-steps", "3", "--expert",
+                         str(expert_zip), "--renderer", "fast", "--workers", "1", "--out", str(out), "--no-progress",
+                         "--no-early-stop"]) == 0
+    ds = open_dataset(out)
+    arrays = ds.load(0, keys=["action", "expert_action", "privileged"])
+    assert ds.episodes[0]["labels_land"] and ds.episodes[0]["latency_steps"] == 3
+    expert = Expert.load(expert_zip)
+    for t in range(len(arrays["action"]) - 3):
+        again = expert.act(arrays["privileged"][t], 3, list(arrays["action"][t + 1: t + 4]))
+        np.testing.assert_allclose(arrays["expert_action"][t], again, atol=1e-6)
+    assert collect.main(["--episodes", "1", "--latency-steps", "5", "--expert", str(expert_zip), "--out",
+                         str(tmp_path / "too_late"), "--no-progress"]) == 2
+    assert "trained for up to 4 steps" in capsys.readouterr().err

@@ -12,7 +12,7 @@ from agent.data.dataset import open_dataset, write_episode
 from agent.training.config import DataOptions, TrainArgs, resolve_env_defaults
 from agent.training.data import load_data
 from agent.training.experiment import run
-from agent.training.windows import gather_segments, latency_shifts
+from agent.training.windows import gather_segments, label_shifts, latency_shifts
 from policies.policy import read_checkpoint
 
 
@@ -50,6 +50,14 @@ def test_latency_shifts_draw_per_segment_and_validate_every_latency_in_turn():
     assert [list(s) for s in latency_shifts(segments, (2, 4))] == [[2, 3, 4, 2, 3, 4], [3, 4, 2]]
     # recorded: each episode at the latency it was driven under (collect.py --latency-steps)
     assert [list(s) for s in latency_shifts(segments, "recorded", recorded=[0, 5])] == [[0] * 6, [5] * 3]
+
+
+def test_labels_a_latency_expert_gave_are_not_shifted_again_but_the_latency_is_still_told(tmp_path):
+    segments = [(0, 0, 4), (1, 2, 5)]
+    told = latency_shifts(segments, "recorded", recorded=[3, 3])
+    shifted = label_shifts(segments, told, labels_land=[False, True])
+    assert [list(s) for s in shifted] == [[3] * 4, [0] * 3] and [list(s) for s in told] == [[3] * 4, [3] * 3]
+    assert label_shifts(segments, told, labels_land=[]) is told and label_shifts(segments, None, [True]) is None
 
 
 def _ramp(root, episodes=6, length=40, size=32):
