@@ -29,6 +29,7 @@ def expert_summary(expert: Any) -> dict[str, Any]:
     return {
         "path": None if built_in else str(expert.path),
         "sha256": None if built_in else file_sha256(Path(expert.path)),
+        **({"init_sha256": card["init_sha256"]} if card.get("latency_steps") and card.get("init_sha256") else {}),
         **({"driver": card.get("driver")} if built_in else {}),
         "action_space": expert.action_space,
         "algorithm": card.get("algorithm"),

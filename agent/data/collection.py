@@ -331,7 +331,9 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
         max_steps=cfg.max_steps, renderer=renderer,
         noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
         cut_wrong_way=cfg.cut_wrong_way,
-        meta={"expert_sha256": exp["sha256"], **driver_info}, recovery_labels=cfg.recovery_labels,
+        meta={"expert_sha256": exp["sha256"], **driver_info,
+              **({"expert_base_sha256": exp["init_sha256"]} if exp.get("init_sha256") else {})},
+        recovery_labels=cfg.recovery_labels,
         recovery_starts=cfg.recovery_starts, scene=scene, latency_steps=cfg.latency_steps)
     return RunPlan(config, [*existing.card.get("runs", []), run], ids, seeds, workers, settings)
 

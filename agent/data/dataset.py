@@ -342,11 +342,13 @@ def trained_env(name: str) -> str:
 
 
 def _identity(ds: DemoDataset) -> dict[str, Any]:
-    """What two datasets must share to be one: env, action space, expert (by SHA-256), the arrays of a step."""
+    """What two datasets must share to be one: env, action space, expert (by SHA-256; a latency expert counts as the
+    expert it was fine-tuned from, whose labels it gives at latency 0), the arrays of a step."""
     first = ds.episodes[0]
+    expert = first.get("expert_base_sha256") or first.get("expert_sha256")
     return {"env": trained_env(ds.card.get("env") or first.get("env") or "carracing"),
             "action space": ds.card.get("action_space") or first.get("action_space"),
-            "expert": "a person (simulator recording)" if is_recording(first) else first.get("expert_sha256"),
+            "expert": "a person (simulator recording)" if is_recording(first) else expert,
             "arrays": sorted(ds.array_names(0))}
 
 

@@ -578,3 +578,22 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
     assert collect.main(["--episodes", "1", "--latency-steps", "5", "--expert", str(expert_zip), "--out",
                          str(tmp_path / "too_late"), "--no-progress"]) == 2
     assert "trained for up to 4 steps" in capsys.readouterr().err
+    # it counts as the expert it was fine-tuned from: its rounds join that expert's (D = 0 labelled at once)
+    from agent.data.dataset import join_datasets
+
+    from agent.data.card import file_sha256
+
+    assert ds.episodes[0]["expert_base_sha256"] == file_sha256(REPO_ROOT / SPEC.default_expert["continuous"])
+    regular = tmp_path / "regular"
+    assert collect.main(["--episodes", "1", "--max-steps", "20", "--renderer", "fast", "--workers", "1", "--out",
+                         str(regular), "--no-progress", "--seed", "3000100"]) == 0
+    assert len(join_datasets([regular, out])[1]) == 2
+    other_zip = tmp_path / "other.zip"  # another regular expert (fine-tuned a little): its labels differ
+    train(TrainArgs(action_space="continuous", timesteps=64, out=other_zip, n_envs=1, n_steps=64, batch_size=64,
+                    eval_every=64, eval_episodes=1, card_episodes=1, max_episode_steps=20, logdir=tmp_path / "tb",
+                    init=SPEC.default_expert["continuous"]), log=lambda *_: None)
+    other = tmp_path / "other"
+    assert collect.main(["--episodes", "1", "--max-steps", "20", "--renderer", "fast", "--workers", "1", "--out",
+                         str(other), "--no-progress", "--expert", str(other_zip)]) == 0
+    with pytest.raises(ValueError, match="in its expert"):
+        join_datasets([regular, other])
