@@ -8,7 +8,8 @@ replay lets the car be near the driver's line or near the middle (``ReplayEnv(re
 
 How, per frame (a few ms):
 
-* marking pixels by colour (HSV): yellow lines, red kerb stripes, white lines and kerb stripes (low saturation,
+* marking pixels by colour (HSV): yellow lines (more saturated than the ground on both sides: a faded line
+  passes, a yellowish verge of sand or dry grass does not), red kerb stripes, white lines and kerb stripes (low saturation,
   brighter than the road around them in the same row), and the near-black walls of the lake track's bridge;
 * every image row between ``near_m`` and ``far_m`` ahead is a line of constant distance on the flat ground of the
   replay's camera model (envs/replay/camera.py: a camera pitched down, no roll), so a pixel's column gives its
@@ -106,22 +107,30 @@ class RoadEstimator:
         band = np.ascontiguousarray(frame[self.rows[0]: self.rows[-1] + 1])
         hsv = cv2.cvtColor(band, cv2.COLOR_RGB2HSV)
         h, s, v = (hsv[..., i] for i in range(3))
-        yellow = (h >= 15) & (h <= 35) & (s >= 85) & (v >= 90)
+        # a yellow line is more saturated than what lies on BOTH sides of it (a faded line on grey asphalt too),
+        # where a yellowish verge of sand or dry grass is a plain, not a ridge
+        soft_s = cv2.medianBlur(s, 3).astype(np.int16)
+        hue = (h >= 15) & (h <= 35)
+        yellow = hue & (((s >= 85) & (v >= 90)) | ((soft_s >= 45) & (v >= 60) & (soft_s - self._beside(soft_s) >= 20)))
         red = ((h <= 8) | (h >= 170)) & (s >= 100) & (v >= 80)
         soft = cv2.medianBlur(v, 3).astype(np.int16)  # asphalt's bright specks are dots; lines are long
-        # a line is a ridge: brighter than the road on BOTH sides (a shadow's lit edge is brighter on one only),
-        # looked for a line's width beside it (wide near the car, a few pixels far ahead)
-        side = cv2.blur(soft, (RIDGE_SIDE_PX, 1), borderType=cv2.BORDER_REPLICATE)
-        beside = np.empty_like(soft)
+        # a white line is a ridge: brighter than the road on BOTH sides (a shadow's lit edge is brighter on one only)
+        white = (s <= 50) & (soft - self._beside(soft) >= 35) & (soft >= 120)
+        wall = band.max(axis=2) <= 12
+        mask = yellow | red | white | wall
+        return mask[self.band_rows]
+
+    def _beside(self, channel: np.ndarray) -> np.ndarray:
+        """Per pixel, the larger of the channel's means just left and just right of it, a line's width away (wide
+        near the car, a few pixels far ahead): a ridge is above both."""
+        side = cv2.blur(channel, (RIDGE_SIDE_PX, 1), borderType=cv2.BORDER_REPLICATE)
+        beside = np.empty_like(channel)
         for gap in np.unique(self.ridge_gap):
             rows = self.band_rows[self.ridge_gap == gap]
             shift = int(gap) + RIDGE_SIDE_PX // 2
             beside[rows] = np.maximum(np.pad(side[rows], ((0, 0), (shift, 0)), mode="edge")[:, :-shift],
                                       np.pad(side[rows], ((0, 0), (0, shift)), mode="edge")[:, shift:])
-        white = (s <= 50) & (soft - beside >= 35) & (soft >= 120)
-        wall = band.max(axis=2) <= 12
-        mask = yellow | red | white | wall
-        return mask[self.band_rows]
+        return beside
 
     def ground_points(self, frame: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(x ahead, y right, band row index) of every run of >= 2 marking pixels, at its edge nearest the car."""
