@@ -1,19 +1,23 @@
 """How well envs/replay/road.py measures the road's middle on a recording, checked against what is known: the
 side cameras sit a fixed offset left and right of the center one, so the middle each of them sees must lie that
 offset from the center camera's; the road's width must stay steady along a track; and how much of it is measured
-at all. docs/udacity.md and docs/results.md give what it showed on five public recordings.
+at all. On this project's simulator data (collect.py --env udacity-real, drawn in the real simulator's look) the
+truth is known: the middle must lie minus the recorded cross-track error from the car, per theme, every 10th frame.
+docs/udacity.md and docs/results.md give what it showed on five public recordings.
 
     python -m benchmarks.road_middle REC [REC ...] [--span A:B]
+    python -m benchmarks.road_middle data/udacity-real --against-truth
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any, Sequence
 
 import numpy as np
 
-from agent.data.dataset import open_dataset
+from agent.data.dataset import dataset_env, is_recording, open_dataset
 from benchmarks import run_main
 from envs.replay.camera import CameraGeometry
 from envs.replay.road import (MEASURED_SIDE_M, UNMEASURED, RoadEstimator, frames_of, measure_frames, plausible,
@@ -62,6 +66,34 @@ def validate(dataset: Any, geometry: CameraGeometry, span: tuple[float, float] =
     return out
 
 
+def against_truth(dataset: Any, geometry: CameraGeometry, every: int = 10) -> dict[str, dict[str, float]]:
+    """Simulator data: per theme, how often the middle is measured and its error against minus the cross-track
+    error (the lane's centre, right of the car when the car is left of it), on every ``every``-th center frame."""
+    names = list(dataset_env(dataset.card, dataset.episodes).feature_names)
+    if "cte" not in names:
+        raise ValueError("the dataset's privileged features have no cross-track error ('cte'): no truth to compare")
+    est = RoadEstimator(geometry)
+    seen: dict[str, list[bool]] = {}
+    errors: dict[str, list[float]] = {}
+    for i, meta in enumerate(dataset.episodes):
+        theme = str(meta.get("theme", "?"))
+        cte = dataset.load(i, keys=["privileged"])["privileged"][:, names.index("cte")]
+        readings = measure_frames(est, frames_of(dataset, i, "frames"), range(0, len(cte), every))
+        known = np.isfinite(readings[:, 0])
+        seen.setdefault(theme, []).extend(known.tolist())
+        errors.setdefault(theme, []).extend((readings[known, 0] + cte[::every][known]).tolist())
+    return {theme: {"frames": len(seen[theme]), "coverage": float(np.mean(seen[theme])),
+                    "median_abs_err": float(np.median(np.abs(errors[theme]))) if errors[theme] else math.nan,
+                    "median_err": float(np.median(errors[theme])) if errors[theme] else math.nan}
+            for theme in seen}
+
+
+def report_truth(name: str, r: dict[str, dict[str, float]]) -> str:
+    return "\n".join([f"{name}: against the simulator's cross-track error"] + [
+        f"  {theme}: {v['frames']} frames, measured on {100 * v['coverage']:.1f} %, median abs error "
+        f"{v['median_abs_err']:.2f} m (median {v['median_err']:+.2f} m)" for theme, v in r.items()])
+
+
 def report(name: str, r: dict[str, Any]) -> str:
     lines = [f"{name}: {r['frames']} center frames, measured on {100 * r['coverage']:.1f} %, "
              f"known after smoothing and filling {100 * r['filled']:.1f} %"]
@@ -88,11 +120,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.road_middle", description=__doc__.split("\n\n")[0])
     p.add_argument("dataset", nargs="+", help="imported recordings (dataset folders with frames_left / _right)")
     p.add_argument("--span", default=None, help="A:B, the part of every session measured (default 0:1)")
+    p.add_argument("--against-truth", action="store_true",
+                   help="this project's simulator data: compare with the recorded cross-track error instead")
     a = p.parse_args(argv)
     try:
         for folder in a.dataset:
             ds = open_dataset(folder)
-            print(report(folder, validate(ds, geometry_of(ds), parse_span(a.span, "--span"))), flush=True)
+            if a.against_truth:
+                if any(is_recording(m) for m in ds.episodes):
+                    raise ValueError(f"--against-truth: {folder!r} is a recording of the real simulator, whose "
+                                     "cross-track error nobody knows")
+                print(report_truth(folder, against_truth(ds, geometry_of(ds))), flush=True)
+            else:
+                print(report(folder, validate(ds, geometry_of(ds), parse_span(a.span, "--span"))), flush=True)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

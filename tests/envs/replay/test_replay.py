@@ -12,10 +12,11 @@ import pytest
 
 import collect as collect_cli
 import evaluate as evaluate_cli
+from agent.data.dataset import open_dataset
 from agent.evaluation.evaluate import EvalArgs, evaluate
 from envs.registry import get_spec
 from envs.replay.camera import Reprojector
-from envs.replay.spec import SIM_V0, parse_span
+from envs.replay.spec import SIM_V0, geometry_of, parse_span
 from envs.replay.vehicle import PathController, PathPose, PathVehicle, count_interventions
 from envs.udacity.camera import Renderer
 from envs.udacity.track import generate_track
@@ -436,7 +437,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-def test_the_road_middle_benchmark_reports_a_drive_and_refuses_a_missing_folder(drive, capsys):
+def test_the_road_middle_benchmark_reports_a_drive_and_refuses_a_missing_folder(drive, tmp_path, capsys):
     """`python -m benchmarks.road_middle`: coverage and side-camera agreement on a recorded drive, one-line error
     for a folder that is not there."""
     from benchmarks import road_middle
@@ -447,3 +448,12 @@ def test_the_road_middle_benchmark_reports_a_drive_and_refuses_a_missing_folder(
     assert road_middle.main([str(drive.parent / "missing")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "does not exist" in err and "\n" not in err
+    # this project's simulator in the real look knows its cross-track error: the middle measured against it
+    real_look = tmp_path / "real_look"
+    assert collect_cli.main(["--env", "udacity-real", "--episodes", "1", "--max-steps", str(STEPS), "--noise", "0.3",
+                             "--seed", "3000001", "--workers", "1", "--out", str(real_look), "--no-progress"]) == 0
+    assert road_middle.main([str(real_look), "--against-truth"]) == 0
+    assert "against the simulator's cross-track error" in capsys.readouterr().out
+    ds = open_dataset(real_look)
+    (theme, found), = road_middle.against_truth(ds, geometry_of(ds)).items()
+    assert found["frames"] == -(-STEPS // 10) and found["coverage"] > 0.5 and found["median_abs_err"] < 0.4
