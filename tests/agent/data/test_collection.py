@@ -555,9 +555,10 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
     """With a latency expert (agent.experts.latency) each label is its answer shown the latency and the actions on
     their way, which are the ones applied over the next D steps; the episode says its labels need no hindsight."""
     import collect
-    from agent.data.dataset import open_dataset
-    from agent.experts.expert import Expert
+    from agent.data.card import file_sha256
+    from agent.data.dataset import join_datasets, open_dataset
     from agent.experts.ppo import TrainArgs, train
+    from benchmarks.latency_labels import queue_dependence
     from envs.carracing import SPEC
 
     expert_zip = tmp_path / "late.zip"
@@ -575,19 +576,20 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
     for t in range(len(arrays["action"]) - 3):
         again = expert.act(arrays["privileged"][t], 3, list(arrays["action"][t + 1: t + 4]))
         np.testing.assert_allclose(arrays["expert_action"][t], again, atol=1e-6)
+    # how much of its labels the actions on their way set (benchmarks.latency_labels): a share of each variance
+    shares = queue_dependence(expert, ds, states=5, every=1)
+    assert list(shares) == ["steer", "gas", "brake"] and all(v >= 0 for v in shares.values())
     assert collect.main(["--episodes", "1", "--latency-steps", "5", "--expert", str(expert_zip), "--out",
                          str(tmp_path / "too_late"), "--no-progress"]) == 2
     assert "trained for up to 4 steps" in capsys.readouterr().err
     # it counts as the expert it was fine-tuned from: its rounds join that expert's (D = 0 labelled at once)
-    from agent.data.dataset import join_datasets
-
-    from agent.data.card import file_sha256
-
     assert ds.episodes[0]["expert_base_sha256"] == file_sha256(REPO_ROOT / SPEC.default_expert["continuous"])
     regular = tmp_path / "regular"
     assert collect.main(["--episodes", "1", "--max-steps", "20", "--renderer", "fast", "--workers", "1", "--out",
                          str(regular), "--no-progress", "--seed", "3000100"]) == 0
     assert len(join_datasets([regular, out])[1]) == 2
+    with pytest.raises(ValueError, match="not labelled by a latency expert"):
+        queue_dependence(expert, open_dataset(regular), states=5)
     other_zip = tmp_path / "other.zip"  # another regular expert (fine-tuned a little): its labels differ
     train(TrainArgs(action_space="continuous", timesteps=64, out=other_zip, n_envs=1, n_steps=64, batch_size=64,
                     eval_every=64, eval_episodes=1, card_episodes=1, max_episode_steps=20, logdir=tmp_path / "tb",
@@ -597,3 +599,7 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
                          str(other), "--no-progress", "--expert", str(other_zip)]) == 0
     with pytest.raises(ValueError, match="in its expert"):
         join_datasets([regular, other])
+    from benchmarks import latency_labels
+
+    assert latency_labels.main([str(out), "--expert", str(other_zip)]) == 2
+    assert "is not a latency expert" in capsys.readouterr().err
