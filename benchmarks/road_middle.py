@@ -20,8 +20,8 @@ import numpy as np
 from agent.data.dataset import dataset_env, is_recording, open_dataset
 from benchmarks import run_main
 from envs.replay.camera import CameraGeometry
-from envs.replay.road import (MEASURED_SIDE_M, UNMEASURED, RoadEstimator, frames_of, measure_frames, plausible,
-                              smooth_middle)
+from envs.replay.road import (MEASURED_SIDE_M, UNMEASURED, RoadEstimator, frames_of, measure_frames, one_sided,
+                              plausible, smooth_middle)
 from envs.replay.spec import geometry_of, parse_span, span_slice
 
 
@@ -34,16 +34,18 @@ def validate(dataset: Any, geometry: CameraGeometry, span: tuple[float, float] =
     for i in range(len(dataset)):
         rows = span_slice(span, int(dataset.episodes[i]["length"]))
         for key in cams:
-            readings = plausible(measure_frames(est, frames_of(dataset, i, key), range(rows.start, rows.stop)))
+            readings = one_sided(plausible(measure_frames(est, frames_of(dataset, i, key),
+                                                          range(rows.start, rows.stop))))
             raw[key].append(readings)
             smooth[key].append(smooth_middle(readings[:, 0]))
     c, left, right = (np.concatenate(raw[k]) for k in cams)
     sc, sleft, sright = (np.concatenate(smooth[k]) for k in cams)
     known = np.isfinite(c[:, 0])
-    out: dict[str, Any] = {"frames": len(c), "coverage": float(np.mean(known)),
+    both = known & np.isfinite(c[:, 1])  # both boundaries found (a width)
+    out: dict[str, Any] = {"frames": len(c), "coverage": float(np.mean(known)), "both_sides": float(np.mean(both)),
                            "filled": float(np.mean(sc != UNMEASURED))}
-    if known.any():
-        w = c[known, 1]
+    if both.any():
+        w = c[both, 1]
         out["width"] = {q: float(np.percentile(w, p)) for q, p in (("q10", 10), ("q25", 25), ("median", 50),
                                                                   ("q75", 75), ("q90", 90))}
         out["middle"] = {"median": float(np.median(c[known, 0])), "mean_abs": float(np.mean(np.abs(c[known, 0]))),
@@ -78,7 +80,7 @@ def against_truth(dataset: Any, geometry: CameraGeometry, every: int = 10) -> di
     for i, meta in enumerate(dataset.episodes):
         theme = str(meta.get("theme", "?"))
         cte = dataset.load(i, keys=["privileged"])["privileged"][:, names.index("cte")]
-        readings = measure_frames(est, frames_of(dataset, i, "frames"), range(0, len(cte), every))
+        readings = one_sided(plausible(measure_frames(est, frames_of(dataset, i, "frames"), range(0, len(cte), every))))
         known = np.isfinite(readings[:, 0])
         seen.setdefault(theme, []).extend(known.tolist())
         errors.setdefault(theme, []).extend((readings[known, 0] + cte[::every][known]).tolist())
@@ -95,8 +97,8 @@ def report_truth(name: str, r: dict[str, dict[str, float]]) -> str:
 
 
 def report(name: str, r: dict[str, Any]) -> str:
-    lines = [f"{name}: {r['frames']} center frames, measured on {100 * r['coverage']:.1f} %, "
-             f"known after smoothing and filling {100 * r['filled']:.1f} %"]
+    lines = [f"{name}: {r['frames']} center frames, measured on {100 * r['coverage']:.1f} % (both sides "
+             f"{100 * r['both_sides']:.1f} %), known after smoothing and filling {100 * r['filled']:.1f} %"]
     if "width" in r:
         w, m = r["width"], r["middle"]
         lines.append(f"  width m: median {w['median']:.2f}, quartiles {w['q25']:.2f}-{w['q75']:.2f}, "

@@ -19,7 +19,10 @@ How, per frame (a few ms):
   a vote over (b, c) picks the shape that gathers the points best, then the intercepts ``a`` of the points form
   peaks, one per line; the nearest peak on each side of the car (enough rows, spread along the road) is that
   side's boundary. Middle = the mean of the two intercepts (at the camera, x = 0), width = their difference;
-  a frame with one side missing or an implausible width gets NaN.
+  a frame with one side missing or an implausible width gets NaN (the one side found is kept);
+* over the frames of a stretch (``one_sided``): a frame where one boundary alone was found gets its middle from
+  that boundary and the stretch's median width, where the boundary continues the one seen in the last frame that
+  found both (within 0.75 m, 3 s before at most).
 
 On the two-lane jungle track, driven in its right lane, the nearest line on the left is the dashed centre line:
 the "middle" is the lane's middle. Over time (``smooth_middle``): a running median, interpolation over short
@@ -164,8 +167,14 @@ class RoadEstimator:
         centres = (np.arange(counts.shape[1]) + 1.5) * self.bin_m - self.max_lateral - 3.0  # bin k spans 3
         left = self._nearest_line(a[best], x, r, counts[best], centres, side=-1)
         right = self._nearest_line(a[best], x, r, counts[best], centres, side=1)
-        if left is None or right is None:
+        if left is None and right is None:
             return NO_READING
+        if left is None or right is None:  # one boundary: its fit alone (one_sided() may place the middle from it)
+            side = left if left is not None else right
+            (a0, b0, c0), *_ = np.linalg.lstsq(np.stack([np.ones(int(side.sum())), u[side], u[side] ** 2], 1),
+                                                y[side], rcond=None)
+            fit = (float(a0), float(b0), float(c0))
+            return RoadReading(math.nan, math.nan, fit if left is not None else None, fit if right is not None else None)
         right &= ~left
         # both lines' points, one least-squares fit of two parallel curves: the vote's shape refined
         ones, zeros = np.ones(len(u)), np.zeros(len(u))
@@ -202,6 +211,29 @@ def plausible(readings: np.ndarray, tolerance: float = WIDTH_TOLERANCE) -> np.nd
     if known.any():
         typical = float(np.median(out[known, 1]))
         out[known & (np.abs(out[:, 1] / typical - 1.0) > tolerance), 0] = np.nan
+    return out
+
+
+def one_sided(readings: np.ndarray, max_jump: float = 0.75, memory: int = 30) -> np.ndarray:
+    """``readings`` (after ``plausible``) with a middle for the frames where one boundary alone was found: that
+    boundary plus (left) or minus (right) half the median width of the stretch's frames where both were (a road
+    keeps its width). Only where that boundary is within ``max_jump`` m of where the same side's boundary was in the
+    last frame that found both, at most ``memory`` frames before: a lone line is taken for the boundary it
+    continues, not for another line (a lane's far edge, a wall) that a missing one leaves nearest."""
+    out = np.array(readings, np.float64)
+    both = np.isfinite(out[:, 0])
+    if not both.any():
+        return out
+    half = 0.5 * float(np.median(out[both, 1]))
+    t = np.arange(len(out))
+    last = np.maximum.accumulate(np.where(both, t, -10 ** 9))  # the last frame with both boundaries, at or before t
+    recent = (t - last) <= memory
+    for col, sign in ((2, 1.0), (3, -1.0)):  # left boundary: middle = left + half; right: middle = right - half
+        other = 5 - col
+        lone = ~both & np.isfinite(out[:, col]) & ~np.isfinite(out[:, other]) & recent
+        before = out[np.clip(last, 0, None), col]
+        ok = lone & (np.abs(out[:, col] - before) <= max_jump)
+        out[ok, 0] = out[ok, col] + sign * half
     return out
 
 
@@ -274,4 +306,4 @@ def episode_middle(dataset: Any, episode: int, geometry: CameraGeometry, rows: s
     episode: measured, the implausible widths dropped, smoothed and filled (``smooth_middle``)."""
     est = estimator or RoadEstimator(geometry)
     readings = measure_frames(est, frames_of(dataset, episode, "frames"), range(rows.start, rows.stop))
-    return smooth_middle(plausible(readings)[:, 0])
+    return smooth_middle(one_sided(plausible(readings))[:, 0])
