@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from agent.experts.latency import LatencyQueue, extra_features, latency_observation
+from agent.experts.latency import LatencyQueue, extra_features, latency_observation, max_latency_of
 from common.files import resolve_path
 from envs.registry import EnvSpec, get_spec
 
@@ -33,7 +33,7 @@ class Expert:
         self.card = card
         self.path = path
         # a latency expert (agent.experts.latency): trained under latencies up to this many steps, which it is shown
-        self.max_latency = int((card.get("latency_steps") or [0, 0])[1])
+        self.max_latency = max_latency_of(card)
 
     @classmethod
     def load(cls, path: str | Path | None = None, action_space: str | None = None, env: str = "carracing") -> "Expert":
@@ -64,7 +64,7 @@ class Expert:
         card_path = p.with_suffix(".json")
         card = json.loads(card_path.read_text()) if card_path.is_file() else {}
         n = len(spec.feature_names)
-        max_latency = int((card.get("latency_steps") or [0, 0])[1])
+        max_latency = max_latency_of(card)
         if max_latency:
             n += extra_features(max_latency, int(np.prod(model.action_space.shape)))
         if model.observation_space.shape != (n,):

@@ -18,6 +18,11 @@ import gymnasium as gym
 import numpy as np
 
 
+def max_latency_of(card: dict) -> int:
+    """The top of the latency range an expert's card says it was trained for (0: a regular expert)."""
+    return int((card.get("latency_steps") or [0, 0])[1])
+
+
 def extra_features(max_latency: int, action_dim: int) -> int:
     """How many features a latency expert adds to the privileged observation."""
     return 1 + max_latency * action_dim if max_latency else 0
