@@ -1,4 +1,4 @@
-"""Who drives an env, behind one interface (``reset(seed)``, ``act(frame, t, info, expert_action)``): the
+"""Who drives an env, behind one interface (``reset(seed)``, ``act(frame, t, info, expert_action, on_the_way)``: the
 privileged expert, or a trained policy through its streaming interface. Recording (DAgger students) and
 evaluation both use these, so they sit below both."""
 from __future__ import annotations
@@ -45,7 +45,8 @@ class ExpertController:
     def reset(self, seed: int | None = None) -> None:
         pass
 
-    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
+    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any,
+            on_the_way: Sequence[Any] = ()) -> tuple[Any, float]:
         t0 = time.perf_counter()
         action = self.expert.act(info["privileged"])
         return action, time.perf_counter() - t0
@@ -100,13 +101,16 @@ class PolicyController:
         if self.actions != "argmax":
             self.choose = DiscreteChooser(self.actions, seed, self.temperature, self.spared)
 
-    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any) -> tuple[Any, float]:
+    def act(self, frame: np.ndarray, t: float, info: dict[str, Any], expert_action: Any,
+            on_the_way: Sequence[Any] = ()) -> tuple[Any, float]:
+        """``on_the_way``: the env actions chosen but not yet applied, next to land first (shown to a policy with
+        ``queue_steps``)."""
         if not self.frames:
             self.frames.extend([frame] * self.span)
         else:
             self.frames.append(frame)
         t0 = time.perf_counter()
-        out = self.stream.step(frame, t, self.told_latency)
+        out = self.stream.step(frame, t, self.told_latency, self.head_actions(on_the_way))
         if self._sync:
             torch.cuda.synchronize()
         latency = time.perf_counter() - t0
@@ -116,6 +120,15 @@ class PolicyController:
         full = np.array(expert_action, dtype=np.float32).reshape(-1)[: len(self._env_names)].copy()  # the head lacks
         full[self._cols] = np.asarray(action, dtype=np.float32).reshape(-1)[self._head_cols]
         return full, latency
+
+    def head_actions(self, env_actions: Sequence[Any]) -> np.ndarray | None:
+        """Env actions ``[n, env]`` -> the head's columns ``[n, A]`` (None: the policy is shown none)."""
+        if not self.config.queue_steps or not len(env_actions):
+            return None
+        env = np.asarray([np.asarray(a, np.float32).reshape(-1) for a in env_actions])
+        out = np.zeros((len(env), self.config.action_dim), np.float32)
+        out[:, self._head_cols] = env[:, self._cols]
+        return out
 
     def window(self) -> tuple[torch.Tensor, torch.Tensor, list[float]] | None:
         """The stream's current window: embeddings [1, W, F], seconds [1, W] (last 0), and those seconds."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from agent.data.dataset import open_dataset
 from agent.experts.expert import Expert
+from agent.experts.latency import queued_actions
 from benchmarks import run_main
 
 
@@ -31,15 +32,16 @@ def queue_dependence(expert: Any, dataset: Any, states: int = 20, every: int = 3
     own, swapped = [], []
     for i in range(0, len(dataset), every):
         arrays = dataset.load(i, keys=["action", "privileged"])
-        n = len(arrays["action"]) - latency - 1  # the actions on their way at t are those applied at t+1 .. t+D
+        n = len(arrays["action"]) - latency  # steps whose actions on their way were all recorded
         if n < states:
             continue
         for t in rng.choice(n, states, replace=False):
             u = int(rng.integers(n))
-            own.append(expert.act(arrays["privileged"][t], latency, list(arrays["action"][t + 1: t + 1 + latency])))
-            swapped.append(expert.act(arrays["privileged"][t], latency, list(arrays["action"][u + 1: u + 1 + latency])))
+            queues = queued_actions(arrays["action"], np.array([t, u]), np.array([latency, latency]), latency)
+            own.append(expert.act(arrays["privileged"][t], latency, list(queues[0])))
+            swapped.append(expert.act(arrays["privileged"][t], latency, list(queues[1])))
     if not own:
-        raise ValueError(f"{str(dataset.root)!r}: no episode longer than {states + latency + 1} steps")
+        raise ValueError(f"{str(dataset.root)!r}: no episode longer than {states + latency} steps")
     own_a, swapped_a = np.asarray(own), np.asarray(swapped)
     names = expert.spec.action_names[expert.action_space]
     return {name: float(((own_a[:, k] - swapped_a[:, k]) ** 2).mean() / max(own_a[:, k].var(), 1e-12))

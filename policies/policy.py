@@ -76,6 +76,7 @@ class PolicyConfig:
     discrete_actions: str = "argmax"  # discrete head: the rule it drives with unless told (policies.actions.DISCRETE_ACTION_RULES); a student trained on sampling drivers' data drives best sampling
     action_temperature: float = 1.0  # discrete head, sample / dither: the softmax temperature it drives at unless told (policies.actions.check_temperature)
     latency_input: str = "none"  # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature)
+    queue_steps: int = 0  # input only: it is also shown up to this many of its actions on their way (next to land first)
 
     def temperature_for(self, rule: str | None) -> float:
         """The temperature a discrete student samples at under ``rule`` (None: its own rule): its own temperature
@@ -85,6 +86,11 @@ class PolicyConfig:
     @property
     def action_dim(self) -> int:
         return len(self.action_names)
+
+    @property
+    def told_features(self) -> int:
+        """Features the core reads beside each frame's embedding: the latency, and the actions on their way."""
+        return (self.latency_input == "input") + self.queue_steps * self.action_dim
 
     @classmethod
     def for_actions(cls, head: str, action_names: list[str] | None = None, **kwargs) -> "PolicyConfig":
@@ -120,6 +126,11 @@ class PolicyConfig:
         if self.latency_input == "clock" and self.core != "nac":
             raise ValueError(f"latency_input clock gives the nac core's query a timestamp; core {self.core!r} has "
                              "none (tell it with latency_input input)")
+        if not is_int(self.queue_steps, 0, 1000):
+            raise ValueError(f"queue_steps must be an integer in [0, 1000], got {self.queue_steps!r}")
+        if self.queue_steps and (self.latency_input != "input" or self.head != "continuous"):
+            raise ValueError("the actions on their way (queue_steps) are shown to a continuous policy told its latency "
+                             f"as an input, not to a {self.head} one told by {self.latency_input!r}")
         if self.color not in COLORS:
             raise ValueError(f"color must be one of {COLORS}, got {self.color!r}")
         if self.crop is not None and (len(self.crop) != 2 or not 0 <= self.crop[0] < self.crop[1]):
@@ -211,7 +222,7 @@ class DrivingPolicy(nn.Module):
         self.config = config.validate()
         c = config
         self.encoder = build_encoder(c.encoder, tuple(c.image_size), c.feature_dim, c.encoder_dropout)
-        self.core = build_core(c.core, c.feature_dim + (c.latency_input == "input"), c.window, **c.core_options)
+        self.core = build_core(c.core, c.feature_dim + c.told_features, c.window, **c.core_options)
         self.head = nn.Linear(self.core.output_dim, c.action_dim)
         mean = c.target_mean if c.target_mean is not None else [0.0] * c.action_dim
         std = c.target_std if c.target_std is not None else [1.0] * c.action_dim
@@ -251,29 +262,53 @@ class DrivingPolicy(nn.Module):
         return (time / (self.config.frame_period * self.config.frame_stride)).float()
 
     def raw_from_embeddings(self, emb: torch.Tensor, time: torch.Tensor | None = None,
-                            latency: torch.Tensor | float | None = None) -> torch.Tensor:
+                            latency: torch.Tensor | float | None = None,
+                            on_the_way: torch.Tensor | np.ndarray | None = None) -> torch.Tensor:
         """Head output from a window of embeddings ``[B, W, F]``: logits, or *normalised* actions. ``latency``:
         seconds from the newest frame to the moment the action lands (a float or ``[B]``; None = 0), told to a
-        policy with a ``latency_input`` and ignored by one without."""
+        policy with a ``latency_input`` and ignored by one without; ``on_the_way``: the env-unit actions chosen
+        but not yet applied, next to land first (``[B, n, A]`` or ``[n, A]``; None = none), shown to a policy
+        with ``queue_steps`` (the first ``queue_steps``, zeros past the end) and ignored by one without."""
         B, W = emb.shape[:2]
         time = self.core_time(time, B, W)
         if self.config.latency_input == "clock":
             return self.head(self.core(emb, time, query_time=self.latency_units(latency, B, emb.device)))
-        return self.head(self.core(self.core_input(emb, latency), time))
+        return self.head(self.core(self.core_input(emb, latency, on_the_way), time))
 
     def latency_units(self, latency: torch.Tensor | float | None, batch: int, device: torch.device) -> torch.Tensor:
         """A latency in seconds (float or ``[B]``; None = 0) -> core units ``[B]``, as the window's times."""
         units = torch.as_tensor(0.0 if latency is None else latency, dtype=torch.float32, device=device)
         return units.expand(batch) / (self.config.frame_period * self.config.frame_stride)
 
-    def core_input(self, emb: torch.Tensor, latency: torch.Tensor | float | None = None) -> torch.Tensor:
+    def core_input(self, emb: torch.Tensor, latency: torch.Tensor | float | None = None,
+                   on_the_way: torch.Tensor | np.ndarray | None = None) -> torch.Tensor:
         """What the core reads: the embeddings ``[B, W, F]``, and for ``latency_input`` "input" the latency in
-        core units as one more feature of every frame."""
-        if self.config.latency_input != "input":
+        core units (then the ``queue_steps`` actions on their way, flattened) as more features of every frame."""
+        c = self.config
+        if c.latency_input != "input":
             return emb
         B, W = emb.shape[:2]
-        units = self.latency_units(latency, B, emb.device)
-        return torch.cat([emb, units.view(B, 1, 1).expand(B, W, 1).to(emb.dtype)], -1)
+        told = [self.latency_units(latency, B, emb.device).view(B, 1)]
+        if c.queue_steps:
+            told.append(self.queue_features(on_the_way, B, emb.device))
+        told_t = torch.cat(told, -1).to(emb.dtype)
+        return torch.cat([emb, told_t[:, None].expand(B, W, told_t.shape[-1])], -1)
+
+    def queue_features(self, on_the_way: torch.Tensor | np.ndarray | None, batch: int,
+                       device: torch.device) -> torch.Tensor:
+        """The actions on their way (``[B, n, A]`` or ``[n, A]`` env units; None = none) -> ``[B, queue_steps * A]``:
+        the first ``queue_steps`` of them, zeros past the end."""
+        K, A = self.config.queue_steps, self.config.action_dim
+        out = torch.zeros(batch, K, A, device=device)
+        if on_the_way is not None and len(on_the_way):
+            q = torch.as_tensor(np.asarray(on_the_way, np.float32) if not isinstance(on_the_way, torch.Tensor)
+                                else on_the_way, dtype=torch.float32, device=device)
+            q = q.expand(batch, *q.shape) if q.dim() == 2 else q
+            if q.dim() != 3 or q.shape[0] != batch or q.shape[-1] != A:
+                raise ValueError(f"on_the_way must be [B, n, {A}] or [n, {A}] actions, got shape {tuple(q.shape)}")
+            n = min(K, q.shape[1])
+            out[:, :n] = q[:, :n]
+        return out.view(batch, K * A)
 
     def forward_raw(self, frames: torch.Tensor, time: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (discrete) or normalised actions (continuous): what the training loss compares."""
@@ -386,9 +421,10 @@ class PolicyStream:
 
     @torch.no_grad()
     def step(self, frame: torch.Tensor | np.ndarray, t: float | None = None,
-             latency: float | None = None) -> torch.Tensor:
+             latency: float | None = None, on_the_way: np.ndarray | None = None) -> torch.Tensor:
         """``frame`` uint8 ``[H, W, 3]`` (t: seconds, optional; latency: seconds until the action lands, for a
-        policy told its latency) -> output ``[out]`` (logits or env-unit actions)."""
+        policy told its latency; on_the_way ``[n, A]``: its actions not yet applied, next first, for a policy shown
+        them) -> output ``[out]`` (logits or env-unit actions)."""
         if tuple(torch.as_tensor(frame).shape[-1:]) != (3,) or torch.as_tensor(frame).dim() != 3:
             raise ValueError(f"frame must be [H, W, 3], got shape {tuple(torch.as_tensor(frame).shape)}")
         t = self.steps * self.policy.config.frame_period if t is None else float(t)
@@ -401,7 +437,7 @@ class PolicyStream:
             self.times.append(t)
         self.steps += 1
         window, rel = self.window()
-        return self.policy.postprocess(self.policy.raw_from_embeddings(window, rel, latency))[0]
+        return self.policy.postprocess(self.policy.raw_from_embeddings(window, rel, latency, on_the_way))[0]
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -508,25 +544,31 @@ def policy_from_checkpoint(payload: dict[str, Any], where: str = "checkpoint") -
     return policy
 
 
-def with_latency_input(policy: DrivingPolicy) -> DrivingPolicy:
-    """The same policy told its latency as one more input feature: every weight kept, the new input's weights 0,
-    so it answers exactly as before until training teaches it the latency (fine-tuning a student that was not
-    told)."""
-    if policy.config.latency_input != "none":
-        raise ValueError(f"the policy is already told its latency ({policy.config.latency_input})")
-    config = PolicyConfig.from_dict({**policy.config.to_dict(), "latency_input": "input"})
+def with_latency_input(policy: DrivingPolicy, queue_steps: int = 0) -> DrivingPolicy:
+    """The same policy told its latency as an input feature (and shown ``queue_steps`` of its actions on their
+    way): every weight kept, the new inputs' weights 0, so it answers exactly as before until training teaches it
+    the latency (fine-tuning a student that was not told, or was told the latency alone)."""
+    c = policy.config
+    if c.latency_input == "clock" or (c.latency_input == "input" and queue_steps <= c.queue_steps):
+        raise ValueError(f"the policy is already told its latency ({c.latency_input}"
+                         + (f", {c.queue_steps} actions on their way)" if c.queue_steps else ")"))
+    if c.queue_steps:
+        raise ValueError(f"the policy is shown {c.queue_steps} actions on their way; it cannot be widened to "
+                         f"{queue_steps} (train it from one that is shown none)")
+    config = PolicyConfig.from_dict({**c.to_dict(), "latency_input": "input", "queue_steps": queue_steps})
     told = DrivingPolicy(config).to(policy.device)
+    added = config.told_features - c.told_features
     old = policy.state_dict()
     state = {}
     for key, new in told.state_dict().items():
         was = old[key]
         if new.shape == was.shape:
             state[key] = was
-        elif new.shape[:-1] == was.shape[:-1] and new.shape[-1] == was.shape[-1] + 1:  # the core's input layer
-            state[key] = torch.cat([was, was.new_zeros(*was.shape[:-1], 1)], -1)
+        elif new.shape[:-1] == was.shape[:-1] and new.shape[-1] == was.shape[-1] + added:  # the core's input layer
+            state[key] = torch.cat([was, was.new_zeros(*was.shape[:-1], added)], -1)
         else:  # e.g. a bare nac core, whose sparse wiring is drawn for its input size
-            raise ValueError(f"{key} changes shape {tuple(was.shape)} -> {tuple(new.shape)} with one more input: "
-                             "this core cannot keep its weights; train the latency-aware student from scratch")
+            raise ValueError(f"{key} changes shape {tuple(was.shape)} -> {tuple(new.shape)} with {added} more "
+                             "inputs: this core cannot keep its weights; train the latency-aware student from scratch")
     told.load_state_dict(state)
     return told
 

@@ -44,9 +44,9 @@ def record_told_latency(monkeypatch) -> list:
     told: list = []
     step = PolicyStream.step
 
-    def recording_step(self, frame, t=None, latency=None):
+    def recording_step(self, frame, t=None, latency=None, on_the_way=None):
         told.append(latency)
-        return step(self, frame, t, latency)
+        return step(self, frame, t, latency, on_the_way)
 
     monkeypatch.setattr(PolicyStream, "step", recording_step)
     return told

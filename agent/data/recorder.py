@@ -282,7 +282,7 @@ def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_s
         label, probs, source = labeller(s.info["privileged"], latency_steps, late)
         chosen, expert_turn = label, True
         if driver is not None:
-            student, _ = driver.act(s.obs, s.t * spec.dt, s.info, label)  # steps the stream on every frame
+            student, _ = driver.act(s.obs, s.t * spec.dt, s.info, label, late)  # steps the stream on every frame
             expert_turn = bool(coin.random() < beta)
             chosen = label if expert_turn else student
         executed = noise(s.t, chosen)

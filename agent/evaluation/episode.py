@@ -45,7 +45,7 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
             if clock.sees_frame(step):
                 # the frame's time: a replay's recorded timestamp, else steps x the env's dt
                 decision, latency = controller.act(frame, info["time"] if "time" in info else step * spec.dt, info,
-                                                   shadow)
+                                                   shadow, clock.queue)
             if controller.is_expert:  # the expert's own action on this state is what it is compared with
                 shadow = decision if decision is not None else expert.act(info["privileged"])
             action = clock.action(decision)

@@ -13,6 +13,7 @@ import torch
 from agent.data.dataset import DemoDataset, dataset_env, is_recording, open_datasets
 from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
 from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
+from common.checks import is_int
 from common.cli import option
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
@@ -65,6 +66,11 @@ class TrainArgs:
         None, "how the policy is told its latency: none | clock (nac cores: the query's timestamp is the moment "
         "the action lands) | input (one more input feature; any core); with --init, the checkpoint's unless given "
         "(default: none)", group="model", choices=LATENCY_INPUTS)
+    latency_queue: int | None = option(
+        None, "also show a policy told its latency as an input up to K of its actions on their way (chosen, not yet "
+        "applied; next to land first), read in training from the actions each episode recorded: what a latency "
+        "expert's labels depend on; K >= the largest latency trained; with --init, the checkpoint's unless given "
+        "(default: 0)", group="model", metavar="K")
     lr: float = option(1e-3, "peak AdamW learning rate", group="optimisation")
     weight_decay: float = option(1e-4, "AdamW weight decay", group="optimisation")
     warmup: float = option(0.05,
@@ -252,7 +258,16 @@ def check_args(a: TrainArgs) -> None:
     if not 0.2 <= a.recovery_return <= 5:
         raise ValueError(f"--recovery-return must be in [0.2, 5] seconds (where the label rejoins the path), "
                          f"got {a.recovery_return}")
-    parse_latency_steps(a.latency_steps)
+    latency = parse_latency_steps(a.latency_steps)
+    if a.latency_queue is not None:
+        if not is_int(a.latency_queue, 0, 1000):
+            raise ValueError(f"--latency-queue must be an integer in [0, 1000] (actions), got {a.latency_queue!r}")
+        if a.latency_queue and a.latency_input not in (None, "input"):
+            raise ValueError(f"--latency-queue shows the actions on their way beside the latency input; it needs "
+                             f"--latency-input input, not {a.latency_input}")
+        if a.latency_queue and latency != "recorded" and latency[1] > a.latency_queue:
+            raise ValueError(f"--latency-queue {a.latency_queue} shows fewer actions than the {latency[1]} on their "
+                             f"way under --latency-steps {a.latency_steps}")
     if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
         raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
 
@@ -324,7 +339,14 @@ def init_architecture(a: TrainArgs) -> TrainArgs:
     if c.latency_input == "input" and told != "input":
         raise ValueError(f"--latency-input {told}: {a.init} reads its latency as an input; fine-tune it with "
                          "--latency-input input, or train from scratch")
-    return replace(a, **shape, time_input=a.time_input or c.time_input, latency_input=told)
+    queue = c.queue_steps if a.latency_queue is None else a.latency_queue
+    if c.queue_steps and queue != c.queue_steps:
+        raise ValueError(f"--latency-queue {queue}: {a.init} is shown {c.queue_steps} actions on their way; leave "
+                         "--latency-queue out to fine-tune it, or train from scratch")
+    if queue and told != "input":
+        raise ValueError(f"--latency-queue {queue} shows the actions on their way beside the latency input; add "
+                         "--latency-input input")
+    return replace(a, **shape, time_input=a.time_input or c.time_input, latency_input=told, latency_queue=queue)
 
 
 SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the PilotNet/Udacity recipe's label shifts

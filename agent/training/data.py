@@ -55,6 +55,7 @@ class Data:
     geometry: CameraGeometry | None = None  # the camera of --recovery-views (envs.replay.spec), when they are on
     latency_steps: list[int] = field(default_factory=list)  # per episode: the latency it was driven under (collect.py)
     labels_land: list[bool] = field(default_factory=list)  # per episode: a latency expert labelled it (no hindsight shift)
+    applied: list[np.ndarray] = field(default_factory=list)  # per episode: the actions applied, continuous [T, A] (empty: none recorded)
 
 
 def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
@@ -71,7 +72,7 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
     size = parse_image_size(o.image_size) if o.image_size else encoder_size(env, crop, dataset.array_shape(0, "frames"))
     geometry = dataset_geometry(dataset, env, crop) if o.recovery_views else None  # refuses before loading
     sides = [s for s in ("left", "right") if o.side_cameras and env.first_person]
-    frames, times, targets, speeds = [], [], [], []
+    frames, times, targets, speeds, applied = [], [], [], [], []
     camera_width = 0
     side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in sides}
     lazy = use_lazy_loading(o.loading, dataset, size, sides, world)
@@ -88,7 +89,7 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
             names = dataset.array_names(i)
             if "expert_action" not in names:
                 raise ValueError(f"dataset {o.paths!r} has no expert labels (expert_action); it has {sorted(names)}")
-            arrays = dataset.load(i, keys=["time", "expert_action"] + (["speed"] if "speed" in names else []))
+            arrays = dataset.load(i, keys=["time", "expert_action"] + [k for k in ("speed", "action") if k in names])
             frame_shape = dataset.array_shape(i, "frames")
         else:
             arrays = dataset.load(i)
@@ -107,6 +108,8 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
         if geometry is not None and "speed" not in arrays:
             raise ValueError(f"--recovery-views labels need the recorded speed; dataset {o.paths!r} has no speed array")
         speeds.append(np.asarray(arrays["speed"] if "speed" in arrays else np.zeros(len(arrays["time"])), np.float32))
+        applied.append(np.asarray(arrays["action"], np.float32) if "action" in arrays and arrays["action"].ndim == 2
+                       else np.zeros((len(arrays["time"]), 0), np.float32))
     if len(side_frames) == 1:  # one side camera alone would bias the steering: use both or none
         side_frames = {}
     first_target = targets[0]
@@ -125,7 +128,7 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
                 camera_width, len(dataset), lazy, smoothing_s=smoothing, recorded=recorded, speeds=speeds,
                 geometry=geometry, latency_steps=[int(m.get("latency_steps") or 0) for m in dataset.episodes],
-                labels_land=[bool(m.get("labels_land")) for m in dataset.episodes])
+                labels_land=[bool(m.get("labels_land")) for m in dataset.episodes], applied=applied)
 
 
 def label_smoothing_s(smooth_labels: str, dataset: DemoDataset) -> float:
@@ -246,4 +249,5 @@ def take_pieces(data: Data, pieces: list[tuple[int, int, int]]) -> Data:
                    num_episodes=len(pieces), pieces=list(pieces),
                    recorded=[data.recorded[e] for e, _, _ in pieces] if data.recorded else [],
                    latency_steps=[data.latency_steps[e] for e, _, _ in pieces] if data.latency_steps else [],
-                   labels_land=[data.labels_land[e] for e, _, _ in pieces] if data.labels_land else [])
+                   labels_land=[data.labels_land[e] for e, _, _ in pieces] if data.labels_land else [],
+                   applied=[data.applied[e][a:b] for e, a, b in pieces] if data.applied else [])

@@ -33,7 +33,7 @@ from agent.training.data import Data, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
-from agent.training.windows import batch_plan, gather_segments, label_shifts, latency_shifts
+from agent.training.windows import batch_plan, gather_segments, label_shifts, latency_shifts, window_queues
 from common.files import write_json
 from common.stops import raise_if_stopped, stops_at_safe_points
 from envs.registry import camera_envs
@@ -51,15 +51,17 @@ from policies.policy import (
 
 def initial_policy(path: str, data: Data, head: str, names: list[str] | None, time_input: str | None,
                    discrete_actions: str | None = None, temperature: float | None = None,
-                   latency_input: str | None = None) -> DrivingPolicy:
+                   latency_input: str | None = None, queue_steps: int | None = None) -> DrivingPolicy:
     """--init: the checkpoint's policy, checked to drive this dataset's env and predict its actions (its frame
     size and crop already shaped the data: init_architecture), fed ``time_input`` and driving with
-    ``discrete_actions`` at ``temperature`` from now on (None: the checkpoint's; a new rule starts at 1). Its
-    target normalisation is kept: the weights were trained against it."""
+    ``discrete_actions`` at ``temperature`` from now on (None: the checkpoint's; a new rule starts at 1), shown
+    ``queue_steps`` of its actions on their way (None: the checkpoint's). Its target normalisation is kept: the
+    weights were trained against it."""
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
-    if latency_input == "input" and c.latency_input == "none":  # its weights kept, the new input's at 0
-        policy = with_latency_input(policy)
+    queue_steps = c.queue_steps if queue_steps is None else queue_steps
+    if latency_input == "input" and (c.latency_input == "none" or queue_steps > c.queue_steps):
+        policy = with_latency_input(policy, queue_steps)  # its weights kept, the new inputs' at 0
         c = policy.config
     c.time_input = time_input or c.time_input
     c.latency_input = latency_input or c.latency_input  # clock on a nac core adds no weights (init_architecture)
@@ -118,7 +120,8 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, 
             emb = policy.encode(torch.from_numpy(frames)[None])[0]
             raw = policy.raw_from_embeddings(emb[torch.from_numpy(index).to(emb.device)],
                                              torch.from_numpy(times).to(emb.device),
-                                             _latency_seconds(shifts, data, emb.device))
+                                             _latency_seconds(shifts, data, emb.device),
+                                             window_queues(data, segment, shifts, policy.config.queue_steps, cols))
             target_t = torch.from_numpy(target).to(emb.device)
             losses.append(loss_fn(policy, raw, target_t, loss, class_weight).item() * len(target))
             outputs.append(policy.postprocess(raw).cpu())
@@ -217,9 +220,9 @@ class WindowsForward(torch.nn.Module):
         self.policy = policy
 
     def forward(self, x: torch.Tensor, index: torch.Tensor, times: torch.Tensor,
-                latency: torch.Tensor | None = None) -> torch.Tensor:
+                latency: torch.Tensor | None = None, on_the_way: torch.Tensor | None = None) -> torch.Tensor:
         emb = self.policy.encode(x[None])[0]
-        return self.policy.raw_from_embeddings(emb[index], times, latency)
+        return self.policy.raw_from_embeddings(emb[index], times, latency, on_the_way)
 
 
 class _NoWriter:
@@ -274,7 +277,7 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
         return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
     if a.init is not None:
         return initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions, a.action_temperature,
-                              a.latency_input)
+                              a.latency_input, a.latency_queue)
     if a.action_temperature not in (None, 1.0) and not a.discrete_actions:
         raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
                          "temperature (add --discrete-actions sample)")
@@ -289,7 +292,8 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
         image_size=data.image_size, crop=data.crop,
         color=a.color if a.color != "auto" else data.env.default_color,
         action_space=data.action_space, env=data.env.gym_id, discrete_actions=a.discrete_actions or "argmax",
-        action_temperature=a.action_temperature or 1.0, latency_input=a.latency_input or "none", **extra)
+        action_temperature=a.action_temperature or 1.0, latency_input=a.latency_input or "none",
+        queue_steps=a.latency_queue or 0, **extra)
     return DrivingPolicy(config)
 
 
@@ -430,8 +434,9 @@ class Trainer:
             mine = world.part(segments)
             share = sum(b - s for _, s, b in mine) / n * world.size  # DDP's mean over ranks -> the step's mean
             segments = mine or segments[:1]  # too few segments for every rank: compute one, weigh it 0
-        x, index, times, target, latency = self.batch(segments, epoch)
-        raw = self.forward(x, torch.from_numpy(index).to(device), torch.from_numpy(times).to(device), latency)
+        x, index, times, target, latency, on_the_way = self.batch(segments, epoch)
+        raw = self.forward(x, torch.from_numpy(index).to(device), torch.from_numpy(times).to(device), latency,
+                           on_the_way)
         loss = loss_fn(self.policy, raw, torch.from_numpy(target).to(device), opt.loss, self.class_weight)
         if world.active:
             loss = loss * share
@@ -450,17 +455,20 @@ class Trainer:
         return n, step_loss, grad_norm
 
     def batch(self, segments: list[tuple[int, int, int]], epoch: int
-              ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray, torch.Tensor | None]:
-        """The (augmented) input frames of ``segments``, each window's frame indexes and times, the targets and
-        each window's latency in seconds (--latency-steps; its own random stream, so runs without it keep theirs)."""
+              ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray, torch.Tensor | None, torch.Tensor | None]:
+        """The (augmented) input frames of ``segments``, each window's frame indexes and times, the targets,
+        each window's latency in seconds (--latency-steps; its own random stream, so runs without it keep theirs)
+        and the actions then on their way (--latency-queue)."""
         aug, w, data, config = self.plan.augmentation, self.plan.windows, self.data, self.policy.config
         rng = np.random.default_rng([w.seed, epoch, self.state["batch"], self.world.rank, 31])
         shifts = latency_shifts(segments, w.latency, rng, data.latency_steps)
         latency = _latency_seconds(shifts, data, self.device)
+        queues = window_queues(data, segments, shifts, config.queue_steps, self.cols)
+        on_the_way = None if queues is None else torch.from_numpy(queues).to(self.device)
         shifts = label_shifts(segments, shifts, data.labels_land)
         if aug.enabled and data.env.first_person:  # picks a camera per segment, adjusts the targets
             return (*augment_first_person(data, segments, aug, w, self.cols, config.color, self.device, self.recovery,
-                                          shifts), latency)
+                                          shifts), latency, on_the_way)
         frames, slices, index, times, target = gather_segments(data, segments, w.window, w.frame_stride, self.cols,
                                                                max_gap=w.window_gaps, shifts=shifts)
         if self.recovery is not None:  # --no-augment keeps the recovery views: they are data, not noise
@@ -469,7 +477,7 @@ class Trainer:
         frames = torch.from_numpy(frames)
         x = (augment(frames, slices, config.image_size, self.device, config.color) if aug.enabled
              else frames_to_float(frames, config.image_size, self.device, config.color))
-        return x, index, times, target, latency
+        return x, index, times, target, latency, on_the_way
 
     def log_scalars(self, loss: float, grad_norm: float, samples_per_sec: float) -> None:
         gs = self.state["global_step"]

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from agent.data.dataset import DemoDataset
+from agent.experts.latency import queued_actions
 from agent.training.config import SplitOptions, Windows
 from agent.training.data import Data, episode_targets, take_pieces
 
@@ -241,6 +242,23 @@ def label_shifts(segments: list[tuple[int, int, int]], shifts: list[np.ndarray] 
     if shifts is None or not any(labels_land):
         return shifts
     return [np.zeros_like(s) if labels_land[e] else s for (e, _, _), s in zip(segments, shifts)]
+
+
+def window_queues(data: Data, segments: list[tuple[int, int, int]], shifts: list[np.ndarray] | None, size: int,
+                  cols: slice | None) -> np.ndarray | None:
+    """The actions on their way ``[N, size, A]`` at each window's last step, under the latency it is told
+    (``shifts``, steps; agent.experts.latency.queued_actions), for a policy shown ``size`` of them; None when it
+    is shown none or told no latency."""
+    if not size or shifts is None:
+        return None
+    out = []
+    for (e, a, b), told in zip(segments, shifts):
+        applied = data.applied[e] if data.applied else np.zeros((0, 0), np.float32)
+        if not applied.shape[-1]:
+            raise ValueError("a policy shown its actions on their way trains on the actions applied, which episode "
+                             f"{e} of the data did not record")
+        out.append(queued_actions(applied if cols is None else applied[:, cols], np.arange(a, b), told, size))
+    return np.concatenate(out)
 
 
 def batch_plan(lengths: dict[int, int], w: Windows, epoch: int,

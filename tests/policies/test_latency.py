@@ -93,3 +93,43 @@ def test_a_student_that_was_not_told_gets_the_input_and_answers_as_before(core):
     torch.testing.assert_close(told.postprocess(told.raw_from_embeddings(emb, time, 0.2)), ref)
     with pytest.raises(ValueError, match="already told"):
         with_latency_input(told)
+
+
+def test_a_policy_shown_its_actions_on_their_way_reads_them_and_starts_as_the_one_it_widens():
+    """with_latency_input(policy, queue_steps=K): the core reads the latency and K actions (next to land first,
+    zeros past the queue's end) beside each frame; the new inputs' weights start at 0, so it answers as before
+    whatever the queue, from a student told nothing or told the latency alone; a stream step passes the queue."""
+    from policies.policy import with_latency_input
+
+    plain = _policy("none", core="gru")
+    frames = torch.randint(0, 255, (2, 4, 32, 32, 3), dtype=torch.uint8)
+    time = torch.tensor([[-0.12, -0.08, -0.04, 0.0]] * 2)
+    emb = plain.encode(frames)
+    queue = torch.rand(2, 3, 3)
+    ref = plain.postprocess(plain.raw_from_embeddings(emb, time))
+    told = with_latency_input(with_latency_input(plain), queue_steps=5)  # told the latency, then shown the queue
+    assert told.config.queue_steps == 5 and told.core.rnn.input_size == TINY["feature_dim"] + 1 + 5 * 3
+    torch.testing.assert_close(told.postprocess(told.raw_from_embeddings(emb, time, 0.06, queue)), ref)
+    with torch.no_grad():
+        told.core.rnn.weight_ih_l0[:, -15:].normal_()
+    a = told.raw_from_embeddings(emb, time, 0.06, queue)
+    assert not torch.allclose(a, told.raw_from_embeddings(emb, time, 0.06, queue.flip(1)))  # the order is read
+    padded = torch.cat([queue, torch.zeros(2, 2, 3)], 1)  # zeros past the end: the same as a shorter queue
+    torch.testing.assert_close(told.raw_from_embeddings(emb, time, 0.06, padded), a)
+    frame = frames[0, -1].numpy()
+    stream = told.stream()
+    out = stream.step(frame, 0.0, 0.06, queue[0].numpy())
+    torch.testing.assert_close(out, told.postprocess(told.raw_from_embeddings(
+        told.encode(torch.as_tensor(frame)[None, None]).expand(1, 4, -1), torch.zeros(1, 4), 0.06, queue[:1]))[0])
+    with pytest.raises(ValueError, match="already told"):
+        with_latency_input(told, queue_steps=5)
+    with pytest.raises(ValueError, match="on_the_way must be"):
+        told.raw_from_embeddings(emb, time, 0.06, torch.rand(2, 3, 2))
+
+
+@pytest.mark.parametrize("options, says", [(dict(latency_input="none", queue_steps=3), "told by 'none'"),
+                                           (dict(latency_input="input", queue_steps=-1), "queue_steps must be")])
+def test_bad_queue_options_are_refused(options, says):
+    with pytest.raises(ValueError, match=says):
+        PolicyConfig.for_actions("continuous", **{**TINY, "core": "gru", "core_options": {"hidden": 16}},
+                                 **options).validate()

@@ -55,14 +55,17 @@ class Recorder:
         self.n_actions = n_actions
         self.times: list[float] = []
         self.decisions: list[np.ndarray] = []
+        self.queues: list[list[list[float]]] = []  # the actions on their way at each decision
 
     def reset(self, seed: int | None = None) -> None:
         self.times.clear()
         self.decisions.clear()
+        self.queues.clear()
 
-    def act(self, frame, t, info, expert_action):
+    def act(self, frame, t, info, expert_action, on_the_way=()):
         k = len(self.times) + 1
         action = np.array([0.001 * k, 0.1, 0.0][: self.n_actions], dtype=np.float32)  # small steer: stays on the road
+        self.queues.append([np.asarray(a).tolist() for a in on_the_way])
         self.times.append(t)
         self.decisions.append(action.copy())
         return action, 0.0
@@ -188,6 +191,8 @@ def test_latency_shifts_the_applied_actions_by_d_steps(world, delay):
     assert [a.tolist() for a in late] == [neutral.tolist()] * delay + [d.tolist() for d in decided[:-delay]]
     assert row["neutral_steps"] == delay
     assert [a.tolist() for a in on_time] == [d.tolist() for d in decided]  # the same run without latency: unshifted
+    for k, step in enumerate(acting[: -delay]):  # shown the actions on their way: those applied over the next D steps
+        assert policy.queues[k] == [a.tolist() for a in late[step: step + delay]]
 
 
 def test_timed_runs_repeat_exactly(world):
@@ -218,13 +223,13 @@ def _record_stream_and_core(monkeypatch) -> tuple[list[float], list[list[float]]
     windows: list[list[float]] = []
     step, raw = PolicyStream.step, DrivingPolicy.raw_from_embeddings
 
-    def recording_step(self, frame, t=None, latency=None):
+    def recording_step(self, frame, t=None, latency=None, on_the_way=None):
         stamps.append(t)
-        return step(self, frame, t, latency)
+        return step(self, frame, t, latency, on_the_way)
 
-    def recording_raw(self, emb, time=None, latency=None):
+    def recording_raw(self, emb, time=None, latency=None, on_the_way=None):
         windows.append(time[0].tolist())
-        return raw(self, emb, time, latency)
+        return raw(self, emb, time, latency, on_the_way)
 
     monkeypatch.setattr(PolicyStream, "step", recording_step)
     monkeypatch.setattr(DrivingPolicy, "raw_from_embeddings", recording_raw)

@@ -102,6 +102,75 @@ def test_bad_latency_flags_are_one_line(argv, says, tmp_path, capsys):
     assert code == 2 and len(err) == 1 and says in err[0], err
 
 
+def _queue_data(root, episodes=6, length=60, delay=3, size=32):
+    """Frames of noise, random applied steering, driven under a latency of ``delay`` steps, labelled (as a
+    latency expert labels) with the mean steering then on its way: the actions applied at t .. t + delay - 1.
+    Nothing in the frames or the latency says the label; the actions on their way say all of it."""
+    rng = np.random.default_rng(5)
+    for e in range(episodes):
+        frames = rng.integers(0, 255, (length, size, size, 3)).astype(np.uint8)
+        steer = rng.uniform(-1, 1, length).astype(np.float32)
+        act = np.stack([steer, np.full(length, 0.5, np.float32), np.zeros(length, np.float32)], 1)
+        label = act.copy()
+        label[:, 0] = [steer[t: t + delay].mean() if t + delay <= length else steer[t:].mean() for t in range(length)]
+        write_episode(root, e, dict(frames=frames, action=act, expert_action=label, reward=np.zeros(length, np.float32),
+                                    speed=np.zeros(length, np.float32), privileged=np.zeros((length, 4), np.float32),
+                                    time=np.arange(length) * 0.02),
+                      {"env": "carracing", "action_space": "continuous", "track_seed": e, "latency_steps": delay,
+                       "labels_land": True})
+    return root
+
+
+def test_windows_show_the_actions_applied_over_the_next_d_steps(tmp_path):
+    from agent.experts.latency import queued_actions
+    from agent.training.windows import window_queues
+
+    a = resolve_env_defaults(TrainArgs(data=str(_queue_data(tmp_path / "q", episodes=1)), progress=False))
+    data = load_data(DataOptions.of(a))
+    applied = data.applied[0]
+    segments = [(0, 5, 12), (0, 55, 60)]
+    told = latency_shifts(segments, "recorded", recorded=data.latency_steps)
+    queues = window_queues(data, segments, told, 4, None)
+    assert queues.shape == (12, 4, 3)
+    np.testing.assert_array_equal(queues[0, :3], applied[5:8]) and np.testing.assert_array_equal(queues[:, 3], 0)
+    np.testing.assert_array_equal(queues[-1, :3], applied[[59, 59, 59]])  # past the end: the last one applied
+    assert window_queues(data, segments, None, 4, None) is None and window_queues(data, segments, told, 0, None) is None
+    with pytest.raises(ValueError, match="more actions on their way than the 2 shown"):
+        queued_actions(applied, np.arange(3), np.full(3, 3), 2)
+
+
+def test_a_student_shown_its_actions_on_their_way_learns_labels_that_depend_on_them(tmp_path):
+    data = _queue_data(tmp_path / "q")
+    scores, queues = {}, {}
+    for shown in (0, 3):
+        out = tmp_path / f"shown{shown}"
+        run(TrainArgs(data=str(data), out=str(out), policy="gru", window=2, frame_stride=1, epochs=12, batch_size=32,
+                      segment=8, lr=5e-3, feature_dim=8, threads=1, log_every=2, val_fraction=0.34,
+                      latency_steps="recorded", latency_input="input", latency_queue=shown, progress=False,
+                      augment=False))
+        scores[shown] = json.loads((out / "metrics.json").read_text())["best"]["val_steer_mse"]
+        queues[shown] = read_checkpoint(out / "best.pt")["config"]["queue_steps"]
+    # not shown: the label's variance, Var(mean of 3 uniform draws) = 1/9, is left unexplained
+    assert scores[0] > 0.07 and scores[3] < 0.3 * scores[0], scores
+    assert queues == {0: 0, 3: 3}
+    again = tmp_path / "again"  # a fine-tune keeps what it is shown
+    run(TrainArgs(data=str(data), out=str(again), init=str(tmp_path / "shown3" / "best.pt"), epochs=1, threads=1,
+                  latency_steps="recorded", progress=False, augment=False))
+    assert read_checkpoint(again / "best.pt")["config"]["queue_steps"] == 3
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--latency-queue", "-1"], "--latency-queue must be an integer"),
+    (["--latency-queue", "2", "--latency-input", "clock"], "needs --latency-input input"),
+    (["--latency-queue", "2", "--latency-input", "input", "--latency-steps", "0:4"], "fewer actions than the 4"),
+    (["--latency-queue", "2", "--latency-input", "input", "--latency-steps", "recorded"], "than the 2 shown")])
+def test_bad_queue_flags_are_one_line(argv, says, tmp_path, capsys):
+    code = train.main(["--data", str(_queue_data(tmp_path / "d", episodes=2)), "--out", str(tmp_path / "o"),
+                       "--epochs", "1", "--no-progress", "--core", "gru", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and says in err[0], err
+
+
 def test_mirroring_is_off_by_default_only_for_a_recording_with_a_steady_steering_bias(tmp_path):
     """--flip's default: on, except for a person's recording whose steering holds a steady bias (mirrored
     segments would teach the opposite bias half the time)."""
