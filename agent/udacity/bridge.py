@@ -120,6 +120,9 @@ def check_policy(policy: DrivingPolicy, where: str = "checkpoint") -> int:
                          f"(train one with train.py --env udacity)")
     if "steer" not in c.action_names:
         raise ValueError(f"{where} outputs {c.action_names} and no 'steer'; the simulator needs steering")
+    if c.queue_steps:
+        raise ValueError(f"{where} is shown its actions on their way (train.py --latency-queue), which the bridge "
+                         "cannot see: the simulator does not say which of its answers it has applied")
     return c.action_names.index("steer")
 
 

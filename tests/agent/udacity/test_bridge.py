@@ -182,6 +182,10 @@ def test_refuses_policies_that_cannot_steer(tmp_path):
                                                       feature_dim=8, core_options={"hidden": 8}))
     with pytest.raises(ValueError, match="steer"):
         ub.load_policy(save_checkpoint(tmp_path / "nosteer.pt", no_steer))
+    queued = DrivingPolicy(PolicyConfig.for_actions("continuous", ["steer"], core="mlp", window=1, feature_dim=8,
+                                                    core_options={"hidden": 8}, latency_input="input", queue_steps=2))
+    with pytest.raises(ValueError, match="actions on their way"):
+        ub.load_policy(save_checkpoint(tmp_path / "queued.pt", queued))
 
 
 def _one_line_error(capsys) -> str:
