@@ -258,18 +258,24 @@ def check_args(a: TrainArgs) -> None:
     if not 0.2 <= a.recovery_return <= 5:
         raise ValueError(f"--recovery-return must be in [0.2, 5] seconds (where the label rejoins the path), "
                          f"got {a.recovery_return}")
-    latency = parse_latency_steps(a.latency_steps)
-    if a.latency_queue is not None:
-        if not is_int(a.latency_queue, 0, 1000):
-            raise ValueError(f"--latency-queue must be an integer in [0, 1000] (actions), got {a.latency_queue!r}")
-        if a.latency_queue and a.latency_input not in (None, "input"):
-            raise ValueError(f"--latency-queue shows the actions on their way beside the latency input; it needs "
-                             f"--latency-input input, not {a.latency_input}")
-        if a.latency_queue and latency != "recorded" and latency[1] > a.latency_queue:
-            raise ValueError(f"--latency-queue {a.latency_queue} shows fewer actions than the {latency[1]} on their "
-                             f"way under --latency-steps {a.latency_steps}")
+    check_latency_queue(a)
     if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
         raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
+
+
+def check_latency_queue(a: TrainArgs) -> None:
+    """--latency-steps parses; --latency-queue K needs the latency input and room for every latency trained."""
+    latency = parse_latency_steps(a.latency_steps)
+    if a.latency_queue is None:
+        return
+    if not is_int(a.latency_queue, 0, 1000):
+        raise ValueError(f"--latency-queue must be an integer in [0, 1000] (actions), got {a.latency_queue!r}")
+    if a.latency_queue and a.latency_input not in (None, "input"):
+        raise ValueError(f"--latency-queue shows the actions on their way beside the latency input; it needs "
+                         f"--latency-input input, not {a.latency_input}")
+    if a.latency_queue and latency != "recorded" and latency[1] > a.latency_queue:
+        raise ValueError(f"--latency-queue {a.latency_queue} shows fewer actions than the {latency[1]} on their "
+                         f"way under --latency-steps {a.latency_steps}")
 
 
 def parse_latency_steps(text: str) -> tuple[int, int] | str:
