@@ -12,6 +12,17 @@ def run_main(main: Callable[[], int]) -> NoReturn:
         sys.exit(130)
 
 
+def one_line_errors(body: Callable[[], None]) -> int:
+    """Run a benchmark's ``body``: 0, or 2 with a user's mistake (ValueError, OSError: a wrong folder or file) told
+    in one line on stderr instead of a traceback."""
+    try:
+        body()
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def timed_steps(env: Any, act: Callable[[dict], Any], info: dict, steps: int, seed: int) -> float:
     """Steps per second of `env.step` alone over `steps` steps.
 

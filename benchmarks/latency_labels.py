@@ -10,7 +10,6 @@ as a share of each label's variance, is how much of a label the in-flight action
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 from agent.data.dataset import open_dataset
 from agent.experts.expert import Expert
 from agent.experts.latency import queued_actions
-from benchmarks import run_main
+from benchmarks import one_line_errors, run_main
 
 
 def queue_dependence(expert: Any, dataset: Any, states: int = 20, every: int = 3, seed: int = 0) -> dict[str, float]:
@@ -54,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--expert", required=True, help="the latency expert (.zip with its card)")
     p.add_argument("--states", type=int, default=20, help="states drawn per episode (every third episode)")
     a = p.parse_args(argv)
-    try:
+
+    def body() -> None:
         expert = Expert.load(a.expert)
         if not expert.max_latency:
             raise ValueError(f"--expert {a.expert!r} is not a latency expert (its card names no latency range)")
@@ -62,10 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shares = queue_dependence(expert, open_dataset(folder), a.states)
             print(f"{folder}: a label's mean square change with another step's actions on their way, as a share of "
                   "its variance: " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()), flush=True)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return one_line_errors(body)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from typing import Any, Sequence
 
 import numpy as np
 
 from agent.data.dataset import dataset_env, is_recording, open_dataset
-from benchmarks import run_main
+from benchmarks import one_line_errors, run_main
 from envs.replay.camera import CameraGeometry
 from envs.replay.road import (MEASURED_SIDE_M, UNMEASURED, RoadEstimator, frames_of, measure_frames, one_sided,
                               plausible, smooth_middle)
@@ -125,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--against-truth", action="store_true",
                    help="this project's simulator data: compare with the recorded cross-track error instead")
     a = p.parse_args(argv)
-    try:
+
+    def body() -> None:
         for folder in a.dataset:
             ds = open_dataset(folder)
             if a.against_truth:
@@ -135,10 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(report_truth(folder, against_truth(ds, geometry_of(ds))), flush=True)
             else:
                 print(report(folder, validate(ds, geometry_of(ds), parse_span(a.span, "--span"))), flush=True)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return one_line_errors(body)
 
 
 if __name__ == "__main__":

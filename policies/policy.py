@@ -301,8 +301,8 @@ class DrivingPolicy(nn.Module):
         K, A = self.config.queue_steps, self.config.action_dim
         out = torch.zeros(batch, K, A, device=device)
         if on_the_way is not None and len(on_the_way):
-            q = torch.as_tensor(np.asarray(on_the_way, np.float32) if not isinstance(on_the_way, torch.Tensor)
-                                else on_the_way, dtype=torch.float32, device=device)
+            q = torch.as_tensor(on_the_way if isinstance(on_the_way, torch.Tensor) else np.asarray(on_the_way),
+                                dtype=torch.float32, device=device)
             q = q.expand(batch, *q.shape) if q.dim() == 2 else q
             if q.dim() != 3 or q.shape[0] != batch or q.shape[-1] != A:
                 raise ValueError(f"on_the_way must be [B, n, {A}] or [n, {A}] actions, got shape {tuple(q.shape)}")

@@ -52,7 +52,7 @@ def queued_actions(applied: np.ndarray, steps: np.ndarray, latencies: np.ndarray
                          "shown")
     k = np.arange(size)
     index = np.minimum(steps[:, None] + k[None], len(applied) - 1)
-    out = applied[index] if len(applied) else np.zeros((len(steps), size, 0), np.float32)
+    out = applied[index]
     out[k[None] >= latencies[:, None]] = 0.0
     return out
 
