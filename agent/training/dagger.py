@@ -15,6 +15,7 @@ on, the path controller labelling what it sees, and fine-tunes on the recording 
 """
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
@@ -58,6 +59,8 @@ REPLAY_RECIPE = Recipe(0, 15, 0, (Round(0.0, 4, 5e-4),) * 3, "argmax", action_sp
                        split="blocks")
 
 
+NOISE_HOLD = 3  # frames a replay's --noise sample is held: 0.3 s at a recording's 10 Hz moves the car off its line
+
 RECIPES = {
     "short": Recipe(20, 4, 20, (Round(0.5, 2, 5e-4), Round(0.0, 2, 5e-4)), "argmax"),
     "long": Recipe(25, 15, 20, (Round(0.5, 6, 5e-4), Round(0.2, 6, 5e-4), Round(0.0, 4, 5e-4), Round(0.0, 4, 5e-4),
@@ -96,6 +99,11 @@ class Lineage:
     workers: int | None = option(None, "collection processes (default: collect.py's)", group="runtime")
     threads: int = option(0, "torch threads of the training (default: train.py's)", group="runtime")
     max_steps: int | None = option(None, "steps per episode (default: the env's)", group="data")
+    noise: float | None = option(None, "DART noise on what the rounds' students execute (not on round 0's expert), "
+                                 "as collect.py --noise: with --recording the std of the steering noise, held 3 "
+                                 "frames, so that a student that drives well still reaches states off the path "
+                                 "for the path controller to label (default: the env's; the replay's 0)",
+                                 group="data", metavar="STD")
     progress: bool = option(True, "progress bars", group="runtime")
     train_options: dict[str, Any] = field(default_factory=dict)  # further TrainArgs fields (tests: tiny models)
 
@@ -130,6 +138,8 @@ class Lineage:
                              "driving_log.csv, or its imported dataset)")
         if not is_int(self.seed, 0):
             raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        if self.noise is not None and not (math.isfinite(self.noise) and self.noise >= 0):
+            raise ValueError(f"--noise must be a number >= 0, got {self.noise!r}")
         if self.rounds is not None and not is_int(self.rounds, 1):
             raise ValueError(f"--rounds must be an integer >= 1, got {self.rounds!r}")
         from agent.training.config import parse_policy_spec
@@ -218,6 +228,8 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
                                     episodes=recipe.expert_episodes if k == 0 else episodes,
                                     max_steps=lin.max_steps, out=data, progress=lin.progress, driver=driver,
                                     beta=rnd.beta if k else 0.0, renderer=lin.renderer, workers=lin.workers,
+                                    **({"noise": lin.noise, "noise_hold": NOISE_HOLD if recording else None}
+                                       if k and lin.noise else {}),
                                     **({"seed": 0, "replay_span": span} if recording else {}))
         if recording and k:
             data_sets.append(str(data))  # the recording and every round's episodes so far

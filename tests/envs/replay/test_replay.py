@@ -412,7 +412,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     # --init: round 0 fine-tunes a given student (a simulator student on a short recording), the rounds follow it
     from dataclasses import replace
 
-    from agent.training.dagger import plan_rounds
+    from agent.training.dagger import _command, plan_rounds
 
     tuned = replace(lin, init="checkpoints/udacity_sim2real_nac.pt", out=str(tmp_path / "ft"), data=None)
     plans = plan_rounds(tuned, recipe["replay"], log=lambda m: None)
@@ -425,11 +425,17 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     assert longer[4].train.init == str(runs / "r3" / "best.pt") and longer[4].train.lr == 5e-4
     assert len(longer[4].train.data) == 5 and longer[2].train == plan_rounds(lin, recipe["replay"], lambda m: None)[2].train
     assert len(plan_rounds(replace(lin, rounds=1), recipe["replay"], log=lambda m: None)) == 2
+    # --noise: the rounds' students drive with DART noise on their steering (held 3 frames); round 0 collects nothing
+    noisy = plan_rounds(replace(lin, noise=0.1), recipe["replay"], log=lambda m: None)
+    assert (noisy[1].collect.noise, noisy[1].collect.noise_hold) == (0.1, 3) and noisy[0].collect is None
+    assert "--noise 0.1 --noise-hold 3" in _command("collect.py", noisy[2].collect)
+    assert plan_rounds(lin, recipe["replay"], log=lambda m: None)[1].collect.noise is None
 
     for argv, needle in ([["--recording", str(rec), "--recipe", "long"], "give --recipe replay with --recording"],
                          [["--recording", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
                          [["--recipe", "replay"], "give --recording DIR"],
                          [["--recording", str(rec), "--rounds", "0"], "--rounds must be an integer >= 1"],
+                         [["--recording", str(rec), "--noise", "-0.1"], "--noise must be a number >= 0"],
                          [["--recording", str(tmp_path / "nowhere")], "is not a folder"]):
         assert main([*argv, "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
