@@ -52,12 +52,12 @@ What makes this good BC data (and why each piece is here):
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from agent.experts.latency import ActionDelay
 from common.stops import raise_if_stopped
 from envs.registry import EnvSpec, neutral_action
 
@@ -274,7 +274,8 @@ def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_s
     s = _Steps(extras={name: [] for name in spec.recorded_info})
     s.obs, s.info = env.reset(seed=int(track_seed), **({"options": start} if start is not None else {}))
     coin = np.random.default_rng([track_seed, MIX_STREAM])
-    late = deque([neutral_action(env.action_space)] * latency_steps if latency_steps else [])  # chosen, not applied
+    delay = ActionDelay(latency_steps, neutral_action(env.action_space) if latency_steps else None)
+    late = delay.pending  # chosen, not yet applied
     if driver is not None:
         driver.reset(track_seed)
     run = 0
@@ -285,10 +286,7 @@ def _drive(env: Any, labeller: Labeller, track_seed: int, noise: DartNoise, on_s
             student, _ = driver.act(s.obs, s.t * spec.dt, s.info, label, late)  # steps the stream on every frame
             expert_turn = bool(coin.random() < beta)
             chosen = label if expert_turn else student
-        executed = noise(s.t, chosen)
-        if late:
-            late.append(executed)
-            executed = late.popleft()
+        executed = delay(noise(s.t, chosen))
         s.by_expert.append(expert_turn)
         s.frames.append(s.obs)
         s.priv.append(s.info["privileged"])

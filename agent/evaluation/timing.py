@@ -21,12 +21,12 @@ options existed).
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from agent.experts.latency import ActionDelay
 from common.checks import is_int
 
 STREAM = 22  # the timing generator's stream constant: np.random.default_rng([STREAM, track seed])
@@ -108,7 +108,7 @@ class EpisodeTiming:
             np.random.default_rng([STREAM, int(seed)])
         self.next_arrival = 0
         self.held: Any = None  # the last decided action
-        self.queue: deque[Any] = deque([neutral] * conditions.latency_steps)
+        self.delay = ActionDelay(conditions.latency_steps, neutral)
         self.steps = self.frames_seen = self.dropped_frames = 0
 
     def sees_frame(self, step: int) -> bool:
@@ -130,10 +130,12 @@ class EpisodeTiming:
         """The action the env receives this step; ``decision`` is the controller's new action, None = hold."""
         if decision is not None:
             self.held = decision
-        if not self.queue:  # no latency: straight through
-            return self.held
-        self.queue.append(self.held)
-        return self.queue.popleft()
+        return self.delay(self.held)
+
+    @property
+    def queue(self) -> Any:
+        """The actions on their way, next to land first (what a policy shown its queue sees)."""
+        return self.delay.pending
 
     def stats(self) -> dict[str, int]:
         """The episode row's timing columns."""

@@ -57,6 +57,22 @@ def queued_actions(applied: np.ndarray, steps: np.ndarray, latencies: np.ndarray
     return out
 
 
+class ActionDelay:
+    """A latency of ``steps``: each action given reaches the env ``steps`` calls later, ``neutral`` until the first
+    one lands (steps 0: straight through). ``pending`` holds the actions on their way, next to land first: what a
+    latency expert or a queue student is shown. The one delay line of the latency expert's training env, of
+    evaluate.py's timing conditions and of collect.py --latency-steps."""
+
+    def __init__(self, steps: int, neutral: Any) -> None:
+        self.pending: deque = deque([neutral] * int(steps))
+
+    def __call__(self, action: Any) -> Any:
+        if not self.pending:
+            return action
+        self.pending.append(action)
+        return self.pending.popleft()
+
+
 class LatencyQueue(gym.Wrapper):
     """Actions reach the wrapped env D steps after they are chosen; D is drawn per episode from lo..hi and shown,
     with the queue, in the observation (see the module docstring), widened for latencies up to ``shown`` (default
@@ -84,28 +100,25 @@ class LatencyQueue(gym.Wrapper):
         self.observation_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
         self._rng = np.random.default_rng(seed)
         self.latency = self.lo
-        self._queue: deque = deque()
+        self._delay = ActionDelay(0, None)
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
         self.latency = int(self._rng.integers(self.lo, self.hi + 1))
         neutral = np.zeros(self.action_dim, np.float32)  # PPO's neutral action: no steering, no pedal
-        self._queue = deque([neutral] * self.latency)
+        self._delay = ActionDelay(self.latency, neutral)
         info["latency_steps"] = self.latency
         return self._observe(obs), info
 
     def step(self, action: Any):
         action = np.clip(np.asarray(action, np.float32).reshape(self.action_dim), self.env.action_space.low,
                          self.env.action_space.high)
-        if self.latency:
-            self._queue.append(action)
-            action = self._queue.popleft()
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(self._delay(action))
         info["latency_steps"] = self.latency
         return self._observe(obs), reward, terminated, truncated, info
 
     def _observe(self, obs: np.ndarray) -> np.ndarray:
-        return latency_observation(obs, self.latency, self._queue, self.shown, self.action_dim)
+        return latency_observation(obs, self.latency, self._delay.pending, self.shown, self.action_dim)
 
 
 def widen_policy(source: Any, target: Any) -> None:
