@@ -47,6 +47,7 @@ from agent.workers import default_workers, warm_up
 from common.files import write_json
 from common.stops import sigterm_as_interrupt
 from envs.registry import EnvSpec, get_spec
+from envs.replay.spec import parse_span
 
 
 @dataclass
@@ -280,7 +281,7 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
     spec, out = cfg.spec, cfg.out_dir
     renderer = spec.check_renderer(cfg.renderer)
     scene = {**spec.scene(cfg.theme, cfg.condition, collect=True, allow_held_out=cfg.allow_held_out),
-             **({"span": cfg.replay_span} if cfg.replay_span is not None else {})}  # a replay's driven part
+             **({"span": parse_span(cfg.replay_span)} if cfg.replay_span is not None else {})}  # a replay's part
     shard = shard_range(cfg.episodes, *cfg.shard) if cfg.shard else None
     want_seed = cfg.seed if shard is None else (cfg.seed if cfg.seed is not None else spec.seeds.collect) + shard[0]
     seed, noise, hold, config = _inherited(cfg, existing, exp, want_seed)

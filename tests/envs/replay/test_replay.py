@@ -400,6 +400,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     imported = str((runs / "recording").resolve())
     episode = open_dataset(r1_data).episodes[0]
     assert episode["driver"] == str(runs / "r0" / "best.pt") and episode["length"] <= 0.8 * STEPS
+    assert open_dataset(r1_data).card["runs"][0]["span"] == [0.0, 0.8]  # the driven part, as numbers
     args = json.loads((runs / "r1" / "args.json").read_text())
     assert args["data"] == [imported, str(r1_data)] and args["init"] == str(runs / "r0" / "best.pt")
     second = json.loads((runs / "r2" / "args.json").read_text())  # round 2: the recording and both rounds' episodes
