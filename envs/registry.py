@@ -186,7 +186,8 @@ def get_spec(name: str) -> EnvSpec:
     if name.startswith(REPLAY_PREFIX):  # built from the folder's dataset, like the named envs imported on first use
         return importlib.import_module("envs.replay.spec").replay_spec(name[len(REPLAY_PREFIX):])
     if name not in _MODULES:
-        raise ValueError(f"--env must be one of {list(ENV_NAMES)}, got {name!r}")
+        raise ValueError(f"--env must be one of {list(ENV_NAMES)} or {REPLAY_PREFIX}FOLDER (a dataset replayed), got "
+                         f"{name!r}")
     return importlib.import_module(_MODULES[name]).SPEC
 
 

@@ -53,7 +53,9 @@ class CollectError(ValueError):
 class CollectConfig:
     """Everything that decides what gets recorded. None means: the existing dataset's value, else the default."""
 
-    env: str = option("carracing", f"environment: {' | '.join(ENV_NAMES)}", group="where it drives")
+    env: str = option("carracing", f"environment: {' | '.join(ENV_NAMES)} | replay:FOLDER (a dataset's recording "
+                      "replayed in closed loop, each state labelled by its path controller: DAgger data from a "
+                      "recording)", group="where it drives")
     action_space: str | None = option(None, "continuous | discrete (discrete: carracing only) (default: the existing "
                                       "dataset's, else the env's first, continuous)", group="where it drives")
     episodes: int = option(DEFAULT_EPISODES, "episodes to ADD in this run", group="where it drives")

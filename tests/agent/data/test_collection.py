@@ -274,7 +274,7 @@ def test_killed_cli_leaves_readable_data(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--env", "doom"], "--env must be one of"),
+        (["--env", "doom"], "or replay:FOLDER (a dataset replayed)"),
         (["--action-space", "hybrid"], "--action-space must be one of"),
         (["--episodes", "0"], "--episodes must be >= 1"),
         (["--noise", "-0.1"], "--noise must be a finite number >= 0"),
