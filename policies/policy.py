@@ -573,6 +573,16 @@ def with_latency_input(policy: DrivingPolicy, queue_steps: int = 0) -> DrivingPo
     return told
 
 
+def told_as_input(policy: DrivingPolicy, queue_steps: int = 0) -> DrivingPolicy:
+    """``policy`` told its latency as an input and shown ``queue_steps`` actions on their way: itself when it
+    already is (or shown more), else widened by ``with_latency_input`` (what ``train.py --init`` and a mix with a
+    fine-tune of it both start from)."""
+    c = policy.config
+    if c.latency_input == "none" or (c.latency_input == "input" and queue_steps > c.queue_steps):
+        return with_latency_input(policy, queue_steps)
+    return policy
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> DrivingPolicy:
     """Rebuild a policy from its checkpoint file alone (in eval mode)."""
     payload = read_checkpoint(path, map_location)

@@ -33,13 +33,12 @@ class InterpolateArgs:
 def interpolate(start, tuned, weight: float):
     """A new policy with ``(1 - weight) * start + weight * tuned`` for every floating tensor (the tuned student's
     config and its other tensors); ValueError when the two are not the same network."""
-    from policies.policy import DrivingPolicy, with_latency_input
+    from policies.policy import DrivingPolicy, told_as_input
 
     if not (math.isfinite(weight) and 0 <= weight <= 1):
         raise ValueError(f"--weight must be in [0, 1] (0 = the start, 1 = the fine-tune), got {weight!r}")
-    s, t = start.config, tuned.config
-    if t.latency_input == "input" and (s.latency_input, s.queue_steps) != ("input", t.queue_steps):
-        start = with_latency_input(start, t.queue_steps)  # as train.py --init widened it
+    if tuned.config.latency_input == "input":
+        start = told_as_input(start, tuned.config.queue_steps)  # as train.py --init widened it
     a, b = start.config.to_dict(), tuned.config.to_dict()
     differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     if differ:

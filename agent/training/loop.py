@@ -45,7 +45,7 @@ from policies.policy import (
     policy_from_checkpoint,
     read_checkpoint,
     save_checkpoint,
-    with_latency_input,
+    told_as_input,
 )
 
 
@@ -60,8 +60,8 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     policy = policy_from_checkpoint(read_checkpoint(path), f"--init {path!r}")
     c = policy.config
     queue_steps = c.queue_steps if queue_steps is None else queue_steps
-    if latency_input == "input" and (c.latency_input == "none" or queue_steps > c.queue_steps):
-        policy = with_latency_input(policy, queue_steps)  # its weights kept, the new inputs' at 0
+    if latency_input == "input":
+        policy = told_as_input(policy, queue_steps)  # its weights kept, any new inputs' at 0
         c = policy.config
     c.time_input = time_input or c.time_input
     c.latency_input = latency_input or c.latency_input  # clock on a nac core adds no weights (init_architecture)
