@@ -417,13 +417,14 @@ def _episode_outputs(args: EvalArgs, is_expert: bool, out_dir: Path, i: int, see
 def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: EvalArgs, out_dir: Path,
                   meta: dict[str, Any], interrupted: bool) -> dict[str, Any]:
     """metrics.json etc. of one policy from its finished episodes (in seed order); Interrupted if it was."""
-    for row in rows:  # a replay's driven path: a plot per part, not a column
+    for row in rows:  # a replay's driven path: a plot and a table per part, not a column
         trace = row.pop("path_trace", None)
         if trace is not None:
-            from agent.evaluation.plots import plot_replay_path
+            from agent.evaluation.plots import plot_replay_path, write_replay_table
 
             plot_replay_path(trace, out_dir / "paths" / f"part_{row['seed']}.png", f"{meta['name']}, part {row['seed']}",
                              get_spec(args.env).geometry)
+            write_replay_table(trace, out_dir / "paths" / f"part_{row['seed']}.csv")
     summary = aggregate(rows, latencies, **meta, interrupted=interrupted,
                         seeds=[r["seed"] for r in rows], requested_seeds=args.seeds,
                         timing=timing_summary(args.timing, meta["dt"], rows))

@@ -1,5 +1,6 @@
 """Evaluation's plots, drawn with matplotlib (labelled axes, written atomically): a student's steering against a
-recording over time (offline scores), and the path a replayed car drove against the recorded one."""
+recording over time (offline scores), and the path a replayed car drove against the recorded one (with its
+per-step table, to find where in the recording the interventions came)."""
 from __future__ import annotations
 
 import io
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from common.files import atomic_write
+from common.files import atomic_write, atomic_write_text
 
 STEERING_SIZE_IN, DPI = (14.0, 3.6), 100  # the offline steering plot: 1400 x 360 pixels
 
@@ -61,6 +62,22 @@ def recorded_path(steer: np.ndarray, speed: np.ndarray, dt: np.ndarray, wheelbas
     x = np.concatenate([[0.0], np.cumsum(ds * np.cos(heading))[:-1]])
     y = np.concatenate([[0.0], np.cumsum(ds * np.sin(heading))[:-1]])
     return x, y, heading
+
+
+REPLAY_TABLE_COLUMNS = ("session", "row", "time_s", "offset_m", "yaw_rad", "recorded_steer", "steer", "speed_mps",
+                        "intervention")
+
+
+def write_replay_table(trace: dict[str, Any], path: Path) -> Path:
+    """One line per replayed step: the recording's session and row (its frame), the car's pose off the driver's line
+    (+ right), the recorded and the car's steering, the speed, and 1 where an intervention put the car back."""
+    rows = np.asarray(trace["trace"], dtype=np.float64)
+    hits = set(trace["interventions"])
+    lines = [",".join(REPLAY_TABLE_COLUMNS)]
+    for k, (t, offset, yaw, recorded, speed, steer) in enumerate(rows[:, :6]):
+        lines.append(f"{trace['episode']},{trace['start'] + k},{t:.3f},{offset:.4f},{yaw:.5f},{recorded:.4f},"
+                     f"{steer:.4f},{speed:.3f},{int(k in hits)}")
+    return atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def plot_replay_path(trace: dict[str, Any], path: Path, title: str, geometry: Any) -> Path:

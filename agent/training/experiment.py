@@ -155,8 +155,9 @@ def _run_in(out: Path, a: TrainArgs) -> dict[str, Any]:
         head = resolve_head(a, data)  # fail early on a head the data cannot feed
         held = validation_candidates(data)
         if len(held) < data.num_episodes and world.main:
-            print(f"real recordings with simulator data: validation is drawn from the {len(held)} recorded "
-                  f"sessions only; the {data.num_episodes - len(held)} simulator episodes always train")
+            print(f"real recordings with other episodes (a simulator's, or a replay's DAgger rounds): validation is "
+                  f"drawn from the {len(held)} recorded sessions only; the {data.num_episodes - len(held)} other "
+                  f"episodes always train")
         data, splits = make_splits(plan.split, plan.windows, data)
         if data.pieces is not None and world.main:
             print(describe_blocks(data, splits[0]))

@@ -19,7 +19,8 @@ driver who kept to one side of the road while the student keeps nearer its middl
 with ``reference="driver-or-middle"`` how many came where the middle was not measured (``interventions_unmeasured``:
 there the rule is the driver's line alone), and
 ``path_trace``
-(per-step time, offset, yaw, recorded steering, speed, and the interventions) for the path plot.
+(per-step time, offset, yaw, recorded steering, speed, the car's steering, and the interventions; the part's
+session and first row) for the path plot and table.
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ class ReplayEnv(gym.Env):
         self._time = t - t[0]
         self._jpeg = self.dataset.jpeg_frames(part.episode, "frames")
         self._raw = None if self._jpeg is not None else self.dataset.load(part.episode, keys="frames")["frames"]
-        self._start = part.start
+        self._start, self._episode = part.start, part.episode
         self._limit = part.length if self.max_steps is None else min(part.length, self.max_steps)
         # the road's middle per frame, m right of the driver's line (driver-or-middle only)
         self._middle = (part_middle(self.dataset, part.episode, slice(part.start, part.stop), self.geometry)
@@ -113,13 +114,13 @@ class ReplayEnv(gym.Env):
         self._interventions: list[int] = []
         self._left = 0  # interventions after a drift left of the driver's line
         self._unmeasured = 0  # driver-or-middle: interventions where the middle was not measured
-        self._trace: list[tuple[float, float, float, float, float]] = []
+        self._trace: list[tuple[float, float, float, float, float, float]] = []
         return self._observe(), self._info()
 
     def step(self, action: Any):
         steer = float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
         k = self._k
-        self._trace.append((self._time[k], self._pose.offset, self._pose.yaw, self._steer[k], self._speed[k]))
+        self._trace.append((self._time[k], self._pose.offset, self._pose.yaw, self._steer[k], self._speed[k], steer))
         self._pose = self.vehicle.step(self._pose, steer, self._steer[k], self._speed[k], self._dt[k])
         self._distance += self._speed[k] * self._dt[k] * self.vehicle.distance_scale
         self._k = k + 1
@@ -163,7 +164,8 @@ class ReplayEnv(gym.Env):
             if self._middle is not None:
                 info["interventions_unmeasured"] = self._unmeasured
             info["path_trace"] = {"trace": np.asarray(self._trace, np.float32), "interventions": list(self._interventions),
-                                  "dt": self._dt[:self._limit].astype(np.float32)}
+                                  "dt": self._dt[:self._limit].astype(np.float32),
+                                  "episode": self._episode, "start": self._start}
         return info
 
 

@@ -106,6 +106,17 @@ def test_recorded_steering_scores_100_and_always_straight_leaves_a_curved_road(d
     assert saved["replay"]["geometry"]["cam_height_m"] == SIM_V0.cam_height_m
     assert "path_trace" not in saved["episodes"][0]
     assert (out / "paths" / "part_0.png").stat().st_size > 1000 and (out / "videos" / "seed_0.mp4").is_file()
+    table = _replay_table(out / "paths" / "part_0.csv")
+    assert len(table) == STEPS and [int(r["row"]) for r in table] == list(range(STEPS))
+    assert all(float(r["steer"]) == pytest.approx(float(r["recorded_steer"]), abs=1e-4) for r in table)
+    assert sum(int(r["intervention"]) for r in table) == 0
+
+
+def _replay_table(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def test_students_of_both_worlds_drive_the_replay_and_get_a_comparison(drive, tmp_path):
@@ -120,6 +131,10 @@ def test_students_of_both_worlds_drive_the_replay_and_get_a_comparison(drive, tm
         assert "straight_autonomy" in s
     text = (out / "comparison.md").read_text()
     assert "always-straight (reference)" in text and "interventions_per_100s" in text
+    for name, s in results.items():  # the per-step table says where in the recording each intervention came
+        table = _replay_table(out / name / "paths" / "part_0.csv")
+        assert int(table[0]["row"]) == STEPS // 2 and len(table) == STEPS - STEPS // 2
+        assert sum(int(r["intervention"]) for r in table) == s["total_interventions"]
 
 
 def test_the_replay_env_is_a_gym_env_with_the_recorded_time(drive):
