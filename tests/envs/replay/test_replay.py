@@ -479,3 +479,23 @@ def test_the_road_middle_benchmark_reports_a_drive_and_refuses_a_missing_folder(
     ds = open_dataset(real_look)
     (theme, found), = road_middle.against_truth(ds, geometry_of(ds)).items()
     assert found["frames"] == -(-STEPS // 10) and found["coverage"] > 0.5 and found["median_abs_err"] < 0.4
+
+
+def test_the_label_drift_benchmark_drives_the_labels_open_loop(drive, tmp_path, capsys):
+    """`python -m benchmarks.label_drift`: the recorded steering never leaves its own line, always-straight is
+    charged what the replay charges it, a label played late differs from the label; bad input is one line."""
+    from benchmarks import label_drift
+
+    counts, seconds = label_drift.drift_table(open_dataset(drive), (0.0, 1.0), [3])
+    assert seconds == pytest.approx(STEPS * 0.1, rel=0.02)
+    assert counts[("driver", "recorded steering")] == counts[("driver-or-middle", "recorded steering")] == 0
+    replayed = evaluate(EvalArgs(replay=str(drive), expert_drives=True, out=str(tmp_path / "e"), workers=1,
+                                 video_episodes=0, progress=False, tensorboard=False))["expert"]
+    assert counts[("driver", "always straight")] == replayed["straight_interventions"] >= 1
+    late = label_drift.label_drivers(np.arange(5.0), np.arange(5) * 0.1, [2])["the label 2 rows late"]
+    assert late.tolist() == pytest.approx([1.0, 1.0, 1.0, 1.5, 2.0])  # the 0.5 s label of 0..4 at 10 Hz, 2 rows late
+    assert label_drift.main([str(drive), "--span", "0:1", "--shift-steps", "2"]) == 0
+    assert "| the label 2 rows early |" in capsys.readouterr().out
+    assert label_drift.main([str(drive), "--shift-steps", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "--shift-steps" in err and "\n" not in err
