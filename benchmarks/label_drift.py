@@ -45,7 +45,7 @@ def label_drivers(steer: np.ndarray, times: np.ndarray, shifts: list[int]) -> di
 def drift_table(dataset, span: tuple[float, float], shifts: list[int]) -> tuple[dict[tuple[str, str], int], float]:
     """Interventions of every open-loop driver on the span of every session, under both references, and the
     seconds replayed."""
-    from envs.replay.env import MAX_STEP_S
+    from envs.replay.env import step_seconds
     from envs.replay.road import part_middle
     from envs.replay.spec import geometry_of, replay_parts
     from envs.replay.vehicle import DEFAULT_MAX_OFFSET_M, DEFAULT_MAX_YAW_RAD, PathVehicle, count_interventions
@@ -59,12 +59,12 @@ def drift_table(dataset, span: tuple[float, float], shifts: list[int]) -> tuple[
         times = np.asarray(arrays["time"], np.float64)
         steer = np.asarray(arrays["action"], np.float64).reshape(len(times), -1)[:, 0]
         rows = slice(part.start, part.stop)
-        t, speed = times[rows], np.asarray(arrays["speed"], np.float64)[rows]
-        dt = np.clip(np.append(np.diff(t), np.median(np.diff(t))), 0.0, MAX_STEP_S)  # as the env steps
+        speed, dt = np.asarray(arrays["speed"], np.float64)[rows], step_seconds(times[rows])  # as the env steps
         seconds += float(dt.sum())
+        drivers = label_drivers(steer, times, shifts)
         for ref in REFERENCES:
             middle = part_middle(dataset, part.episode, rows, geometry) if ref == "driver-or-middle" else None
-            for name, driver in label_drivers(steer, times, shifts).items():
+            for name, driver in drivers.items():
                 counts[(ref, name)] = counts.get((ref, name), 0) + count_interventions(
                     vehicle, driver[rows], steer[rows], speed, dt, DEFAULT_MAX_OFFSET_M, DEFAULT_MAX_YAW_RAD, middle)
     return counts, seconds

@@ -39,6 +39,14 @@ FEATURE_NAMES = ("offset_m", "yaw_rad", "recorded_steer", "speed_mps")
 MAX_STEP_S = 0.5  # a recorded step longer than this (a pause in the log) is integrated as this long
 
 
+def step_seconds(times: np.ndarray) -> np.ndarray:
+    """How long each recorded step of a part is driven: the time to the next frame (the last: the median step),
+    a pause in the log counted as ``MAX_STEP_S``."""
+    dt = np.diff(times)
+    last = float(np.median(dt)) if len(dt) else 0.1
+    return np.clip(np.append(dt, last), 0.0, MAX_STEP_S)
+
+
 @dataclass
 class ReplayPart:
     """One replayed stretch: rows [start, stop) of a dataset episode."""
@@ -84,9 +92,7 @@ class ReplayEnv(gym.Env):
         self._steer = np.asarray(arrays["action"], np.float64).reshape(len(arrays["time"]), -1)[rows, 0]
         self._speed = np.asarray(arrays["speed"], np.float64)[rows]
         t = np.asarray(arrays["time"], np.float64)[rows]
-        dt = np.diff(t)
-        last = float(np.median(dt)) if len(dt) else 0.1
-        self._dt = np.clip(np.append(dt, last), 0.0, MAX_STEP_S)
+        self._dt = step_seconds(t)
         self._time = t - t[0]
         self._jpeg = self.dataset.jpeg_frames(part.episode, "frames")
         self._raw = None if self._jpeg is not None else self.dataset.load(part.episode, keys="frames")["frames"]
