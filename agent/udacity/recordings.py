@@ -28,6 +28,9 @@ Mapping to the dataset arrays (agent.data.dataset) (one episode = one recording 
     reward                  [T]         zeros (a recording has no reward)
     privileged              [T, 0]      nothing: a recording has no privileged state
     time                    [T]         seconds since the episode's first frame, from the file names
+
+Stretches where the driver reversed (turning round, backing off a wall) are cut and the session split there
+(``reversing_spans``): not lane keeping, and the log's unsigned speed would drive the replay forwards through them.
 """
 from __future__ import annotations
 
@@ -64,6 +67,17 @@ EXPORT_EPISODE_GAP_S = 10.0  # exported episodes are this far apart, far above t
 LABELS = ("expert_action", "action")
 CONVERT_HINT = "convert other image formats with python -m agent.udacity.recordings import --jpeg-quality Q"
 PROGRESS_ROWS = 2000  # recordings this long show a bar while their images are checked (on a terminal)
+# Where a driver stopped and reversed (turning round, backing off a wall): cut, the session split there.
+STOP_MPH = 1.0  # slower than this the car stands
+REVERSE_FROM_MPH, REVERSE_MIN_ROWS = 5.0, 3  # the brake held while the speed rises from below 5 mph, 3 rows and
+# 1 mph or more: reversing (braking downhill at walking pace gains a fraction of a mph over a row or two)
+REVERSING_MERGE_S = 10.0  # stops and reversing this close belong to one manoeuvre
+REVERSING_MARGIN_S = 5.0  # cut this much before and after it too: a three-point turn starts with a swing at full
+# lock before its first stop, and ends pulling away
+MIN_PIECE_S = 1.0  # what is left of a session between cuts, if shorter, goes with them
+REVERSING_RULE = (f"cut: reversing (the brake held while the speed rises from < {REVERSE_FROM_MPH:g} mph, "
+                  f">= {REVERSE_MIN_ROWS} rows, >= 1 mph) with stops (< {STOP_MPH:g} mph) within "
+                  f"{REVERSING_MERGE_S:g} s, +- {REVERSING_MARGIN_S:g} s; pieces under {MIN_PIECE_S:g} s")
 
 
 
@@ -348,6 +362,53 @@ def split_sessions(times: np.ndarray, gap_s: float) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
+def reversing_spans(speed_mph: np.ndarray, brake: np.ndarray, times: np.ndarray) -> list[tuple[int, int]]:
+    """[start, stop) rows of one session where the driver drove backwards (a turnaround, backing off a wall after a
+    crash), with the stops around it and a margin either side: not lane keeping, and a steering label means the
+    opposite turn in reverse. The log's speed has no sign; reversing shows as the brake held while the speed rises
+    from near standstill (a car braking forward slows down). Stops alone (a hairpin at walking pace) are kept."""
+    speed_mph, times = np.asarray(speed_mph, float), np.asarray(times, float)
+    stopped = speed_mph < STOP_MPH
+    rising = (np.asarray(brake) > 0.5) & np.r_[False, np.diff(speed_mph) > 0.05]
+    reversing = np.zeros(len(speed_mph), bool)
+    edges = np.flatnonzero(np.diff(np.r_[0, rising.astype(int), 0]))
+    for i, j in zip(edges[0::2], edges[1::2]):  # runs [i, j) of rising speed under the brake
+        from_mph = speed_mph[i - 1]  # i >= 1: the first row never rises
+        reversing[i:j] = j - i >= REVERSE_MIN_ROWS and from_mph < REVERSE_FROM_MPH and speed_mph[j - 1] - from_mph >= 1
+    events = np.flatnonzero(stopped | reversing)
+    spans: list[tuple[int, int]] = []
+    groups = np.split(events, np.flatnonzero(np.diff(times[events]) > REVERSING_MERGE_S) + 1) if len(events) else []
+    for g in groups:
+        if not reversing[g].any():
+            continue
+        a = int(np.searchsorted(times, times[g[0]] - REVERSING_MARGIN_S - 1e-6))  # 1e-6: times printed in ms
+        b = int(np.searchsorted(times, times[g[-1]] + REVERSING_MARGIN_S + 1e-6, side="right"))
+        if spans and a <= spans[-1][1]:
+            a = spans.pop()[0]
+        spans.append((a, b))
+    return spans
+
+
+def _cut_reversing(rows: list[LogRow], times: np.ndarray, sessions: list[tuple[int, int]]
+                   ) -> tuple[list[tuple[int, int]], list[dict[str, object]]]:
+    """The sessions less every ``reversing_spans`` stretch (and the pieces under ``MIN_PIECE_S`` between them),
+    and what was cut, by CSV line."""
+    kept, cut = [], []
+    for a, b in sessions:
+        speed = np.array([r.speed_mph for r in rows[a:b]])
+        brake = np.array([r.brake for r in rows[a:b]])
+        spans = [(a + x, a + y) for x, y in reversing_spans(speed, brake, times[a:b])]
+        bounds = [a, *[k for span in spans for k in span], b]
+        for x, y in zip(bounds[0::2], bounds[1::2]):
+            if y > x and (not spans or times[y - 1] - times[x] >= MIN_PIECE_S):
+                kept.append((x, y))
+            elif y > x:
+                spans.append((x, y))
+        cut += [{"csv_lines": [rows[x].line, rows[y - 1].line], "frames": y - x,
+                 "seconds": round(float(times[y - 1] - times[x]), 2)} for x, y in sorted(spans)]
+    return kept, cut
+
+
 def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, quality: int | None) -> JpegFrames:
     """One camera of an episode: the files' own bytes (quality None) or decoded and re-encoded."""
     data = []
@@ -401,7 +462,8 @@ def _session_arrays(part: list[LogRow], times: np.ndarray, where: str, frame_sha
 
 def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: int | None = None,
                    episode_gap_s: float = 1.0, frame_period: float | None = None, strict_images: bool = False,
-                   warn: Callable[[str], None] | None = None, source: dict | None = None) -> Path:
+                   keep_reversing: bool = False, warn: Callable[[str], None] | None = None,
+                   source: dict | None = None) -> Path:
     """Turn a simulator recording into a dataset (agent.data.dataset) in ``out_dir`` (new or empty); returns it.
 
     ``log_dir`` is the recording folder or its CSV. ``jpeg_quality`` None (default) stores the
@@ -411,7 +473,8 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     0.1 s) and the log is one episode. With timestamps, consecutive rows more than ``episode_gap_s``
     apart (or going back in time) start a new episode. Rows whose images are missing are skipped, counted
     in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``.
-    The whole CSV is validated before anything is written; a failed import leaves no ``out_dir`` behind.
+    Stretches where the driver stopped and reversed are cut and their session split there (``reversing_spans``;
+    listed in the card), unless ``keep_reversing``. The whole CSV is validated before anything is written; a failed import leaves no ``out_dir`` behind.
     The card records ``recording_fingerprint`` (or ``source``, taken by the caller) under import.source.
     """
     if jpeg_quality is not None:
@@ -429,6 +492,14 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     say = warn or (lambda m: print(m, file=sys.stderr))
     log, rows, cameras = _usable_rows(csv_path, img_dir, jpeg_quality, strict_images, say)
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
+    sessions, cut = (sessions, []) if keep_reversing else _cut_reversing(rows, times, sessions)
+    if not sessions:
+        raise ValueError(f"{csv_path} holds nothing but stops and reversing: nothing to import "
+                         "(--keep-reversing imports it as it is)")
+    if cut:
+        say(f"cut {len(cut)} stretch(es) of {csv_path.name} where the car stopped and reversed "
+            f"({sum(c['frames'] for c in cut)} frames, {sum(c['seconds'] for c in cut):.0f} s; first: lines "
+            f"{cut[0]['csv_lines'][0]}-{cut[0]['csv_lines'][1]}): not lane keeping (--keep-reversing keeps them)")
     singles = [a for a, b in sessions if b - a == 1]
     if singles:
         say(f"warning: {len(singles)} of the {len(sessions)} sessions of {csv_path.name} are a single frame, more than "
@@ -448,7 +519,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             write_episode(tmp, e, arrays, meta)
             episodes.append({"episode_id": e, "length": len(part), "csv_lines": meta["csv_lines"],
                              "start_time": meta["start_time"], "duration_s": float(times[b - 1] - times[a])})
-        steps = len(rows)
+        steps = sum(b - a for a, b in sessions)
         diffs = np.concatenate([np.diff(times[a:b]) for a, b in sessions])
         dt = round(float(np.median(diffs)), 6) if len(diffs) else period  # seconds per row, as the collector's card
         write_json(tmp / CARD_NAME, {
@@ -465,6 +536,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             "import": {"csv": str(csv_path.resolve()), "images": str(img_dir.resolve()), "source": source,
                        "time_from": time_from,
                        "episode_gap_s": episode_gap_s, "jpeg_quality": jpeg_quality,
+                       "reversing": {"rule": "kept" if keep_reversing else REVERSING_RULE, "cut": cut},
                        "speed": "logged in mph, stored in m/s (mph / 2.23694)",
                        "skipped_rows": len(log.skipped),
                        "skipped_examples": [{"line": n, "image": name, "problem": problem}
@@ -533,13 +605,14 @@ def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, s
             source = recording_fingerprint(path)
             if (target / CARD_NAME).is_file():
                 done = (json.loads((target / CARD_NAME).read_text()).get("import") or {})
-                if done.get("source") == source:
+                if done.get("source") == source and (done.get("reversing") or {}).get("rule") == REVERSING_RULE:
                     out.append(str(target))
                     continue
                 if "csv" not in done:
                     raise ValueError(f"{str(target)!r} holds a dataset that is not an import of a recording; "
                                      f"move it away to import {str(path)!r} there")
-                what = "has changed since" if done["csv"] == source["csv"] else "is another recording than"
+                what = ("is another recording than" if done["csv"] != source["csv"] else "has changed since"
+                        if done.get("source") != source else "is cut by another rule (stops and reversing) than")
                 say(f"{path} {what} the import in {target} (of {done['csv']}): importing it again")
                 shutil.rmtree(target)
             else:
@@ -592,6 +665,9 @@ class ImportArgs:
                                         f"{DEFAULT_FRAME_PERIOD_S})", group="data", metavar="S")
     strict_images: bool = option(False, "refuse a recording in which a row names a missing image (default: skip "
                                  "such rows, say how many)", group="input")
+    keep_reversing: bool = option(False, "keep the stretches where the car stopped and reversed (default: cut them, "
+                                  "and split the session there: turning round or backing off a wall is not lane "
+                                  "keeping)", group="data")
 
 
 COMMANDS = {
@@ -601,7 +677,7 @@ COMMANDS = {
     "import": (ImportArgs, "Read a simulator recording (a folder with driving_log.csv and IMG/, or the CSV itself)\n"
                            "into a dataset: images are found by file name in IMG/ whatever path the CSV names; time\n"
                            "comes from the timestamps in the names; a jump of more than --episode-gap seconds starts\n"
-                           "a new episode."),
+                           "a new episode; stretches where the car reversed are cut (--keep-reversing keeps them)."),
 }
 
 
@@ -615,7 +691,8 @@ def _export(args: ExportArgs) -> None:
 
 def _import(args: ImportArgs) -> None:
     out = import_udacity(args.log_dir, args.out_dir, jpeg_quality=args.jpeg_quality, episode_gap_s=args.episode_gap_s,
-                         frame_period=args.frame_period, strict_images=args.strict_images)
+                         frame_period=args.frame_period, strict_images=args.strict_images,
+                         keep_reversing=args.keep_reversing)
     ds = open_dataset(out)
     cams = ", ".join(ds.card["cameras"]) if isinstance(ds.card.get("cameras"), dict) else ""
     print(f"imported {len(ds)} episodes, {ds.num_steps} steps ({cams}; {_dir_size(out) / 1e6:.1f} MB) into {out}")

@@ -1,5 +1,6 @@
 """The Udacity simulator's recording format: export, import, the round trip, and clear errors for bad logs."""
 import csv
+import json
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -382,3 +383,67 @@ def test_a_folder_holding_a_recording_one_level_down_says_where_it_is(tmp_path):
     _sim_recording(tmp_path / "downloads" / "track2")
     with pytest.raises(FileNotFoundError, match="it holds track2/: point at that folder"):
         open_dataset(tmp_path / "downloads")
+
+
+# ------------------------------------------------------------------ stopping and reversing is cut
+def _turnaround(lines):
+    """200 rows 0.1 s apart: 20 mph, braking to a stop at row 84, reversing under the brake (rows 85-100), standing
+    (101-104), 20 mph again; the speed in the log has no sign, as the simulator writes it."""
+    out = []
+    for k, line in enumerate(lines):
+        speed, brake = ((15, 10, 5, 2)[k - 80], 1) if 80 <= k < 84 else (0.5, 1) if k == 84 else \
+            (0.5 + 0.3 * (k - 84), 1) if 85 <= k <= 100 else (0.2, 0) if 101 <= k <= 104 else (20, 0)
+        fields = line.split(", ")
+        out.append(", ".join([*fields[:3], "0", "0" if brake else "0.9", str(brake), f"{speed:g}"]))
+    return out
+
+
+def test_reversing_is_cut_and_the_session_split_there(tmp_path):
+    _sim_recording(tmp_path / "rec", offsets_s=tuple(round(0.1 * k, 1) for k in range(200)), rows=_turnaround)
+    warnings = []
+    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    # events: the stop at row 84 to the standing at row 104; 5 s either side: rows 34..154 go
+    assert [m["csv_lines"] for m in back.episodes] == [[1, 34], [156, 200]] and back.num_steps == 79
+    assert back.card["import"]["reversing"]["cut"] == [{"csv_lines": [35, 155], "frames": 121, "seconds": 12.0}]
+    assert len(warnings) == 1 and warnings[0].startswith("cut 1 stretch(es)") and "--keep-reversing" in warnings[0]
+    np.testing.assert_allclose(back.load(1)["time"][0], 0.0)  # each piece is an episode of its own
+    kept = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "kept", keep_reversing=True))
+    assert kept.num_steps == 200 and len(kept) == 1 and kept.card["import"]["reversing"] == {"rule": "kept", "cut": []}
+
+
+def test_slow_driving_and_braking_downhill_are_not_reversing():
+    t = np.arange(60) * 0.1
+    hairpin = np.r_[np.full(20, 12.0), np.linspace(12, 0.3, 10), np.full(5, 0.3), np.linspace(1, 12, 25)]
+    assert uf.reversing_spans(hairpin, np.r_[np.zeros(20), np.ones(15), np.zeros(25)], t) == [], \
+        "a stop without reversing (a hairpin at walking pace) stays"
+    downhill = np.r_[np.full(30, 4.0), [4.2, 4.4], np.full(28, 4.4)]
+    assert uf.reversing_spans(downhill, np.ones(60), t) == [], "the brake held while the speed creeps up two rows"
+    fast = np.r_[np.full(30, 8.0), np.linspace(8, 12, 10), np.full(20, 12.0)]
+    assert uf.reversing_spans(fast, np.ones(60), t) == [], "rising under the brake from well above walking pace"
+    t = np.arange(200) * 0.1  # backing off a wall: standing at rows 60-66, reversing 65-74, then on; 5 s either side
+    backing = np.r_[np.full(60, 10.0), np.full(5, 0.2), np.linspace(0.5, 4, 10), np.full(125, 10.0)]
+    assert uf.reversing_spans(backing, np.r_[np.zeros(65), np.ones(10), np.zeros(125)], t) == [(10, 125)]
+
+
+def test_a_recording_of_nothing_but_reversing_says_so(tmp_path, capsys):
+    def backwards(lines):
+        return [", ".join([*line.split(", ")[:3], "0", "0", "1", f"{0.2 + 0.5 * k:g}"]) for k, line in enumerate(lines)]
+
+    _sim_recording(tmp_path / "rec", offsets_s=tuple(round(0.1 * k, 1) for k in range(8)), rows=backwards)
+    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "nothing but stops and reversing" in err and err.count("\n") == 1
+    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data"), "--keep-reversing"]) == 0
+
+
+def test_an_import_cut_by_another_rule_is_imported_again(tmp_path, capsys):
+    rec, target = tmp_path / "rec", tmp_path / "data"
+    _sim_recording(rec)
+    said = []
+    uf.import_recordings([rec], [target], warn=said.append)
+    card = json.loads((target / "dataset.json").read_text())
+    del card["import"]["reversing"]  # an import made before stretches of reversing were cut
+    (target / "dataset.json").write_text(json.dumps(card))
+    uf.import_recordings([rec], [target], warn=said.append)
+    assert "is cut by another rule (stops and reversing) than the import" in said[-1]
+    assert json.loads((target / "dataset.json").read_text())["import"]["reversing"]["rule"] == uf.REVERSING_RULE
