@@ -57,16 +57,17 @@ def make_splits(split: SplitOptions, w: Windows, data: Data) -> tuple[Data, list
 def auto_split_mode(data: Data, held: list[int], episode_split: tuple[list[int], list[int]] | None,
                     val_fraction: float) -> str:
     """``--split auto``: whole episodes, except time blocks for one episode, and for a person's recordings whose
-    held-out sessions would hold less than half of ``val_fraction`` or more than half of the recorded steps
-    (sessions end where the person paused, so their lengths are arbitrary: 93 and 4,608 rows in one public
-    recording, where either session held out leaves nothing to learn from or nothing to measure on)."""
+    held-out sessions would hold less than half of ``val_fraction`` or more than twice it (sessions end where the
+    person paused, so their lengths are arbitrary: 93 and 4,608 rows in one public recording, where either session
+    held out leaves nothing to learn from or nothing to measure on; two laps, one each way round, where one held
+    out leaves half the recording to learn from and measures on the track driven the other way)."""
     if len(held) == 1:
         return "blocks"
     if episode_split is None or not data.recorded or not all(data.recorded[e] for e in held):
         return "episodes"
     lengths = [len(data.frames[e]) for e in held]
     share = sum(lengths[i] for i in episode_split[1]) / sum(lengths)
-    return "episodes" if val_fraction / 2 <= share <= 0.5 else "blocks"
+    return "episodes" if val_fraction / 2 <= share <= 2 * val_fraction else "blocks"
 
 
 def validation_candidates(data: Data) -> list[int]:

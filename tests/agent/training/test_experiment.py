@@ -369,6 +369,7 @@ def test_auto_split_holds_out_sessions_only_when_their_share_is_sensible():
     assert mode([93, 4608], [1], recorded=True) == "blocks"  # validation would be 98 % of the steps
     assert mode([93, 4608], [0], recorded=True) == "blocks"  # 2 %: too little to measure on
     assert mode([2330, 1042, 2842], [0], recorded=True) == "episodes"  # 37 %
+    assert mode([2305, 2460], [0], recorded=True) == "blocks"  # 48 %: one of two laps, more than twice 20 %
     assert mode([93, 4608], [1], recorded=False) == "episodes"  # an expert's episodes
     assert auto_split_mode(SimpleNamespace(frames=[np.zeros(9)], recorded=[True]), [0], None, 0.2) == "blocks"
 
