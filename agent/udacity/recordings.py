@@ -389,10 +389,10 @@ def reversing_spans(speed_mph: np.ndarray, brake: np.ndarray, times: np.ndarray)
     return spans
 
 
-def _cut_reversing(rows: list[LogRow], times: np.ndarray, sessions: list[tuple[int, int]]
-                   ) -> tuple[list[tuple[int, int]], list[dict[str, object]]]:
+def _cut_reversing(rows: list[LogRow], times: np.ndarray, sessions: list[tuple[int, int]], csv_path: Path,
+                   say: Callable[[str], None]) -> tuple[list[tuple[int, int]], list[dict[str, object]]]:
     """The sessions less every ``reversing_spans`` stretch (and the pieces under ``MIN_PIECE_S`` between them),
-    and what was cut, by CSV line."""
+    and what was cut, by CSV line, said in one line."""
     kept, cut = [], []
     for a, b in sessions:
         speed = np.array([r.speed_mph for r in rows[a:b]])
@@ -406,6 +406,13 @@ def _cut_reversing(rows: list[LogRow], times: np.ndarray, sessions: list[tuple[i
                 spans.append((x, y))
         cut += [{"csv_lines": [rows[x].line, rows[y - 1].line], "frames": y - x,
                  "seconds": round(float(times[y - 1] - times[x]), 2)} for x, y in sorted(spans)]
+    if not kept:
+        raise ValueError(f"{csv_path} holds nothing but stops and reversing: nothing to import "
+                         "(--keep-reversing imports it as it is)")
+    if cut:
+        say(f"cut {len(cut)} stretch(es) of {csv_path.name} where the car stopped and reversed "
+            f"({sum(c['frames'] for c in cut)} frames, {sum(c['seconds'] for c in cut):.0f} s; first: lines "
+            f"{cut[0]['csv_lines'][0]}-{cut[0]['csv_lines'][1]}): not lane keeping (--keep-reversing keeps them)")
     return kept, cut
 
 
@@ -492,14 +499,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     say = warn or (lambda m: print(m, file=sys.stderr))
     log, rows, cameras = _usable_rows(csv_path, img_dir, jpeg_quality, strict_images, say)
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
-    sessions, cut = (sessions, []) if keep_reversing else _cut_reversing(rows, times, sessions)
-    if not sessions:
-        raise ValueError(f"{csv_path} holds nothing but stops and reversing: nothing to import "
-                         "(--keep-reversing imports it as it is)")
-    if cut:
-        say(f"cut {len(cut)} stretch(es) of {csv_path.name} where the car stopped and reversed "
-            f"({sum(c['frames'] for c in cut)} frames, {sum(c['seconds'] for c in cut):.0f} s; first: lines "
-            f"{cut[0]['csv_lines'][0]}-{cut[0]['csv_lines'][1]}): not lane keeping (--keep-reversing keeps them)")
+    sessions, cut = (sessions, []) if keep_reversing else _cut_reversing(rows, times, sessions, csv_path, say)
     singles = [a for a, b in sessions if b - a == 1]
     if singles:
         say(f"warning: {len(singles)} of the {len(sessions)} sessions of {csv_path.name} are a single frame, more than "

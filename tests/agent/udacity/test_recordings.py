@@ -286,7 +286,8 @@ def test_several_recordings_train_as_one(tmp_path):
     _sim_recording(tmp_path / "a")
     _sim_recording(tmp_path / "b", offsets_s=(0, 0.1, 0.2))
     run(TrainArgs(data=[str(tmp_path / "a"), str(tmp_path / "b")], out=str(tmp_path / "run"), epochs=1, batch_size=8,
-                  segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False))
+                  segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False,
+                  split="episodes"))  # sessions of 2-4 rows: too short to hold out in time
     assert [open_dataset(tmp_path / "run" / "imported_data" / k).num_steps for k in ("0", "1")] == [6, 3]
     metrics = __import__("json").loads((tmp_path / "run" / "metrics.json").read_text())
     assert sorted(metrics["train_episodes"] + metrics["val_episodes"]) == [0, 1, 2], "3 sessions split by episode"
