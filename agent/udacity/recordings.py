@@ -69,14 +69,15 @@ CONVERT_HINT = "convert other image formats with python -m agent.udacity.recordi
 PROGRESS_ROWS = 2000  # recordings this long show a bar while their images are checked (on a terminal)
 # Where a driver stopped and reversed (turning round, backing off a wall): cut, the session split there.
 STOP_MPH = 1.0  # slower than this the car stands
-REVERSE_FROM_MPH, REVERSE_MIN_ROWS = 5.0, 3  # the brake held while the speed rises from below 5 mph, 3 rows and
-# 1 mph or more: reversing (braking downhill at walking pace gains a fraction of a mph over a row or two)
+REVERSE_FROM_MPH, REVERSE_MIN_ROWS, REVERSE_MIN_RISE_MPH = 5.0, 3, 1.0  # the brake held while the speed rises from
+# below 5 mph, 3 rows and 1 mph or more: reversing (braking downhill at walking pace gains a fraction of a mph over a
+# row or two)
 REVERSING_MERGE_S = 10.0  # stops and reversing this close belong to one manoeuvre
 REVERSING_MARGIN_S = 5.0  # cut this much before and after it too: a three-point turn starts with a swing at full
 # lock before its first stop, and ends pulling away
 MIN_PIECE_S = 1.0  # what is left of a session between cuts, if shorter, goes with them
 REVERSING_RULE = (f"cut: reversing (the brake held while the speed rises from < {REVERSE_FROM_MPH:g} mph, "
-                  f">= {REVERSE_MIN_ROWS} rows, >= 1 mph) with stops (< {STOP_MPH:g} mph) within "
+                  f">= {REVERSE_MIN_ROWS} rows, >= {REVERSE_MIN_RISE_MPH:g} mph) with stops (< {STOP_MPH:g} mph) within "
                   f"{REVERSING_MERGE_S:g} s, +- {REVERSING_MARGIN_S:g} s; pieces under {MIN_PIECE_S:g} s")
 
 
@@ -374,7 +375,8 @@ def reversing_spans(speed_mph: np.ndarray, brake: np.ndarray, times: np.ndarray)
     edges = np.flatnonzero(np.diff(np.r_[0, rising.astype(int), 0]))
     for i, j in zip(edges[0::2], edges[1::2]):  # runs [i, j) of rising speed under the brake
         from_mph = speed_mph[i - 1]  # i >= 1: the first row never rises
-        reversing[i:j] = j - i >= REVERSE_MIN_ROWS and from_mph < REVERSE_FROM_MPH and speed_mph[j - 1] - from_mph >= 1
+        reversing[i:j] = (j - i >= REVERSE_MIN_ROWS and from_mph < REVERSE_FROM_MPH
+                          and speed_mph[j - 1] - from_mph >= REVERSE_MIN_RISE_MPH)
     events = np.flatnonzero(stopped | reversing)
     spans: list[tuple[int, int]] = []
     groups = np.split(events, np.flatnonzero(np.diff(times[events]) > REVERSING_MERGE_S) + 1) if len(events) else []
@@ -481,7 +483,8 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     apart (or going back in time) start a new episode. Rows whose images are missing are skipped, counted
     in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``.
     Stretches where the driver stopped and reversed are cut and their session split there (``reversing_spans``;
-    listed in the card), unless ``keep_reversing``. The whole CSV is validated before anything is written; a failed import leaves no ``out_dir`` behind.
+    listed in the card), unless ``keep_reversing``. The whole CSV is validated before anything is written; a
+    failed import leaves no ``out_dir`` behind.
     The card records ``recording_fingerprint`` (or ``source``, taken by the caller) under import.source.
     """
     if jpeg_quality is not None:
