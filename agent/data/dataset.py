@@ -68,6 +68,7 @@ CARD_NAME = "dataset.json"
 EPISODE_DIR = "episodes"
 REQUIRED_ARRAYS = ("frames", "action", "expert_action", "reward", "speed", "privileged", "time")
 FINAL_PREFIX = "final_"
+POOL_NAME = "pool.json"  # a folder of datasets that trains as one (agent.udacity.pool)
 CACHE_DIR = ".cache"  # prepared frames for training (DemoDataset.prepared); hidden: collect.py ignores dot entries
 RESERVED_MARK = "__jpeg"  # user arrays may not contain it: it would collide with the stored JPEG members
 
@@ -388,14 +389,28 @@ def join_datasets(roots: Sequence[str | Path]) -> tuple[list[DemoDataset], list[
     return parts, rows
 
 
+def pool_card(root: str | Path) -> dict | None:
+    """The card of a pool (a folder of datasets written by ``python -m agent.udacity.pool import``), None for any
+    other folder."""
+    path = Path(root) / POOL_NAME
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def expand_pools(roots: Sequence[str | Path]) -> list[str]:
+    """The folders with every pool replaced by its member datasets, in the pool's order."""
+    out = []
+    for root in roots:
+        card = pool_card(root)
+        out += [str(Path(root) / m["name"]) for m in card["recordings"]] if card is not None else [str(root)]
+    return out
+
+
 def open_datasets(roots: str | Path | Sequence[str | Path]) -> DemoDataset:
     """One dataset folder (``open_dataset``), or several read as one without copying anything (``train.py
     --data A B``): the episodes ``merge_datasets`` would write, in the same order, with the first folder's card.
     Several folders must hold one env, action space and expert (or be a person's recordings joined with simulator
     data), and never the same track seed twice."""
-    if isinstance(roots, (str, Path)):
-        return open_dataset(roots)
-    roots = list(roots)
+    roots = expand_pools([roots] if isinstance(roots, (str, Path)) else list(roots))
     if not roots:
         raise ValueError("no dataset folder given")
     if len(roots) == 1:

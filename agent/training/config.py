@@ -23,6 +23,7 @@ HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LOSSES = ("huber", "mse")
 LOADING = ("auto", "memory", "lazy")
 SPLITS = ("auto", "episodes", "blocks")  # agent.training.windows.make_splits
+DATASET_WEIGHTS = ("auto", "frames", "sqrt", "equal")  # agent.training.windows.episode_shares
 
 
 @dataclass
@@ -31,7 +32,13 @@ class TrainArgs:
 
     data: str | list[str] = option("data/carracing_continuous",
         "dataset folder written by collect.py; several (--data A B C, e.g. collection shards) train as one "
-        "dataset, the episodes `python -m agent.data.merge` would write", group="data", metavar="DATA")
+        "dataset, the episodes `python -m agent.data.merge` would write; a pool (python -m agent.udacity.pool "
+        "import) is its recordings", group="data", metavar="DATA")
+    dataset_weight: str = option("auto",
+        "how the --data folders share an epoch's steps: frames (every step once), sqrt (each folder's share grows "
+        "with the square root of its steps, so one long recording does not dominate many short ones), equal (the "
+        "same share each); auto: the pool's rule (sqrt) for a pool, frames otherwise", group="data",
+        choices=DATASET_WEIGHTS)
     policy: str = option("nac-focus",
         "sequence core(s) after the CNN, comma separated; several train one after another on the same data "
         "and print a comparison table. Names: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, "
@@ -447,11 +454,12 @@ class Windows:
     oversample_turns: int
     seed: int
     latency: tuple[int, int] | str = (0, 0)  # steps from a window's last frame to its label (--latency-steps)
+    dataset_weight: str = "frames"  # how the --data folders share an epoch (resolved: never auto)
 
     @classmethod
     def of(cls, a: TrainArgs) -> "Windows":
         return cls(a.window, a.frame_stride, a.window_gaps, a.segment, a.batch_size, a.oversample_turns, a.seed,
-                   parse_latency_steps(a.latency_steps))
+                   parse_latency_steps(a.latency_steps), "frames" if a.dataset_weight == "auto" else a.dataset_weight)
 
 
 @dataclass(frozen=True)

@@ -183,57 +183,59 @@ def _command(tool: str, config: Any) -> str:
 
 @dataclass
 class RoundPlan:
-    """What round k does: collect ``collect`` (None: nothing) until its folder holds ``wanted`` episodes, then train."""
+    """What round k does: each of ``collects`` until its folder holds its ``wanted`` episodes, then train."""
 
     run_dir: Path
-    wanted: int
-    collect: Any  # CollectConfig | None
+    collects: list[tuple[Any, int]]  # (CollectConfig, episodes its folder must hold); empty: round 0 of a recording
     train: Any  # TrainArgs
 
-    @property
-    def data(self) -> Path | None:
-        """The folder this round collects into (None: it collects nothing)."""
-        return None if self.collect is None else Path(self.collect.out)
 
-
-def _recording_dataset(lin: Lineage, log: Callable[[str], None]) -> str:
-    """The recording as a dataset folder: a raw simulator recording is imported once into OUT/recording."""
+def _recording_datasets(lin: Lineage, log: Callable[[str], None]) -> tuple[str, list[str]]:
+    """(what trains: the recording as a dataset folder, or the pool; the datasets whose replays the rounds drive). A
+    raw simulator recording is imported once into OUT/recording; a pool (python -m agent.udacity.pool import) is
+    driven in the replay of each of its recordings."""
+    from agent.data.dataset import expand_pools, pool_card
     from agent.udacity.recordings import import_recordings
 
-    return str(Path(import_recordings([lin.recording], [lin.out_dir / "recording"], warn=log)[0]).resolve())
+    if pool_card(lin.recording) is not None:
+        return str(Path(lin.recording).resolve()), [str(Path(m).resolve()) for m in expand_pools([lin.recording])]
+    one = str(Path(import_recordings([lin.recording], [lin.out_dir / "recording"], warn=log)[0]).resolve())
+    return one, [one]
 
 
 def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> list[RoundPlan]:
-    """Every round's collection and training, as collect.py / train.py configs."""
+    """Every round's collections and training, as collect.py / train.py configs."""
     from agent.data.config import CollectConfig
     from agent.training.config import TrainArgs
 
-    recording = _recording_dataset(lin, log) if lin.recording else None
-    env = f"replay:{recording}" if recording else lin.env
+    recording, replays = _recording_datasets(lin, log) if lin.recording else (None, [])
     span = f"0:{1 - recipe.val_fraction:g}"  # the part of every session train.py --split blocks trains on
-    episodes = recipe.episodes or (get_spec(env).parts(span) if recording else 0)
     later = list(recipe.rounds[:lin.rounds])
     later += [recipe.rounds[-1]] * ((lin.rounds or 0) - len(later))  # --rounds beyond the recipe's: its last again
     rounds = [Round(1.0, recipe.epochs, TrainArgs.lr), *later]  # round 0: the expert drives
     plans, data_sets, wanted = [], [recording] if recording else [], 0
     for k, rnd in enumerate(rounds):
         run_dir, driver = lin.out_dir / f"r{k}", None if k == 0 else lin.out_dir / f"r{k - 1}" / "best.pt"
-        collect, data = None, (lin.data_dir / f"r{k}" if recording else lin.data_dir)
-        if recording:
-            wanted = episodes if k else 0  # each round's episodes in a folder of their own
-        else:
+        collects = []
+        if recording and k:  # each round's episodes in a folder of their own (one per recording of a pool)
+            for replay in replays:
+                data = lin.data_dir / f"r{k}" / (Path(replay).name if len(replays) > 1 else "")
+                episodes = recipe.episodes or get_spec(f"replay:{replay}").parts(span)
+                collects.append((CollectConfig(env=f"replay:{replay}", episodes=episodes, max_steps=lin.max_steps,
+                                               out=data, progress=lin.progress, driver=driver, beta=rnd.beta,
+                                               workers=lin.workers, seed=0, replay_span=span,
+                                               **({"noise": lin.noise, "noise_hold": NOISE_HOLD} if lin.noise else {})),
+                                 episodes))
+                data_sets.append(str(data))  # the recording and every round's episodes so far
+        elif not recording:
             wanted += recipe.expert_episodes if k == 0 else recipe.episodes
-        if not (recording and k == 0):
-            collect = CollectConfig(env=env, action_space=recipe.action_space if k == 0 else None,
-                                    episodes=recipe.expert_episodes if k == 0 else episodes,
-                                    max_steps=lin.max_steps, out=data, progress=lin.progress, driver=driver,
-                                    beta=rnd.beta if k else 0.0, renderer=lin.renderer, workers=lin.workers,
-                                    **({"noise": lin.noise, "noise_hold": NOISE_HOLD if recording else None}
-                                       if k and lin.noise else {}),
-                                    **({"seed": 0, "replay_span": span} if recording else {}))
-        if recording and k:
-            data_sets.append(str(data))  # the recording and every round's episodes so far
-        train_data = (list(data_sets) if len(data_sets) > 1 else data_sets[0]) if recording else str(data)
+            collects.append((CollectConfig(env=lin.env, action_space=recipe.action_space if k == 0 else None,
+                                           episodes=recipe.expert_episodes if k == 0 else recipe.episodes,
+                                           max_steps=lin.max_steps, out=lin.data_dir, progress=lin.progress,
+                                           driver=driver, beta=rnd.beta if k else 0.0, renderer=lin.renderer,
+                                           workers=lin.workers, **({"noise": lin.noise} if k and lin.noise else {})),
+                             wanted))
+        train_data = (list(data_sets) if len(data_sets) > 1 else data_sets[0]) if recording else str(lin.data_dir)
         args = TrainArgs(data=train_data, out=str(run_dir),
                          epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed, val_fraction=recipe.val_fraction,
                          split=recipe.split, threads=lin.threads, progress=lin.progress,
@@ -241,8 +243,28 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
                          **(({"init": lin.init} if lin.init else {"policy": lin.core}) if k == 0
                             else {"init": str(driver), "lr": rnd.lr}),
                          **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
-        plans.append(RoundPlan(run_dir, wanted, collect, args))
+        plans.append(RoundPlan(run_dir, collects, args))
     return plans
+
+
+def _collect_round(lin: Lineage, k: int, rounds: int, config: Any, wanted: int, collect: Callable[..., Any],
+                   log: Callable[[str], None]) -> None:
+    """Top ``config.out`` up to ``wanted`` episodes (an interrupted round goes on where it stopped)."""
+    from agent.training.loop import Interrupted
+
+    held = _episodes_in(Path(config.out))
+    if held > wanted:
+        raise ValueError(f"{config.out} holds {held} episodes, more than the {wanted} round {k} of this recipe needs: "
+                         "it belongs to another lineage (give another --data)")
+    if held == wanted:
+        return
+    log(f"{lin.name} round {k}/{rounds - 1}: {config.driver or 'the expert'} drives {wanted - held} episode(s) into "
+        f"{config.out}")
+    top_up = replace(config, episodes=wanted - held, **({"seed": config.seed + held} if lin.recording else {}))
+    result = collect(top_up, command=_command("collect.py", top_up), log=log)
+    if result.interrupted:
+        raise Interrupted(f"interrupted in round {k}'s collection: {result.summary()}; run the same command again "
+                          "to go on")
 
 
 def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
@@ -257,25 +279,12 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     plans = plan_rounds(lin, recipe, log)
     steps: list[dict[str, Any]] = []
     for k, plan in enumerate(plans):
-        steps.append({"round": k, "episodes": plan.wanted, "train": _command("train.py", plan.train),
-                      **({"collect": _command("collect.py", plan.collect)} if plan.collect else {})})
+        steps.append({"round": k, "episodes": sum(w for _, w in plan.collects), "train": _command("train.py", plan.train),
+                      **({"collect": " && ".join(_command("collect.py", c) for c, _ in plan.collects)} if plan.collects else {})})
         if _finished(plan.run_dir):
             continue  # a finished round of an earlier run
-        held = _episodes_in(plan.data) if plan.data else 0
-        if held > plan.wanted:
-            raise ValueError(f"{plan.data} holds {held} episodes, more than the {plan.wanted} round {k} of this "
-                             f"recipe needs before training {plan.run_dir}: it belongs to another lineage (give "
-                             "another --data)")
-        if plan.collect is not None and held < plan.wanted:
-            driver = plan.collect.driver or "the expert"
-            log(f"{lin.name} round {k}/{len(plans) - 1}: {driver} drives {plan.wanted - held} episode(s) into "
-                f"{plan.data}")
-            top_up = replace(plan.collect, episodes=plan.wanted - held,
-                             **({"seed": plan.collect.seed + held} if lin.recording else {}))
-            result = collect(top_up, command=_command("collect.py", top_up), log=log)
-            if result.interrupted:
-                raise Interrupted(f"interrupted in round {k}'s collection: {result.summary()}; run the same "
-                                  "command again to go on")
+        for config, wanted in plan.collects:
+            _collect_round(lin, k, len(plans), config, wanted, collect, log)
         log(f"{lin.name} round {k}/{len(plans) - 1}: training {plan.run_dir} ({plan.train.epochs} epochs)")
         train(plan.train)
     final = str(plans[-1].run_dir / "best.pt")

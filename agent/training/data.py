@@ -13,7 +13,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import CACHE_DIR, DemoDataset, dataset_action_spaces, dataset_env, is_recording, open_datasets
+from agent.data.dataset import (
+    CACHE_DIR,
+    DemoDataset,
+    dataset_action_spaces,
+    dataset_env,
+    expand_pools,
+    is_recording,
+    open_datasets,
+    pool_card,
+)
 from agent.data.frames import FrameFile, FrameRows
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
@@ -56,6 +65,7 @@ class Data:
     latency_steps: list[int] = field(default_factory=list)  # per episode: the latency it was driven under (collect.py)
     labels_land: list[bool] = field(default_factory=list)  # per episode: a latency expert labelled it (no hindsight shift)
     applied: list[np.ndarray] = field(default_factory=list)  # per episode: the actions applied, continuous [T, A] (empty: none recorded)
+    sources: list[int] = field(default_factory=list)  # per episode: which --data folder it came from (0, 1, ...)
 
 
 def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
@@ -128,7 +138,14 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,
                 camera_width, len(dataset), lazy, smoothing_s=smoothing, recorded=recorded, speeds=speeds,
                 geometry=geometry, latency_steps=[int(m.get("latency_steps") or 0) for m in dataset.episodes],
-                labels_land=[bool(m.get("labels_land")) for m in dataset.episodes], applied=applied)
+                labels_land=[bool(m.get("labels_land")) for m in dataset.episodes], applied=applied,
+                sources=dataset_sources(dataset))
+
+
+def dataset_sources(dataset: DemoDataset) -> list[int]:
+    """Per episode, the index of the dataset folder it lives in (in order of first appearance)."""
+    index: dict[Path, int] = {}
+    return [index.setdefault(p.parent.parent, len(index)) for p in dataset.paths]
 
 
 def label_smoothing_s(smooth_labels: str, dataset: DemoDataset) -> float:
@@ -197,9 +214,15 @@ def lazy_cache(dataset: DemoDataset, crop: list[int] | None, size: list[int], ou
 def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
     """``--data`` may name folders as the real Udacity simulator records them (``driving_log.csv`` + ``IMG/``):
     each is imported once into ``OUT/imported_data`` (``imported_data/<k>`` for the k-th of several; JPEG bytes
-    kept as recorded) and trained from there, so ``--resume`` and later runs read the same datasets."""
+    kept as recorded) and trained from there, so ``--resume`` and later runs read the same datasets. A pool
+    stands for its recordings, and --dataset-weight auto becomes the pool's rule."""
     from agent.udacity.recordings import import_recordings
 
+    pools = [card for p in data_paths(a.data) if (card := pool_card(p)) is not None]
+    if a.dataset_weight == "auto":
+        a = replace(a, dataset_weight=pools[0].get("weight", "sqrt") if pools else "frames")
+    if pools:
+        a = replace(a, data=expand_pools(data_paths(a.data)))
     paths = data_paths(a.data)
     targets = [out / "imported_data"] if isinstance(a.data, str) else [out / "imported_data" / str(k) for k in range(len(paths))]
     data = import_recordings(paths, targets, strict_images=a.strict_images, warn=tqdm.write)
@@ -250,4 +273,5 @@ def take_pieces(data: Data, pieces: list[tuple[int, int, int]]) -> Data:
                    recorded=[data.recorded[e] for e, _, _ in pieces] if data.recorded else [],
                    latency_steps=[data.latency_steps[e] for e, _, _ in pieces] if data.latency_steps else [],
                    labels_land=[data.labels_land[e] for e, _, _ in pieces] if data.labels_land else [],
-                   applied=[data.applied[e][a:b] for e, a, b in pieces] if data.applied else [])
+                   applied=[data.applied[e][a:b] for e, a, b in pieces] if data.applied else [],
+                   sources=[data.sources[e] for e, _, _ in pieces] if data.sources else [])

@@ -33,7 +33,14 @@ from agent.training.data import Data, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
-from agent.training.windows import batch_plan, gather_segments, label_shifts, latency_shifts, window_queues
+from agent.training.windows import (
+    batch_plan,
+    episode_shares,
+    gather_segments,
+    label_shifts,
+    latency_shifts,
+    window_queues,
+)
 from common.files import write_json
 from common.stops import raise_if_stopped, stops_at_safe_points
 from envs.registry import camera_envs
@@ -336,7 +343,8 @@ class Trainer:
         if plan.windows.oversample_turns > 1:
             j = list(names or []).index("steer")  # the head has a steering column: checked in resolve_head
             self.turns = {e: np.abs(t[:, j]) for e, t in targets.items()}
-        steps_per_epoch = len(batch_plan(self.lengths, plan.windows, 0, self.turns))
+        self.shares = episode_shares(self.lengths, data.sources, plan.windows.dataset_weight)
+        steps_per_epoch = len(batch_plan(self.lengths, plan.windows, 0, self.turns, self.shares))
         self.optimizer = make_optimizer(self.policy, opt)
         self.scheduler = make_schedule(self.optimizer, opt.epochs * steps_per_epoch, opt.warmup)
         self.state = {"epoch": 0, "batch": 0, "global_step": 0, "best_val_loss": math.inf, "best_epoch": -1,
@@ -401,7 +409,7 @@ class Trainer:
         """The optimizer steps of the current epoch (from its next batch on, after a resume)."""
         opt, state = self.opt, self.state
         epoch = state["epoch"]
-        plan = batch_plan(self.lengths, self.plan.windows, epoch, self.turns)
+        plan = batch_plan(self.lengths, self.plan.windows, epoch, self.turns, self.shares)
         self.policy.train()
         bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{opt.epochs}", initial=state["batch"],
                    leave=False, dynamic_ncols=True,

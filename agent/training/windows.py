@@ -200,23 +200,42 @@ class WindowDataset(Dataset):
 
 
 def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generator,
-                  turns: dict[int, np.ndarray] | None = None, repeat: int = 1) -> list[tuple[int, int, int]]:
+                  turns: dict[int, np.ndarray] | None = None, repeat: int = 1,
+                  shares: dict[int, float] | None = None) -> list[tuple[int, int, int]]:
     """Cover every step of every episode once with ``(episode, start, stop)`` segments, random offsets, shuffled.
     With ``turns`` (per episode, |steering label| per step) and ``repeat`` > 1, the tenth of the segments with
-    the sharpest turn (the largest label in them; ties in segment order) is there ``repeat`` times."""
+    the sharpest turn (the largest label in them; ties in segment order) is there ``repeat`` times. ``shares``
+    (per episode, how many times an epoch sees each of its steps on average; ``episode_shares``): an episode's
+    segments are drawn that many times, the whole part by copies and the rest at random without repeats."""
     segments = []
     for e, n in lengths.items():
         offset = int(rng.integers(segment))
-        for s in range(-offset, n, segment):
-            a, b = max(s, 0), min(s + segment, n)
-            if b > a:
-                segments.append((e, a, b))
+        own = [(e, max(s, 0), min(s + segment, n)) for s in range(-offset, n, segment) if min(s + segment, n) > max(s, 0)]
+        if shares is not None and shares.get(e, 1.0) != 1.0:
+            whole, part = divmod(shares[e] * len(own), len(own))
+            extra = rng.choice(len(own), size=int(round(part)), replace=False) if round(part) else []
+            own = own * int(whole) + [own[i] for i in sorted(extra)]
+        segments += own
     if repeat > 1 and turns is not None and segments:
         sharpness = np.array([turns[e][a:b].max() for e, a, b in segments])
         sharpest = np.argsort(-sharpness, kind="stable")[: max(1, round(0.1 * len(segments)))]
         segments += [segments[i] for i in sorted(sharpest)] * (repeat - 1)
     order = rng.permutation(len(segments))
     return [segments[i] for i in order]
+
+
+def episode_shares(lengths: dict[int, int], sources: list[int], weight: str) -> dict[int, float] | None:
+    """How many times an epoch sees each step of each training episode, so that the --data folders (``sources``:
+    each episode's folder) share it as ``weight`` says: frames (None: every step once), sqrt (a folder's share of
+    the epoch in proportion to the square root of its training steps) or equal. The epoch keeps its length."""
+    if weight == "frames" or not sources:
+        return None
+    steps: dict[int, int] = {}
+    for e, n in lengths.items():
+        steps[sources[e]] = steps.get(sources[e], 0) + n
+    mass = {d: (float(np.sqrt(n)) if weight == "sqrt" else 1.0) for d, n in steps.items()}
+    total, norm = sum(steps.values()), sum(mass.values())
+    return {e: mass[sources[e]] / norm * total / steps[sources[e]] for e in lengths}
 
 
 def latency_shifts(segments: list[tuple[int, int, int]], latency: tuple[int, int] | str,
@@ -262,12 +281,12 @@ def window_queues(data: Data, segments: list[tuple[int, int, int]], shifts: list
     return np.concatenate(out)
 
 
-def batch_plan(lengths: dict[int, int], w: Windows, epoch: int,
-               turns: dict[int, np.ndarray] | None = None) -> list[list[tuple[int, int, int]]]:
+def batch_plan(lengths: dict[int, int], w: Windows, epoch: int, turns: dict[int, np.ndarray] | None = None,
+               shares: dict[int, float] | None = None) -> list[list[tuple[int, int, int]]]:
     """The epoch's batches: deterministic in (seed, epoch), so a resumed run replays the same order.
-    ``turns``: see make_segments (used when ``w.oversample_turns`` > 1)."""
+    ``turns``: see make_segments (used when ``w.oversample_turns`` > 1); ``shares``: see episode_shares."""
     rng = np.random.default_rng([w.seed, epoch])
-    segments = make_segments(lengths, w.segment, rng, turns, w.oversample_turns)
+    segments = make_segments(lengths, w.segment, rng, turns, w.oversample_turns, shares)
     per_batch = max(1, w.batch_size // w.segment) if w.segment <= w.batch_size else 1
     return [segments[i: i + per_batch] for i in range(0, len(segments), per_batch)]
 

@@ -1,0 +1,208 @@
+"""A pool of public recordings of the real Udacity simulator, as one training set.
+
+    python -m agent.udacity.pool sources --root recordings          # how to get each recording (git clone + checkout)
+    python -m agent.udacity.pool import --root recordings --out data/pool           # every pool recording on disk
+    python -m agent.udacity.pool import --root recordings --out data/heldout --role held-out
+    python train.py --data data/pool --split blocks --out runs/pool                  # one student from many drivers
+
+Why: a student cloned from one person's few minutes steers that person's laps and little else; many drivers (both
+tracks, keyboard, mouse and analog steering) teach what the roads have in common. The manifest (``pool.csv`` beside
+this module) names each public recording by repository, commit and folder, with its track, steering input, rows and
+stated licence; the recordings themselves are never part of this repository. ``ROOT/<name>/`` is where each is
+expected (the folder holding ``driving_log.csv`` and ``IMG/``; a symbolic link to a clone's folder is fine).
+
+Held-out recordings (role ``held-out``) are kept out of the pool and out of every choice made on it: they measure
+how the pool's student drives people it never saw. The import writes ``OUT/<name>/`` (one dataset per recording,
+reused while the recording is unchanged) and ``OUT/pool.json``, which makes ``OUT`` usable as one ``--data``
+folder; its recordings are weighted by the square root of their steps (``train.py --dataset-weight``), so one long
+recording does not dominate an epoch.
+"""
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from agent.data.dataset import POOL_NAME, open_dataset
+from agent.udacity.recordings import CSV_NAME, IMG_DIR, import_recordings
+from common.cli import option, parse_command
+from common.files import write_json
+
+MANIFEST = Path(__file__).with_name("pool.csv")
+COLUMNS = ("name", "repo", "commit", "folder", "track", "steering", "rows", "licence", "role", "note")
+TRACKS = ("lake", "jungle", "mountain", "other")
+STEERING = ("keyboard", "mouse", "analog")
+ROLES = ("pool", "held-out")
+POOL_WEIGHT = "sqrt"  # how a pool's recordings share an epoch (train.py --dataset-weight auto)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One public recording: where it comes from and what it is."""
+
+    name: str
+    repo: str
+    commit: str
+    folder: str
+    track: str
+    steering: str
+    rows: int
+    licence: str
+    role: str
+    note: str = ""
+
+    def clone_commands(self, root: Path) -> str:
+        clone = root / ".clones" / self.repo.replace("/", "+")
+        inside = clone if self.folder in ("", ".") else clone / self.folder
+        return (f"git clone -q https://github.com/{self.repo}.git {clone} && git -C {clone} checkout -q {self.commit}"
+                f" && ln -sfn {inside.resolve()} {root / self.name}")
+
+
+def read_manifest(path: str | Path = MANIFEST) -> list[Entry]:
+    """The manifest's entries, each checked: a malformed line is one error naming the line and the rule."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"pool manifest {str(path)!r} does not exist")
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != COLUMNS:
+            raise ValueError(f"{path}: the header must be {','.join(COLUMNS)} (it is {','.join(reader.fieldnames or [])})")
+        entries = [_entry(row, f"{path}:{i + 2}") for i, row in enumerate(reader)]
+    seen: set[str] = set()
+    for e in entries:
+        if e.name in seen:
+            raise ValueError(f"{path}: the name {e.name!r} is listed twice")
+        seen.add(e.name)
+    if not entries:
+        raise ValueError(f"{path} lists no recordings")
+    return entries
+
+
+def _entry(row: dict[str, str], where: str) -> Entry:
+    values = {k: (row.get(k) or "").strip() for k in COLUMNS}
+    rules = [("name", r"[a-z0-9][a-z0-9_-]*", "lowercase letters, digits, - and _"),
+             ("repo", r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+", "owner/name"),
+             ("commit", r"[0-9a-f]{40}", "40 hexadecimal digits"), ("rows", r"[0-9]+", "a whole number")]
+    for key, pattern, what in rules:
+        if not re.fullmatch(pattern, values[key]):
+            raise ValueError(f"{where}: {key} {values[key]!r} is not {what}")
+    for key, allowed in (("track", TRACKS), ("steering", STEERING), ("role", ROLES)):
+        if values[key] not in allowed:
+            raise ValueError(f"{where}: unknown {key} {values[key]!r} (one of {', '.join(allowed)})")
+    if not values["licence"]:
+        raise ValueError(f"{where}: licence is empty (write 'none stated' when the repository states none)")
+    return Entry(**{**values, "rows": int(values["rows"]), "folder": values["folder"] or "."})
+
+
+def locate(entry: Entry, root: Path) -> Path | None:
+    """``ROOT/<name>``, None when absent; one error when it is there but is not a recording."""
+    where = root / entry.name
+    if not where.exists():
+        return None
+    if not (where / CSV_NAME).is_file():
+        raise ValueError(f"{entry.name}: {str(where)!r} has no {CSV_NAME} (it should be the folder {entry.folder!r} of "
+                         f"{entry.repo} @ {entry.commit[:12]})")
+    if not (where / IMG_DIR).is_dir() or not any((where / IMG_DIR).iterdir()):
+        raise ValueError(f"{entry.name}: {str(where)!r} has no images in {IMG_DIR}/ (a clone without its images? "
+                         "Git LFS content must be fetched too)")
+    return where
+
+
+def import_pool(entries: Sequence[Entry], root: Path, out: Path, role: str, say=print) -> dict:
+    """Import every ``role`` entry found under ``root`` into ``out/<name>`` and write ``out/pool.json``."""
+    chosen = [e for e in entries if e.role == role]
+    found = [(e, p) for e in chosen if (p := locate(e, root)) is not None]
+    missing = [e.name for e in chosen if all(e is not f for f, _ in found)]
+    if not found:
+        raise ValueError(f"none of the {len(chosen)} {role} recordings of the manifest is under {str(root)!r} "
+                         f"(expected {root}/<name>/{CSV_NAME}; `python -m agent.udacity.pool sources --root {root}` "
+                         "says how to get them)")
+    if missing:
+        say(f"{len(missing)} of {len(chosen)} {role} recordings are not under {root}, going on without them: "
+            + ", ".join(missing))
+    out.mkdir(parents=True, exist_ok=True)
+    members = []
+    for e, path in found:
+        import_recordings([path], [out / e.name], warn=lambda m, n=e.name: say(f"{n}: {m}"))
+        ds = open_dataset(out / e.name)
+        members.append({"name": e.name, "repo": e.repo, "commit": e.commit, "folder": e.folder, "track": e.track,
+                        "steering": e.steering, "licence": e.licence, "sessions": len(ds), "steps": ds.num_steps})
+    card = {"role": role, "weight": POOL_WEIGHT, "recordings": members, "missing": missing,
+            "steps": sum(m["steps"] for m in members)}
+    write_json(out / POOL_NAME, card)
+    return card
+
+
+def summary(card: dict) -> str:
+    """The pool's recordings, a line each, and its totals by track and steering input."""
+    lines = [f"{'recording':<28} {'track':<8} {'steering':<9} {'sessions':>8} {'frames':>8}"]
+    lines += [f"{m['name']:<28} {m['track']:<8} {m['steering']:<9} {m['sessions']:>8} {m['steps']:>8}"
+              for m in card["recordings"]]
+    by = {}
+    for key in ("track", "steering"):
+        for m in card["recordings"]:
+            by.setdefault(key, {}).setdefault(m[key], 0)
+            by[key][m[key]] += m["steps"]
+    totals = "; ".join(", ".join(f"{k} {v:,}" for k, v in sorted(d.items())) for d in by.values())
+    lines.append(f"{len(card['recordings'])} recordings, {card['steps']:,} frames ({totals})")
+    return "\n".join(lines)
+
+
+PROG = "python -m agent.udacity.pool"
+
+
+@dataclass
+class SourcesArgs:
+    root: Path = option(Path("recordings"), "where the recordings go: ROOT/<name>/ holds driving_log.csv and IMG/",
+                        group="input")
+    manifest: Path = option(MANIFEST, "the pool's manifest", group="input")
+    role: str = option("all", "which recordings: pool, held-out or all", group="input", choices=("all", *ROLES))
+
+
+@dataclass
+class ImportArgs:
+    root: Path = option(Path("recordings"), "where the recordings are: ROOT/<name>/ holds driving_log.csv and IMG/",
+                        group="input")
+    out: Path = option(Path("data/pool"), "the training set to write: OUT/<name>/ per recording and OUT/pool.json",
+                       group="output")
+    role: str = option("pool", "import the pool's recordings or the held-out ones", group="input", choices=ROLES)
+    manifest: Path = option(MANIFEST, "the pool's manifest", group="input")
+
+
+COMMANDS = {
+    "sources": (SourcesArgs, "Print, for each recording of the manifest, the commands that put it at\n"
+                             "ROOT/<name>: a git clone of its repository at the manifest's commit and a link\n"
+                             "to its folder. Licences as each repository states them are in the manifest."),
+    "import": (ImportArgs, "Import every recording of the manifest found under ROOT (the pool's, or the\n"
+                           "held-out ones) into OUT as one training set (train.py --data OUT), and list\n"
+                           "each recording's frames. Recordings not on disk are named and left out."),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_command(COMMANDS, argv, PROG, __doc__)
+    try:
+        entries = read_manifest(args.manifest)
+        if isinstance(args, SourcesArgs):
+            for e in entries:
+                if args.role in ("all", e.role):
+                    print(f"# {e.name}: {e.track}, {e.steering}, {e.rows} rows, {e.role}, licence: {e.licence}\n"
+                          f"{e.clone_commands(args.root)}")
+            return 0
+        card = import_pool(entries, args.root, args.out, args.role)
+        print(summary(card))
+        print(f"train on it: python train.py --data {args.out} --split blocks")
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted (the recordings imported so far are kept and reused)", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""The pool of public recordings: the manifest's rules, the import into one training set, and its weighting."""
+import json
+
+import numpy as np
+import pytest
+
+from agent.data.dataset import open_datasets
+from agent.udacity import pool
+from tests.agent.udacity.test_recordings import _sim_recording
+
+HEADER = ",".join(pool.COLUMNS)
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _manifest(path, rows):
+    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    return path
+
+
+def _row(name, track="lake", steering="keyboard", role="pool", licence="MIT", commit=COMMIT):
+    return f"{name},someone/{name}-repo,{commit},data,{track},{steering},6,{licence},{role},"
+
+
+def test_the_shipped_manifest_reads_and_names_both_roles():
+    entries = pool.read_manifest()
+    assert {e.role for e in entries} == {"pool", "held-out"}
+    assert len({e.name for e in entries}) == len(entries)
+
+
+@pytest.mark.parametrize("row, said", [
+    (_row("a", track="moon"), "unknown track 'moon'"),
+    (_row("a", steering="wheel"), "unknown steering 'wheel'"),
+    (_row("a", role="test"), "unknown role 'test'"),
+    (_row("a", commit="abc"), "commit 'abc' is not 40 hexadecimal digits"),
+    (_row("A b"), "name 'A b' is not"),
+    (_row("a", licence=""), "licence is empty"),
+])
+def test_a_bad_manifest_line_is_one_error_naming_the_line(tmp_path, row, said):
+    path = _manifest(tmp_path / "m.csv", [_row("ok"), row])
+    with pytest.raises(ValueError, match=f"m.csv:3: {said}"):
+        pool.read_manifest(path)
+
+
+def test_import_pool_joins_the_recordings_found_and_names_the_missing(tmp_path, capsys):
+    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b", track="jungle", steering="mouse"), _row("gone"),
+                                              _row("h", role="held-out")])
+    _sim_recording(tmp_path / "rec" / "a")
+    _sim_recording(tmp_path / "rec" / "b", offsets_s=(0, 0.1, 0.2))
+    _sim_recording(tmp_path / "rec" / "h")
+    assert pool.main(["import", "--root", str(tmp_path / "rec"), "--out", str(tmp_path / "pool"),
+                      "--manifest", str(manifest)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 3 pool recordings are not under" in out and "gone" in out
+    assert "2 recordings, 9 frames (jungle 3, lake 6; keyboard 6, mouse 3)" in out
+    card = json.loads((tmp_path / "pool" / "pool.json").read_text())
+    assert [m["name"] for m in card["recordings"]] == ["a", "b"] and card["weight"] == "sqrt"
+    assert open_datasets(str(tmp_path / "pool")).num_steps == 9, "the pool folder opens as its recordings"
+    assert not (tmp_path / "pool" / "h").exists(), "held-out recordings stay out of the pool"
+
+
+def test_pool_mistakes_are_one_line(tmp_path, capsys):
+    manifest = _manifest(tmp_path / "m.csv", [_row("a")])
+    args = ["import", "--root", str(tmp_path / "rec"), "--out", str(tmp_path / "pool"), "--manifest", str(manifest)]
+    assert pool.main(args) == 2
+    assert "none of the 1 pool recordings" in capsys.readouterr().err
+    (tmp_path / "rec" / "a").mkdir(parents=True)
+    assert pool.main(args) == 2
+    assert "has no driving_log.csv" in capsys.readouterr().err
+    _sim_recording(tmp_path / "rec2" / "a")
+    for f in (tmp_path / "rec2" / "a" / "IMG").iterdir():
+        f.unlink()
+    assert pool.main([*args[:2], str(tmp_path / "rec2"), *args[3:]]) == 2
+    assert "has no images in IMG/" in capsys.readouterr().err
+    assert pool.main(["sources", "--manifest", str(tmp_path / "nope.csv")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_sources_prints_a_clone_at_the_commit_for_each(capsys):
+    assert pool.main(["sources", "--role", "held-out"]) == 0
+    out = capsys.readouterr().out
+    held = [e for e in pool.read_manifest() if e.role == "held-out"]
+    assert out.count("git clone") == len(held) and all(f"checkout -q {e.commit}" in out for e in held)
+
+
+def test_a_pool_trains_with_its_recordings_weighted_by_the_square_root(tmp_path):
+    from agent.training.config import TrainArgs
+    from agent.training.experiment import run
+
+    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b")])
+    _sim_recording(tmp_path / "rec" / "a", offsets_s=tuple(0.1 * k for k in range(16)))
+    _sim_recording(tmp_path / "rec" / "b", offsets_s=tuple(0.1 * k for k in range(4)))
+    pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=lambda m: None)
+    run(TrainArgs(data=str(tmp_path / "pool"), out=str(tmp_path / "run"), epochs=1, batch_size=8, segment=4, window=2,
+                  frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False, split="episodes"))
+    args = json.loads((tmp_path / "run" / "args.json").read_text())
+    assert args["dataset_weight"] == "sqrt" and len(args["data"]) == 2
+
+
+def test_episode_shares_keep_the_epoch_and_split_it_by_the_rule():
+    from agent.training.windows import episode_shares, make_segments
+
+    lengths, sources = {0: 900, 1: 100, 2: 100}, [0, 1, 1]  # folder 0: 900 steps; folder 1: 200
+    assert episode_shares(lengths, sources, "frames") is None
+    for weight, want in (("sqrt", 30 / (30 + 200 ** 0.5)), ("equal", 0.5)):
+        shares = episode_shares(lengths, sources, weight)
+        seen = {e: shares[e] * n for e, n in lengths.items()}
+        assert sum(seen.values()) == pytest.approx(1100), "an epoch keeps its length"
+        assert seen[0] / 1100 == pytest.approx(want)
+        segs = make_segments(lengths, 10, np.random.default_rng(0), shares=shares)
+        steps0 = sum(b - a for e, a, b in segs if e == 0)
+        assert steps0 / sum(b - a for _, a, b in segs) == pytest.approx(want, abs=0.02)
+
+
+def test_dagger_on_a_pool_drives_the_replay_of_each_recording(tmp_path):
+    from agent.training.dagger import RECIPES, Lineage, plan_rounds
+
+    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b")])
+    for name in ("a", "b"):
+        _sim_recording(tmp_path / "rec" / name, offsets_s=tuple(0.1 * k for k in range(12)))
+    pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=lambda m: None)
+    lin = Lineage(recording=str(tmp_path / "pool"), rounds=1, data=str(tmp_path / "dagger"), out=str(tmp_path / "runs"))
+    plans = plan_rounds(lin, RECIPES["replay"], log=lambda m: None)
+    assert plans[0].collects == [] and plans[0].train.data == str((tmp_path / "pool").resolve())
+    envs = [c.env for c, _ in plans[1].collects]
+    assert envs == [f"replay:{(tmp_path / 'pool' / n).resolve()}" for n in ("a", "b")]
+    assert [str(c.out) for c, _ in plans[1].collects] == [str(tmp_path / "dagger" / "r1" / n) for n in ("a", "b")]
+    assert plans[1].train.data[1:] == [str(tmp_path / "dagger" / "r1" / n) for n in ("a", "b")]
+    assert plans[1].train.init == str(tmp_path / "runs" / "r0" / "best.pt")
