@@ -1,6 +1,7 @@
 """The README tells the truth about the repository: every file it names exists, and no file points outside it."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -43,3 +44,140 @@ def test_no_tracked_file_points_outside_the_repository():
     out = subprocess.run(["git", "grep", "-n", "-I", "-E", r"(\.\./shared/|shared/[A-Z_]+\.md)", "--", ".",
                           ":!tests/test_readme.py"], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout == "", f"files that point outside the repository (users get the repository alone):\n{out.stdout}"
+
+
+# ---- the README's "Results at a glance" table is read from the checkpoint cards ----------------------------------
+
+def _card(name: str) -> dict:
+    return json.loads((ROOT / "checkpoints" / f"{name}.json").read_text())
+
+
+def _pct(a: float, b: float, digits: int = 1) -> str:
+    return f"{100 * a / b:.{digits}f}"
+
+
+def _expert(name: str) -> list[str]:
+    ev = _card(name)["evaluation"]
+    return [f"{ev['mean_return']:.1f}", f"{ev['std_return']:.1f}", f"{ev['laps_finished']}/{ev['episodes']}"]
+
+
+def _on_the_road(name: str, laps: bool) -> list[str]:
+    ev = _card(name)["evaluation"]
+    figures = [str(sum(ev["off_road_steps"])), str(len(ev["off_road_steps"]))]
+    return figures + ([f"{ev['laps_finished']}/{ev['episodes']}"] if laps else [])
+
+
+def _carracing_student() -> list[str]:
+    ev = _card("carracing_nac")["evaluation"]
+    student, expert = ev["pygame:carracing_nac"], ev["pygame:expert"]
+    return [f"{student['mean_return']:.1f}", f"{student['std_return']:.1f}",
+            _pct(student["mean_return"], expert["mean_return"]), f"{expert['mean_return']:.1f}",
+            f"{student['laps_completed']}/{student['num_episodes']}"]
+
+
+def _latency_student() -> list[str]:
+    ev = _card("carracing_nac_latency")["evaluation"]
+    late, regular, expert = ev["latency5"], ev["regular"], ev["expert_regular"]
+    untold = _card("carracing_nac")["latency"]["latency_0.1_s"]
+    return [f"{late['timing']['latency_s']:g}", f"{late['mean_return']:.1f}",
+            _pct(late["mean_return"], regular["mean_return"]), f"{regular['mean_return']:.1f}",
+            _pct(regular["mean_return"], expert["mean_return"], 2), f"{untold['mean_return']:.1f}"]
+
+
+def _latency_expert() -> list[str]:
+    card = _card("expert_carracing_latency")
+    ev, steps = card["evaluation"], card["evaluation"]["latency_steps"]
+    regular_expert = card["latency_figures"]["regular_expert_same_tracks"][str(steps)]
+    return [f"{steps * 0.02:g}",  # CarRacing steps last 0.02 s
+            f"{ev['mean_return']:.1f}", f"{ev['laps_finished']}/{ev['episodes']}", f"{regular_expert:.1f}"]
+
+
+def _discrete_student() -> list[str]:
+    cl = _card("carracing_nac_discrete")["closed_loop"]["renderer_fast_sample_temperature_1.5"]
+    return cl["return"].split(" +- ") + [f"{cl['percent_of_expert']:.1f}", cl["laps"], cl["episodes_with_wrong_way"]]
+
+
+def _udacity_student() -> list[str]:
+    ev = _card("udacity_nac")["evaluation"]
+    return [f"{ev['autonomy']:g}", str(ev["total_interventions"]), f"{ev['mean_mean_abs_cte']:.3f}",
+            str(ev["num_episodes"])]
+
+
+def _hard_student() -> list[str]:
+    ev = _card("udacity-hard_nac")["evaluation"]
+    lake, jungle = ev["by_theme"]["lake"]["autonomy"], ev["by_theme"]["jungle"]["autonomy"]
+    assert lake == jungle, "the row states one figure for lake and jungle"
+    return [f"{lake:g}", f"{ev['by_theme']['mountain']['autonomy']:.2f}",
+            f"{ev['by_condition']['fog']['autonomy']:.1f}", f"{ev['mean_mean_abs_cte']:.3f}"]
+
+
+def _sim2real_student() -> list[str]:
+    ev = _card("udacity_sim2real_nac")["evaluation"]
+    offline = next(v for k, v in ev.items() if k.startswith("offline"))
+    replay = next(v for k, v in ev.items() if k.startswith("replay"))
+    ratios, per_100s = [r for r, _ in offline.values()], [r for r, _ in replay.values()]
+    assert offline.keys() == replay.keys()
+    return [str(len(offline)), f"{min(ratios):.2f}", f"{max(ratios):.2f}", f"{min(per_100s):.1f}",
+            f"{max(per_100s):.1f}"]
+
+
+# file in the table -> the figures its headline must state, computed from the card(s)
+CARD_FIGURES = {
+    "checkpoints/expert_carracing_continuous.zip": lambda: _expert("expert_carracing_continuous"),
+    "checkpoints/carracing_nac.pt": _carracing_student,
+    "checkpoints/carracing_nac_latency.pt": _latency_student,
+    "checkpoints/expert_carracing_latency.zip": _latency_expert,
+    "checkpoints/expert_carracing_discrete.zip": lambda: _expert("expert_carracing_discrete"),
+    "checkpoints/carracing_nac_discrete.pt": _discrete_student,
+    "checkpoints/expert_udacity.zip": lambda: _on_the_road("expert_udacity", laps=False),
+    "checkpoints/udacity_nac.pt": _udacity_student,
+    "checkpoints/expert_udacity_hard.zip": lambda: _on_the_road("expert_udacity_hard", laps=True),
+    "checkpoints/udacity-hard_nac.pt": _hard_student,
+    "checkpoints/udacity_sim2real_nac.pt": _sim2real_student,
+}
+NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+UNITS = ("per 100 s",)  # numbers that are part of a unit, not figures
+
+
+def results_at_a_glance() -> dict[str, str]:
+    """The README's results table: the model's file -> its headline figure cell."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Results at a glance", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1].startswith("`checkpoints/"):
+            assert cells[1] not in rows, f"{cells[1]} has two rows"
+            rows[cells[1].strip("`")] = cells[2]
+    return rows
+
+
+def test_every_shipped_model_has_one_row_in_the_results_table():
+    shipped = {str(p.with_suffix(s).relative_to(ROOT)) for p in (ROOT / "checkpoints").glob("*.json")
+               for s in (".pt", ".zip") if p.with_suffix(s).exists()}
+    assert set(results_at_a_glance()) == shipped == set(CARD_FIGURES)
+
+
+def test_the_results_table_states_the_cards_figures_and_no_others():
+    for path, cell in results_at_a_glance().items():
+        figures = cell
+        for unit in UNITS:
+            figures = figures.replace(unit, "")
+        stated, expected = sorted(NUMBER.findall(figures)), sorted(CARD_FIGURES[path]())
+        assert stated == expected, f"{path}: the README says {stated}, its card {expected}:\n{cell}"
+
+
+def test_every_docs_link_resolves():
+    """Every relative link of README.md and docs/*.md names a file that exists and, with #anchor, one of its headings."""
+    broken = []
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (md.parent / path).resolve() if path else md
+            if not file.exists():
+                broken.append(f"{md.name}: {target}")
+            elif anchor and file.suffix == ".md" and anchor not in heading_anchors(file.read_text()):
+                broken.append(f"{md.name}: {target}")
+    assert not broken, f"links that lead nowhere: {broken}"
