@@ -57,8 +57,8 @@ class Entry:
     def clone_commands(self, root: Path) -> str:
         clone = root / ".clones" / self.repo.replace("/", "+")
         inside = clone if self.folder in ("", ".") else clone / self.folder
-        return (f"git clone -q https://github.com/{self.repo}.git {clone} && git -C {clone} checkout -q {self.commit}"
-                f" && ln -sfn {inside.resolve()} {root / self.name}")
+        return (f"{{ [ -d {clone} ] || git clone -q https://github.com/{self.repo}.git {clone}; }} && "
+                f"git -C {clone} checkout -q {self.commit} && ln -sfn {inside.resolve()} {root / self.name}")
 
 
 def read_manifest(path: str | Path = MANIFEST) -> list[Entry]:
@@ -190,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for e in entries:
                 if args.role in ("all", e.role):
                     print(f"# {e.name}: {e.track}, {e.steering}, {e.rows} rows, {e.role}, licence: {e.licence}\n"
-                          f"{e.clone_commands(args.root)}")
+                          + (f"# taken as: {e.note}\n" if "rows" in e.note and "of repo CSV" in e.note
+                             or "dropped" in e.note else "") + e.clone_commands(args.root))
             return 0
         card = import_pool(entries, args.root, args.out, args.role)
         print(summary(card))
