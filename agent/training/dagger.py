@@ -86,9 +86,11 @@ class Lineage:
     rounds: int | None = option(None, "DAgger rounds after round 0 (default: the recipe's); more than the recipe's "
                                 "repeat its last round, so a finished lineage goes on where it stopped",
                                 group="optimisation", metavar="N")
+    round_epochs: int | None = option(None, "epochs of each round after round 0 (default: the recipe's)",
+                                      group="optimisation", metavar="N")
     recording: str | None = option(None, "DAgger in the replay of this recording (a real simulator recording or "
-                                   "its imported dataset folder) instead of carracing with its PPO expert",
-                                   group="data", metavar="DIR")
+                                   "its imported dataset folder, or a pool of them: python -m agent.udacity.pool "
+                                   "import) instead of carracing with its PPO expert", group="data", metavar="DIR")
     data: str | None = option(None, "dataset folder (default: data/dagger/<name>; with --recording each round's "
                               "episodes in DATA/rK)", group="data")
     out: str | None = option(None, "run folder, round K in OUT/rK (default: runs/dagger/<name>; the name is "
@@ -142,6 +144,8 @@ class Lineage:
             raise ValueError(f"--noise must be a number >= 0, got {self.noise!r}")
         if self.rounds is not None and not is_int(self.rounds, 1):
             raise ValueError(f"--rounds must be an integer >= 1, got {self.rounds!r}")
+        if self.round_epochs is not None and not is_int(self.round_epochs, 1):
+            raise ValueError(f"--round-epochs must be an integer >= 1, got {self.round_epochs!r}")
         from agent.training.config import parse_policy_spec
 
         parse_policy_spec(self.core)  # a mistyped core fails now, not after round 0's collection
@@ -212,6 +216,8 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
     span = f"0:{1 - recipe.val_fraction:g}"  # the part of every session train.py --split blocks trains on
     later = list(recipe.rounds[:lin.rounds])
     later += [recipe.rounds[-1]] * ((lin.rounds or 0) - len(later))  # --rounds beyond the recipe's: its last again
+    if lin.round_epochs is not None:
+        later = [replace(r, epochs=lin.round_epochs) for r in later]
     rounds = [Round(1.0, recipe.epochs, TrainArgs.lr), *later]  # round 0: the expert drives
     plans, data_sets, wanted = [], [recording] if recording else [], 0
     for k, rnd in enumerate(rounds):

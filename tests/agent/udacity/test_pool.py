@@ -118,11 +118,28 @@ def test_dagger_on_a_pool_drives_the_replay_of_each_recording(tmp_path):
     for name in ("a", "b"):
         _sim_recording(tmp_path / "rec" / name, offsets_s=tuple(0.1 * k for k in range(12)))
     pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=lambda m: None)
-    lin = Lineage(recording=str(tmp_path / "pool"), rounds=1, data=str(tmp_path / "dagger"), out=str(tmp_path / "runs"))
+    lin = Lineage(recording=str(tmp_path / "pool"), rounds=1, round_epochs=2, data=str(tmp_path / "dagger"),
+                  out=str(tmp_path / "runs"))
     plans = plan_rounds(lin, RECIPES["replay"], log=lambda m: None)
     assert plans[0].collects == [] and plans[0].train.data == str((tmp_path / "pool").resolve())
     envs = [c.env for c, _ in plans[1].collects]
     assert envs == [f"replay:{(tmp_path / 'pool' / n).resolve()}" for n in ("a", "b")]
     assert [str(c.out) for c, _ in plans[1].collects] == [str(tmp_path / "dagger" / "r1" / n) for n in ("a", "b")]
     assert plans[1].train.data[1:] == [str(tmp_path / "dagger" / "r1" / n) for n in ("a", "b")]
-    assert plans[1].train.init == str(tmp_path / "runs" / "r0" / "best.pt")
+    assert plans[1].train.init == str(tmp_path / "runs" / "r0" / "best.pt") and plans[1].train.epochs == 2
+
+
+@pytest.mark.parametrize("flag, value", [("--round-epochs", "0"), ("--dataset-weight", "most")])
+def test_bad_pool_training_values_are_one_line(tmp_path, capsys, flag, value):
+    import train
+    from agent.training import dagger
+
+    main = dagger.main if flag == "--round-epochs" else train.main
+    argv = ["--recording", str(tmp_path)] if flag == "--round-epochs" else ["--data", str(tmp_path)]
+    try:
+        code = main([*argv, flag, value])
+    except SystemExit as e:  # argparse's own refusal of a choice
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0], err
