@@ -1,0 +1,28 @@
+"""The fine-tune benchmark's pieces: a recording's first frames as a recording, and the paired table."""
+import pytest
+
+from agent.data.dataset import open_dataset
+from agent.udacity.recordings import import_udacity
+from benchmarks import pool_fine_tune
+from tests.agent.udacity.test_recordings import _sim_recording
+
+
+def test_the_first_frames_of_a_recording_are_a_recording_of_their_own(tmp_path):
+    _sim_recording(tmp_path / "rec", offsets_s=tuple(round(0.1 * k, 1) for k in range(12)), header=True)
+    import_udacity(tmp_path / "rec", tmp_path / "data")
+    short = pool_fine_tune.first_frames(tmp_path / "data", 5, tmp_path / "short")
+    assert open_dataset(import_udacity(short, tmp_path / "short_data")).num_steps == 5
+
+
+def test_a_dataset_that_is_no_import_is_one_error(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dataset.json").write_text("{}")
+    with pytest.raises(ValueError, match="not the import of a recording"):
+        pool_fine_tune.first_frames(tmp_path / "data", 5, tmp_path / "short")
+
+
+def test_the_table_pairs_fine_tuned_with_scratch_by_seed():
+    rows = {v: [{"per_100s": x} for x in xs] for v, xs in
+            {"scratch": [10, 20], "fine-tuned": [4, 6], "scratch-1000": [30, 30], "fine-tuned-1000": [5, 15]}.items()}
+    text = pool_fine_tune.summary({"rec": rows})
+    assert "| rec | 2 | 15.0 ± 5.0 | 5.0 ± 1.0 | 30.0 ± 0.0 | 10.0 ± 5.0 | -10.0 ± 4.0 | -20.0 ± 5.0 |" in text
