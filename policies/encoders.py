@@ -36,13 +36,17 @@ class TimeDistributed(nn.Module):
     def frame_features(self, x: torch.Tensor) -> torch.Tensor:  # [N, 3, H, W] -> [N, F]
         raise NotImplementedError
 
-    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+    def forward(self, frames: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
+        """``channels_last``: lay the frames out channels-last first (bf16 convolutions run fastest on it)."""
         if frames.dim() != 5 or frames.shape[2] != 3 or tuple(frames.shape[-2:]) != self.image_size:
             raise ValueError(
                 f"encoder expects float frames [B, T, 3, {self.image_size[0]}, {self.image_size[1]}]; "
                 f"got shape {tuple(frames.shape)}")
         B, T = frames.shape[:2]
-        return self.frame_features(frames.reshape(B * T, *frames.shape[2:])).view(B, T, self.feature_dim)
+        x = frames.reshape(B * T, *frames.shape[2:])
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.frame_features(x).view(B, T, self.feature_dim)
 
 
 def _flat_size(convs: nn.Module, image_size: tuple[int, int], name: str, minimum: str) -> int:

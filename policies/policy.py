@@ -14,6 +14,8 @@
 * Streaming (``stream()``): one new frame per control step, one CNN pass on it and one core pass on
   a window of cached per-frame embeddings; at reset the window is filled with the first frame,
   exactly like ``agent.training.windows.window_indices``, so its output equals ``forward`` on the same window.
+* Precision (``use_precision``): fp32 by default; bf16 runs the encoder under bfloat16 autocast on batches of
+  frames and keeps the rest in fp32 (``policies.precision`` says what and why).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from common.files import atomic_write
 from policies.actions import DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_temperature
 from policies.cores import CORES, build_core
 from policies.encoders import ENCODERS, build_encoder
+from policies.precision import bf16_autocast, runs_bf16
 
 CHECKPOINT_FORMAT = "nac-drive/driving-policy"
 CHECKPOINT_VERSION = 1
@@ -228,6 +231,15 @@ class DrivingPolicy(nn.Module):
         std = c.target_std if c.target_std is not None else [1.0] * c.action_dim
         self.register_buffer("target_mean", torch.tensor(mean, dtype=torch.float32), persistent=False)
         self.register_buffer("target_std", torch.tensor(std, dtype=torch.float32), persistent=False)
+        self.precision = "fp32"  # how encode() computes (use_precision); not part of the checkpoint
+
+    def use_precision(self, precision: str) -> "DrivingPolicy":
+        """Run the encoder at ``precision`` (fp32 | bf16, as policies.precision.resolve gives it) from now on:
+        bf16 autocast on batches of frames, everything after the encoder in fp32 (policies.precision)."""
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be fp32 or bf16 (resolve auto first), got {precision!r}")
+        self.precision = precision
+        return self
 
     @property
     def device(self) -> torch.device:
@@ -249,6 +261,9 @@ class DrivingPolicy(nn.Module):
             if c.crop is not None and tuple(frames.shape[-3:-1]) != tuple(c.image_size):  # raw camera frames
                 frames = prepare_frames(torch.as_tensor(frames).cpu().numpy(), c.crop, c.image_size)
             x = frames_to_float(frames, c.image_size, self.device, c.color)
+        if runs_bf16(self.precision, x.shape[0] * x.shape[1]):
+            with bf16_autocast(x.device):
+                return self.encoder(x, channels_last=True).float()
         return self.encoder(x)
 
     def core_time(self, time: torch.Tensor | None, batch: int, window: int) -> torch.Tensor:

@@ -18,6 +18,8 @@ from common.cli import option
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
 from policies.policy import LATENCY_INPUTS, TIME_INPUTS, PolicyConfig, read_checkpoint
+from policies.precision import PRECISIONS
+from policies.precision import check as check_precision
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LOSSES = ("huber", "mse")
@@ -160,6 +162,11 @@ class TrainArgs:
     nac_mode: str = option("exact", "exact | euler | steady (for plain \"nac\")", group="model", choices=NAC_MODES)
     hidden: int = option(64, "lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)", group="model")
     device: str = option("auto", "auto (cuda if available) | cpu | cuda", group="runtime")
+    precision: str = option("auto",
+        "the encoder's arithmetic: auto (bf16 where the hardware runs it natively: a CPU with AMX or "
+        "AVX-512-BF16, a CUDA GPU with bf16; else fp32) | bf16 | fp32 (float32 throughout); the sequence core, "
+        "the loss and the optimizer stay fp32 (policies/precision.py); with --resume, this command's",
+        group="runtime", choices=PRECISIONS)
     threads: int = option(0,
         "torch CPU threads (per process under torchrun); 0 = auto: 2, or 1 when the machine is already busy "
         "(under torchrun: the machine's cores shared among its processes)", group="runtime")
@@ -241,6 +248,7 @@ def check_args(a: TrainArgs) -> None:
         raise ValueError(f"--device must be auto, cpu or cuda, got {a.device!r}")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda was asked for but CUDA is not available")
+    check_precision(a.precision)
     if a.image_size is not None:
         parse_image_size(a.image_size)
     if a.crop != "auto":

@@ -124,8 +124,8 @@ def resumed_args(a: TrainArgs) -> TrainArgs:
     if not (out / "args.json").exists():
         raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
     saved = json.loads((out / "args.json").read_text())
-    keep = {"resume": True, "out": str(out), "device": a.device, "threads": a.threads, "progress": a.progress,
-            "data_loading": a.data_loading}
+    keep = {"resume": True, "out": str(out), "device": a.device, "precision": a.precision, "threads": a.threads,
+            "progress": a.progress, "data_loading": a.data_loading}
     return TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
 
 

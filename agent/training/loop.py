@@ -38,6 +38,7 @@ from common.files import write_json
 from common.stops import raise_if_stopped, stops_at_safe_points
 from envs.registry import camera_envs
 from policies.actions import check_temperature
+from policies.precision import resolve as resolve_precision
 from policies.policy import (
     DrivingPolicy,
     PolicyConfig,
@@ -324,7 +325,7 @@ class Trainer:
         targets = {e: episode_targets(data, e, self.cols) for e in self.train_eps}
         train_targets = np.concatenate(list(targets.values()))
         self.policy = build_policy(a, spec, data, head_kind, names, train_targets, resumed, self.last_path)
-        self.policy.to(device)
+        self.policy.to(device).use_precision(resolve_precision(a.precision, device))
         self.class_weight = (inverse_frequency_weights(train_targets, device)
                              if head_kind == "discrete" and opt.class_weights else None)
         r = plan.recovery
@@ -345,7 +346,7 @@ class Trainer:
         if resumed:
             self.restore(resumed["train_state"])
         self.metadata = {"data": a.data, "policy": spec, "train_episodes": self.train_eps, "val_episodes": self.val_eps,
-                         "args": asdict(a)}
+                         "precision": self.policy.precision, "args": asdict(a)}
         if world.main:
             run_dir.mkdir(parents=True, exist_ok=True)
         # a resumed run hides what a killed process logged after its last checkpoint (TensorBoard's purge_step),
@@ -533,7 +534,7 @@ class Trainer:
             "samples_per_sec": state["train_samples"] / max(state["train_time"], 1e-9),
             "train_samples": state["train_samples"],  # windows trained on, all epochs (--oversample-turns adds some)
             "train_windows": sum(self.lengths.values()), "val_windows": best["val_windows"], "device": str(self.device),
-            "threads": torch.get_num_threads(), "processes": self.world.size,
+            "precision": self.policy.precision, "threads": torch.get_num_threads(), "processes": self.world.size,
             "data_loading": "lazy" if self.data.lazy else "memory",
             "history": state["history"], "args": asdict(a), "policy_config": self.policy.config.to_dict(),
             "train_episodes": self.train_eps, "val_episodes": self.val_eps,

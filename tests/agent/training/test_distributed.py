@@ -96,7 +96,7 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     data = load_data(DataOptions.of(a))
     from policies.policy import policy_from_checkpoint
 
-    val = evaluate(policy_from_checkpoint(last), data, metrics["val_episodes"], a.loss,
+    val = evaluate(policy_from_checkpoint(last).use_precision(metrics["precision"]), data, metrics["val_episodes"], a.loss,
                            resolve_head(a, data)[2])
     assert val["val_loss"] == pytest.approx(metrics["last"]["val_loss"], rel=1e-6)
     assert metrics["best"]["val_loss"] < 0.8 * metrics["initial"]["val_loss"], metrics["history"]

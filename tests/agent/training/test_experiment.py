@@ -449,3 +449,31 @@ def test_time_input_index_hides_the_clock_from_the_core():
         outputs[time_input] = [policy(frames, t) for t in (regular, late)]
     assert not torch.allclose(*outputs["seconds"]), "NAC reads the timestamps"
     torch.testing.assert_close(*outputs["index"])
+
+
+def test_precision_is_recorded_and_bf16_learns_as_fp32_does(data_dir, tmp_path):
+    """--precision: the run's precision (auto resolved) in metrics.json and in every checkpoint; bf16 lands near fp32."""
+    from policies.precision import resolve
+
+    best = {}
+    for precision in ("fp32", "bf16", "auto"):
+        out = tmp_path / precision
+        run(tiny_args(data_dir, out, policy="mlp", epochs=3, precision=precision))
+        metrics = json.loads((out / "metrics.json").read_text())
+        resolved = resolve(precision, "cpu")
+        assert metrics["precision"] == resolved and metrics["args"]["precision"] == precision
+        assert read_checkpoint(out / "best.pt")["metadata"]["precision"] == resolved
+        best[precision] = metrics["best"]["val_loss"]
+    assert abs(best["bf16"] - best["fp32"]) < 0.15 * best["fp32"], best
+
+
+def test_a_bad_precision_is_one_line(data_dir, tmp_path, capsys):
+    import train
+
+    with pytest.raises(SystemExit) as e:
+        train.main(["--data", str(data_dir), "--out", str(tmp_path / "o"), "--precision", "fp16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--precision: invalid choice: 'fp16'" in err[0], err
+    with pytest.raises(ValueError, match=r"^--precision must be one of auto, fp32, bf16, got 'half'$"):
+        run(tiny_args(data_dir, tmp_path / "o", precision="half"))
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,114 @@
+"""--precision: auto picks bf16 only where the hardware runs it natively, fp32 is the plain float32 path bit for
+bit, bf16 moves the encoder's batches (never a one-frame step) to bfloat16 and nothing after it."""
+import numpy as np
+import pytest
+import torch
+
+from policies import precision
+from policies.policy import DrivingPolicy, PolicyConfig, frames_to_float
+from policies.precision import BF16_MIN_FRAMES, resolve
+
+SIZE = 48
+
+
+def cpu_with(monkeypatch, amx: bool, avx512_bf16: bool) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+
+
+@pytest.mark.parametrize("amx, avx512_bf16, expected", [(False, False, "fp32"), (True, False, "bf16"),
+                                                        (False, True, "bf16"), (True, True, "bf16")])
+def test_auto_is_bf16_only_on_a_cpu_that_runs_it_natively(monkeypatch, amx, avx512_bf16, expected):
+    cpu_with(monkeypatch, amx, avx512_bf16)
+    assert resolve("auto", "cpu") == expected
+    assert resolve("fp32", "cpu") == "fp32" and resolve("bf16", "cpu") == "bf16"  # asked for: as asked
+
+
+def test_without_torchs_probes_the_cpus_flags_decide(monkeypatch, tmp_path):
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n\nprocessor\t: 1\nflags\t\t: fpu avx512f\n")
+    assert precision.cpu_flags(cpuinfo) == {"fpu", "sse", "avx2", "avx512f"}
+    read = precision.cpu_flags
+    monkeypatch.setattr(precision, "cpu_flags", lambda: read(cpuinfo))
+    assert resolve("auto", "cpu") == "fp32"
+    cpuinfo.write_text("flags\t\t: fpu avx512f avx512_bf16 amx_tile\n")
+    assert resolve("auto", "cpu") == "bf16"
+    assert read(tmp_path / "none") == set()  # no such file (not Linux): nothing native
+
+
+@pytest.mark.parametrize("native, expected", [(False, "fp32"), (True, "bf16")])
+def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch, native, expected):
+    cpu_with(monkeypatch, True, True)  # the CPU's support does not decide for the GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Old GPU")
+    assert resolve("auto", "cuda") == expected
+    if native:
+        assert resolve("bf16", "cuda") == "bf16"
+    else:
+        with pytest.raises(ValueError, match=r"^--precision bf16: this GPU \(Old GPU\) does not run bfloat16"):
+            resolve("bf16", "cuda")
+
+
+def test_a_bad_value_is_one_line():
+    with pytest.raises(ValueError, match=r"^--precision must be one of auto, fp32, bf16, got 'fp16'$"):
+        resolve("fp16", "cpu")
+    with pytest.raises(ValueError, match="resolve auto first"):
+        make_policy().use_precision("auto")
+
+
+def make_policy(encoder="carracing", size=SIZE) -> DrivingPolicy:
+    torch.manual_seed(0)
+    config = PolicyConfig.for_actions("continuous", encoder=encoder, core="nac", core_options={"d_model": 16, "heads": 4},
+                                      image_size=[size, size] if encoder == "carracing" else [66, 200],
+                                      feature_dim=16, window=4, frame_stride=1)
+    return DrivingPolicy(config)
+
+
+def frames(n, shape=(SIZE, SIZE), seed=0) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 256, (1, n, *shape, 3), dtype=np.uint8))
+
+
+def test_fp32_is_the_plain_float32_encoder_bit_for_bit():
+    """Forward and gradients of encode() at fp32 equal the encoder called directly on the float frames."""
+    policy = make_policy().use_precision("fp32")
+    x = frames(16)
+    torch.manual_seed(1)  # the same dropout draws
+    emb = policy.encode(x)
+    emb.square().sum().backward()
+    got = [p.grad.clone() for p in policy.encoder.parameters()]
+    policy.zero_grad()
+    torch.manual_seed(1)
+    direct = policy.encoder(frames_to_float(x, [SIZE, SIZE]))
+    direct.square().sum().backward()
+    assert emb.dtype == torch.float32 and torch.equal(emb, direct)
+    assert all(torch.equal(a, p.grad) for a, p in zip(got, policy.encoder.parameters()))
+
+
+@pytest.mark.parametrize("encoder", ["carracing", "pilotnet"])
+def test_bf16_runs_the_encoders_batches_in_bfloat16_and_returns_float32(encoder):
+    policy = make_policy(encoder)
+    shape = (SIZE, SIZE) if encoder == "carracing" else (66, 200)
+    x = frames(BF16_MIN_FRAMES + 4, shape)
+    torch.manual_seed(1)  # the same dropout draws
+    fp32 = policy.encode(x)
+    torch.manual_seed(1)
+    bf16 = policy.use_precision("bf16").encode(x)
+    assert bf16.dtype == torch.float32 and not torch.equal(bf16, fp32)  # it did run in bf16
+    assert (bf16 - fp32).norm() / fp32.norm() < 0.02  # bf16's 8 bits of mantissa, not another function
+    bf16.square().sum().backward()  # gradients reach the fp32 weights, in fp32
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in policy.encoder.parameters())
+
+
+def test_fewer_frames_than_pays_and_everything_after_the_encoder_stay_fp32():
+    """A closed-loop step (one frame) under bf16 is the fp32 step exactly; the core and head never run in bf16."""
+    a, b = make_policy().eval(), make_policy().eval().use_precision("bf16")
+    x = frames(BF16_MIN_FRAMES - 1)
+    assert torch.equal(a.encode(x), b.encode(x))
+    sa, sb = a.stream(), b.stream()
+    for i in range(6):
+        frame = frames(1, seed=i)[0, 0]
+        assert torch.equal(sa.step(frame), sb.step(frame))
+    emb = torch.randn(3, 4, 16)
+    assert torch.equal(a.raw_from_embeddings(emb), b.raw_from_embeddings(emb))
