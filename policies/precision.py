@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16")  # torch is imported where it is used: the CLIs name these before importing it
 BF16_MIN_FRAMES = 8  # fewer frames per encoder call run fp32 (see the module docstring)
 NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs that compute bf16 natively
 
@@ -44,6 +45,8 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
 def cpu_native_bf16() -> bool:
     """Whether this CPU computes bf16 natively (AMX or AVX-512-BF16): torch's own probes where it has them,
     the CPU's flags otherwise."""
+    import torch
+
     probes = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
     if all(callable(p) for p in probes):
         return any(p() for p in probes)
@@ -52,6 +55,8 @@ def cpu_native_bf16() -> bool:
 
 def native_bf16(device: torch.device | str) -> bool:
     """Whether ``device`` runs bf16 natively: a CPU by cpu_native_bf16, a CUDA GPU without emulation."""
+    import torch
+
     device = torch.device(device)
     if device.type != "cuda":
         return device.type == "cpu" and cpu_native_bf16()
@@ -71,6 +76,8 @@ def check(precision: str, flag: str = "--precision") -> str:
 
 def resolve(precision: str, device: torch.device | str, flag: str = "--precision") -> str:
     """``auto`` | ``fp32`` | ``bf16`` on ``device`` -> the precision a run uses, fp32 or bf16."""
+    import torch
+
     device = torch.device(device)
     if check(precision, flag) == "auto":
         return "bf16" if native_bf16(device) else "fp32"
@@ -88,5 +95,7 @@ def runs_bf16(precision: str, frames: int) -> bool:
 @contextlib.contextmanager
 def bf16_autocast(device: torch.device | str) -> Iterator[None]:
     """bfloat16 autocast on ``device``'s kind (cpu or cuda): matrix products and convolutions in bf16."""
+    import torch
+
     with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
         yield

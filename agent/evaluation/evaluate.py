@@ -74,6 +74,9 @@ from envs.registry import ENV_NAMES, REPLAY_PREFIX, SeedRanges, get_spec, real_f
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
                               spared_ids)
 from policies.policy import WINDOW_CLOCKS
+from policies.precision import PRECISIONS
+from policies.precision import check as check_precision
+from policies.precision import resolve as resolve_precision
 
 DEFAULT_SEED = SeedRanges().evaluate  # 1000
 
@@ -121,6 +124,11 @@ class EvalArgs:
         "output folder (default: eval/<name>, or eval/compare for several)", group="output")
     device: str = option("auto", help="auto (cuda if available) | cpu | cuda | cuda:N", group="runtime")
     threads: int = option(1, help="torch threads (single-frame latency: 1 is fastest on a 2-core CPU)", group="runtime")
+    precision: str = option("auto",
+        "the encoder's arithmetic when --data is scored (every recorded frame, in batches): auto (bf16 where the "
+        "hardware runs it natively: a CPU with AMX or AVX-512-BF16, a CUDA GPU with bf16; else fp32) | bf16 | "
+        "fp32; a drive encodes one frame per step, which runs fp32 under every precision (bf16 is slower on "
+        "one frame: policies/precision.py)", group="runtime", choices=PRECISIONS)
     tensorboard: bool = option(True, help="write TensorBoard scalars to OUT/tb", group="output")
     progress: bool = option(True,
         "progress bars on stderr when it is a terminal (else one line per episode)", group="runtime")
@@ -247,6 +255,7 @@ class EvalArgs:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {self.device} was requested but CUDA is not available")
+        check_precision(self.precision)
         if self.name and len(self.name) != len(self.checkpoint or [None]):
             raise ValueError(f"--name needs one name per --checkpoint ({len(self.checkpoint or [None])}), got {len(self.name)}")
         if len(set(self.name)) != len(self.name):
@@ -716,6 +725,7 @@ def _common_meta(args: EvalArgs, expert: Any, action_space: str, expert_source: 
                                "autonomy = 100 * (1 - interventions * cost / elapsed s)"}
            if spec.recover is not None and spec.parts is None else {}),
         "max_steps": args.max_steps, "device": args.device, "torch_threads": torch.get_num_threads(),
+        "precision": "fp32",  # one frame per step: fp32 under every --precision (policies/precision.py)
         "expert": expert_source,
         "steer_units": (f"env steer command (action[0]); full scale ±{spec.steer_limit[action_space]}"
                         if action_space == "continuous"
@@ -767,7 +777,9 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     # a person's recording of the real simulator: the student made for its frames
     real = any(is_recording(m) for m in data.episodes)
     paths = list(args.checkpoint) or [str(shipped_checkpoint(real_frames_env() if real else env.name))]
-    policies = [load_policy(p, env.name, None, args.device, camera_students(data)) for p in paths]
+    precision = resolve_precision(args.precision, args.device)
+    policies = [load_policy(p, env.name, None, args.device, camera_students(data)).use_precision(precision)
+                for p in paths]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     for path, policy in zip(paths, policies):
         _check_discrete_options(args, path, policy.config)

@@ -118,7 +118,7 @@ def _evaluate_discrete(policy: Any, data: DemoDataset, out_dir: Path, name: str,
         arrays = data.load(i, keys=["frames", "time", "expert_action"])
         logits = policy.predict_episode(arrays["frames"], np.asarray(arrays["time"], np.float64))
         rows.append({"episode": i, **score_discrete_episode(arrays["expert_action"], logits, temperature, spared)})
-    summary = {"name": name, "data": str(data.root), "temperature": temperature,
+    summary = {"name": name, "data": str(data.root), "precision": policy.precision, "temperature": temperature,
                **({"temperature_spares": [names[i] for i in spared]} if spared else {}),
                "pooled": pooled_discrete(rows, names), "sessions": rows}
     write_json(out_dir / "offline.json", summary)
@@ -175,7 +175,8 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
                       f"{name}, session {i}", DEFAULT_SMOOTHING_S)
     if not rows:
         raise ValueError(f"no session of {data.root} holds two frames in the span {span[0]:g}:{span[1]:g}")
-    summary = {"name": name, "data": str(data.root), "smoothing_s": DEFAULT_SMOOTHING_S, "mean_predictor": mean,
+    summary = {"name": name, "data": str(data.root), "precision": policy.precision, "smoothing_s": DEFAULT_SMOOTHING_S,
+               "mean_predictor": mean,
                **({"span": list(span)} if tuple(span) != (0.0, 1.0) else {}), "pooled": pooled(rows), "sessions": rows}
     write_json(out_dir / "offline.json", summary)
     return summary

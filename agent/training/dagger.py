@@ -29,6 +29,7 @@ from common.checks import is_int
 from common.cli import flag_of, option, parse
 from common.files import write_json
 from envs.registry import get_spec
+from policies.precision import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class Lineage:
                                   "with fast)", group="data")
     workers: int | None = option(None, "collection processes (default: collect.py's)", group="runtime")
     threads: int = option(0, "torch threads of the training (default: train.py's)", group="runtime")
+    precision: str = option("auto", "the trainings' arithmetic, as train.py --precision (the students drive one "
+                            "frame per step, in fp32 under every precision)", group="runtime", choices=PRECISIONS)
     max_steps: int | None = option(None, "steps per episode (default: the env's)", group="data")
     noise: float | None = option(None, "DART noise on what the rounds' students execute (not on round 0's expert), "
                                  "as collect.py --noise: with --recording the std of the steering noise, held 3 "
@@ -244,7 +247,7 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
         train_data = (list(data_sets) if len(data_sets) > 1 else data_sets[0]) if recording else str(lin.data_dir)
         args = TrainArgs(data=train_data, out=str(run_dir),
                          epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed, val_fraction=recipe.val_fraction,
-                         split=recipe.split, threads=lin.threads, progress=lin.progress,
+                         split=recipe.split, threads=lin.threads, precision=lin.precision, progress=lin.progress,
                          resume=(run_dir / "last.pt").exists(), **lin.train_options,
                          **(({"init": lin.init} if lin.init else {"policy": lin.core}) if k == 0
                             else {"init": str(driver), "lr": rnd.lr}),

@@ -1,11 +1,13 @@
 """--precision: auto picks bf16 only where the hardware runs it natively, fp32 is the plain float32 path bit for
 bit, bf16 moves the encoder's batches (never a one-frame step) to bfloat16 and nothing after it."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from policies import precision
-from policies.policy import DrivingPolicy, PolicyConfig, frames_to_float
+from policies.policy import DrivingPolicy, PolicyConfig, frames_to_float, load_checkpoint
 from policies.precision import BF16_MIN_FRAMES, resolve
 
 SIZE = 48
@@ -112,3 +114,27 @@ def test_fewer_frames_than_pays_and_everything_after_the_encoder_stay_fp32():
         assert torch.equal(sa.step(frame), sb.step(frame))
     emb = torch.randn(3, 4, 16)
     assert torch.equal(a.raw_from_embeddings(emb), b.raw_from_embeddings(emb))
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[2] / "checkpoints").glob("*.pt"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_the_shipped_students_drive_as_before_under_both_precisions(path):
+    """Step by step (a drive) bf16 is fp32 exactly; over a recorded episode (batches) their actions agree to well
+    within what a student's steering error is (continuous: 0.01; discrete: the same likeliest action)."""
+    fp32, bf16 = load_checkpoint(path), load_checkpoint(path).use_precision("bf16")
+    c = fp32.config
+    camera = (160, 320) if c.crop else tuple(c.image_size)
+    episode = np.random.default_rng(0).integers(0, 256, (24, *camera, 3), dtype=np.uint8)
+    a, b = fp32.stream(), bf16.stream()
+    for frame in episode[:6]:
+        assert torch.equal(a.step(frame), b.step(frame))
+    exact, rounded = fp32.predict_episode(episode), bf16.predict_episode(episode)
+    assert not np.array_equal(exact, rounded)  # the batch did run in bf16
+    if c.head == "discrete":
+        assert (exact.argmax(1) == rounded.argmax(1)).all()
+        probs = [torch.softmax(torch.from_numpy(x), 1) for x in (exact, rounded)]
+        assert (probs[0] - probs[1]).abs().max() < 0.01
+    else:
+        assert np.abs(exact - rounded).max() < 0.01

@@ -457,3 +457,39 @@ def test_offline_scores_of_a_discrete_student_on_recorded_expert_actions(tmp_pat
         assert cli.main(["--data", str(tmp_path / "demos"), "--out", str(tmp_path / "e"), *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
+
+
+def test_precision_scores_recorded_frames_in_bf16_and_drives_exactly_as_fp32(tmp_path, ckpts, capsys):
+    """--precision bf16 encodes --data's frames in bfloat16 (scores within round-off of fp32's); a drive steps one
+    frame at a time, in fp32 under every precision, so the shipped student drives the same episode under both."""
+    import evaluate as cli
+    from agent.data.dataset import write_episode
+
+    for k in range(2):
+        T = 40
+        act = np.random.default_rng(k).uniform(-1, 1, (T, 3)).astype(np.float32)
+        write_episode(tmp_path / "demos", k, {
+            "frames": np.random.default_rng(k).integers(0, 255, (T, 96, 96, 3), dtype=np.uint8), "action": act,
+            "expert_action": act, "reward": np.zeros(T, np.float32), "speed": np.zeros(T, np.float32),
+            "privileged": np.zeros((T, 4), np.float32), "time": np.arange(T) * 0.02},
+            {"env": "carracing", "action_space": "continuous", "track_seed": k})
+    scores = {}
+    for p in ("fp32", "bf16"):
+        assert cli.main(["--data", str(tmp_path / "demos"), "--checkpoint", str(ckpts["nac"]), "--out",
+                         str(tmp_path / p), "--no-progress", "--precision", p]) == 0
+        offline = json.loads((tmp_path / p / "offline.json").read_text())
+        assert offline["precision"] == p
+        scores[p] = offline["pooled"]["policy_raw"]["mse"]
+    assert scores["bf16"] != scores["fp32"] and scores["bf16"] == pytest.approx(scores["fp32"], rel=0.02)
+    shipped = REPO / shipped_checkpoint("carracing")
+    drives = {p: evaluate(_args(tmp_path / f"drive_{p}", checkpoint=[str(shipped)], precision=p, video=False,
+                                max_steps=60))["carracing_nac"] for p in ("fp32", "bf16")}
+    assert drives["fp32"]["precision"] == drives["bf16"]["precision"] == "fp32"
+    same = ("return", "completion", "steer_mae", "steer_smoothness")
+    assert [[e[k] for k in same] for e in drives["bf16"]["episodes"]] == [[e[k] for k in same]
+                                                                          for e in drives["fp32"]["episodes"]]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--precision", "half", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--precision: invalid choice: 'half'" in err[0], err

@@ -19,7 +19,7 @@ def _lineage(tmp_path, **kw) -> Lineage:
 
 
 def test_a_lineage_runs_its_rounds_and_a_rerun_only_redoes_what_is_missing(tmp_path):
-    lin, said = _lineage(tmp_path), []
+    lin, said = _lineage(tmp_path, precision="fp32"), []
     summary = run_lineage(lin, TINY_RECIPE, log=said.append)
     data, runs = open_dataset(tmp_path / "data"), tmp_path / "runs"
     assert len(data.episodes) == 3
@@ -32,6 +32,8 @@ def test_a_lineage_runs_its_rounds_and_a_rerun_only_redoes_what_is_missing(tmp_p
     written = json.loads((runs / "lineage.json").read_text())
     assert written == summary and [r["episodes"] for r in written["rounds"]] == [2, 3]
     assert "--init" in written["rounds"][1]["train"] and "--beta 0.5" in written["rounds"][1]["collect"]
+    assert "--precision fp32" in written["rounds"][1]["train"]  # the trainings run at the lineage's precision
+    assert json.loads((runs / "r1" / "metrics.json").read_text())["precision"] == "fp32"
 
     stamp = (runs / "r1" / "last.pt").stat().st_mtime_ns
     run_lineage(lin, TINY_RECIPE, log=said.append)  # everything done: nothing collected or trained again
