@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Sequence
 
 from agent.data.config import CollectConfig, CollectError
-from agent.runtime import show_progress
+from agent.runtime import disk_full_line, show_progress
 from common.cli import CliParser, option
 from common.cli import build_parser as parser_of
-from common.files import check_writable
+from common.files import check_writable, disk_full
 
 PROG = "python collect.py"
 
@@ -80,6 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"(load with MINARI_DATASETS_PATH={path.parents[len(Path(args.export_minari).parts) - 1]})")
     except (CollectError, ValueError, FileNotFoundError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk: the episodes saved so far stay (a re-run appends to them)
+        if not disk_full(e):
+            raise
+        print(disk_full_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before collection started or during the export: nothing half-written stays
         print("interrupted", file=sys.stderr)

@@ -142,10 +142,18 @@ class PolicyController:
         return [self.frames[i] for i in self.stream.picks()]
 
 
-def load_policy(path: str | Path, env: str, action_space: str | None, device: str, also: Sequence[str] = ()) -> Any:
+def trained_frame_shape(config: Any) -> tuple[int, ...]:
+    """The camera frames [H, W, C] a checkpoint was trained on: its config's, else (a checkpoint that does not say)
+    its env's camera."""
+    return tuple(config.frame_shape) if config.frame_shape else tuple(spec_for_gym_id(config.env).frame_shape)
+
+
+def load_policy(path: str | Path, env: str, action_space: str | None, device: str, also: Sequence[str] = (),
+                frame_shape: Sequence[int] | None = None) -> Any:
     """Load a checkpoint and check it was made for ``env`` (or an env whose gym id is in ``also``, or one whose
-    students ``env`` can feed: EnvSpec.feeds), and for ``action_space`` when given."""
-    from policies.policy import load_checkpoint, not_a_checkpoint_file
+    students ``env`` can feed: EnvSpec.feeds), for ``action_space`` when given, and for the frames it will see
+    (``frame_shape``, default ``env``'s camera): trained on that size (policies.policy.check_frame_shape)."""
+    from policies.policy import check_frame_shape, load_checkpoint, not_a_checkpoint_file
 
     spec = get_spec(env)
     p = resolve_path(path)
@@ -166,4 +174,7 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
     if cfg.action_space not in spec.action_spaces:
         raise ValueError(f"checkpoint {str(path)!r} has action_space {cfg.action_space!r}; expected one of "
                          f"{spec.action_spaces}")
+    check_frame_shape(trained_frame_shape(cfg), spec.frame_shape if frame_shape is None else frame_shape,
+                      f"checkpoint {str(path)!r}", "the frames to score" if frame_shape is not None
+                      else f"the camera frames of {spec.name}")
     return policy

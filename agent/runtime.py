@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
+from common.files import disk_full
 from common.stops import sigterm_as_interrupt
 
 
@@ -30,10 +31,19 @@ def mse_ratio(mse: float, reference_mse: float) -> float | None:
     return None if reference_mse < MIN_REFERENCE_MSE else mse / reference_mse
 
 
+def disk_full_line(e: OSError) -> str:
+    """The one line a command ends with when the disk is full: where, what to do, and what the stage added to the
+    error (``add_note``: what was kept, how to go on)."""
+    where = f" while writing {e.filename!r}" if e.filename else ""
+    notes = " ".join(getattr(e, "__notes__", ()))
+    return (f"error: no space left on the disk{where}; free some space and run the command again"
+            + (f" ({notes})" if notes else ""))
+
+
 def cli_exit_code(work: Callable[[], Any], interrupted: type[BaseException], *, stop_signals: bool = True) -> int:
     """Run a CLI's work and map what can end it to the exit code a user expects: 0 done; 130 after Ctrl-C or
-    SIGTERM (the stage's ``interrupted`` exception says what was kept); 2 with one line for a bad argument or
-    a missing file (never a traceback for a user's mistake)."""
+    SIGTERM (the stage's ``interrupted`` exception says what was kept); 2 with one line for a bad argument,
+    a missing file or a full disk (never a traceback for a user's mistake or the machine's)."""
     try:
         if stop_signals:
             with sigterm_as_interrupt():  # `kill PID` stops like Ctrl-C
@@ -48,5 +58,10 @@ def cli_exit_code(work: Callable[[], Any], interrupted: type[BaseException], *, 
         return 130
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if not disk_full(e):
+            raise
+        print(disk_full_line(e), file=sys.stderr)
         return 2
     return 0

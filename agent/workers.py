@@ -16,7 +16,7 @@ starts in about a second); where that does not exist, ``spawn``. Every worker ru
 Stopping: Ctrl-C or SIGTERM in the caller (a KeyboardInterrupt there) sends SIGINT to the workers; their
 unfinished episode is dropped the same way a serial run drops it (no half file, no half video), every
 finished one is kept. A worker whose caller was killed (SIGKILL) notices within ``CHECK_EVERY`` steps and
-quits the same way. A failing worker stops the run with its traceback.
+quits the same way. A failing worker stops the run with its traceback (a bad argument or a full disk: its one line).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import traceback
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from common.checks import is_int
+from common.files import disk_full
 from common.stops import stop_handler
 
 MAX_WORKERS = 8  # the default's cap: past this, the machine's memory and disk, not cores, set the pace
@@ -219,7 +220,7 @@ class EpisodePool:
             else:
                 err, tb = payload
                 message = f"an episode worker failed on {key!r}:\n{tb}"
-                if isinstance(err, (ValueError, FileNotFoundError)):  # the caller's one-line errors stay one line
+                if isinstance(err, (ValueError, FileNotFoundError)) or disk_full(err):  # one-line errors stay one line
                     raise err from WorkerFailed(message)
                 raise WorkerFailed(message)
         self._complete = True

@@ -2,6 +2,7 @@
 repository root: what every package writes and reads with, below all of them."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -9,25 +10,56 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 def atomic_write(path: Path, write) -> None:
     """Write through a temp file in the same folder, then rename: readers never see a half file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    atomic_write_all([(path, write)])
+
+
+def atomic_write_all(files: Sequence[tuple[Path, Callable[[Any], Any]]]) -> None:
+    """Write every ``(path, write)`` through a temp file in its folder, then rename them all: a failure while
+    writing (a full disk) leaves every one of them as it was, so files that belong together (a run's best.pt and
+    last.pt) never disagree. An OSError names the file it was writing."""
+    done: list[tuple[str, Path]] = []
     try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; datasets and checkpoints are meant to be shared
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        for path, write in files:
+            path = Path(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            except OSError as e:
+                raise _naming(e, path)
+            done.append((tmp, path))
+            try:
+                os.fchmod(fd, 0o644)  # mkstemp makes 0600; datasets and checkpoints are meant to be shared
+                with os.fdopen(fd, "wb") as f:
+                    write(f)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                raise _naming(e, path)
+        for tmp, path in done:
+            os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for tmp, _ in done:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         raise
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """``e`` with ``path`` as its file name when it has none (a write or fsync failing names no file)."""
+    if e.filename is None:
+        e.filename = str(path)
+    return e
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether ``e`` is a disk (or the user's quota) running out of space."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def check_writable(out: Path, flag: str = "--out") -> None:

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -59,6 +59,7 @@ class PolicyConfig:
     encoder: str = "carracing"  # policies.encoders.ENCODERS
     image_size: list[int] = field(default_factory=lambda: [96, 96])  # encoder input [h, w]; frames resized to it
     crop: list[int] | None = None  # [top, bottom): rows of the camera frame kept before the resize (None: all)
+    frame_shape: list[int] | None = None  # [H, W, C] of the camera frames it was trained on (None: its env's camera)
     color: str = "rgb"  # rgb | yuv: the colour space the encoder sees (PilotNet's recipe uses YUV)
     feature_dim: int = 64  # per-frame embedding size
     encoder_dropout: float = 0.2
@@ -138,6 +139,8 @@ class PolicyConfig:
             raise ValueError(f"color must be one of {COLORS}, got {self.color!r}")
         if self.crop is not None and (len(self.crop) != 2 or not 0 <= self.crop[0] < self.crop[1]):
             raise ValueError(f"crop must be [top, bottom) rows with 0 <= top < bottom, got {self.crop!r}")
+        if self.frame_shape is not None and (len(self.frame_shape) != 3 or min(self.frame_shape) < 1):
+            raise ValueError(f"frame_shape must be [height, width, channels], got {self.frame_shape!r}")
         if not self.frame_period > 0:
             raise ValueError(f"frame_period must be > 0 seconds, got {self.frame_period!r}")
         if not (len(self.action_low) == len(self.action_high) == self.action_dim >= 1):
@@ -165,6 +168,16 @@ class PolicyConfig:
         if unknown:
             raise ValueError(f"policy config has unknown fields {unknown}; known: {sorted(known)}")
         return cls(**d).validate()
+
+
+def check_frame_shape(trained: Sequence[int], frames: Sequence[int], who: str, what: str) -> None:
+    """The one rule where a policy meets camera frames (offline scores, the replay and every closed loop, the
+    bridge): frames of another size than it was trained on are refused in one line, never cropped and resized into
+    a view it never saw (a 160x320 crop of a 480-row frame is sky)."""
+    if tuple(int(x) for x in frames) != tuple(int(x) for x in trained):
+        raise ValueError(f"{who} was trained on {'x'.join(map(str, trained))} frames; {what} are "
+                         f"{'x'.join(map(str, frames))} (height x width x channels): a policy never scores or drives "
+                         "frames of another size")
 
 
 # ----------------------------------------------------------------------------- the policy
@@ -462,6 +475,13 @@ def save_checkpoint(path: str | Path, policy: DrivingPolicy, **extra: Any) -> Pa
     Everything is tensors and plain Python data, so the file loads with ``torch.load(weights_only=True)``.
     """
     path = Path(path)
+    atomic_write(path, checkpoint_writer(policy, **extra))  # a reader never sees half a checkpoint
+    return path
+
+
+def checkpoint_writer(policy: DrivingPolicy, **extra: Any) -> Callable[[Any], Any]:
+    """What ``save_checkpoint`` writes, as a function of the open file: several checkpoints that belong together
+    are written at once (common.files.atomic_write_all)."""
     payload = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -471,8 +491,7 @@ def save_checkpoint(path: str | Path, policy: DrivingPolicy, **extra: Any) -> Pa
     }
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    atomic_write(path, lambda f: f.write(buffer.getbuffer()))  # a reader never sees half a checkpoint
-    return path
+    return lambda f: f.write(buffer.getbuffer())
 
 
 _EXPECTED = "expected a .pt file written by train.py (a run folder's best.pt or last.pt)"

@@ -24,13 +24,14 @@ def constant_policy_checkpoint(path: Path, action=(0.3, 0.2, 0.0), action_space:
     return save_checkpoint(path, policy)
 
 
-def steering_checkpoint(path: Path, steer: float = 0.1) -> Path:
-    """A udacity steering student (PilotNet + a small GRU) that answers ``steer`` on every frame."""
+def steering_checkpoint(path: Path, steer: float = 0.1, frame_shape: list[int] | None = None) -> Path:
+    """A udacity steering student (PilotNet + a small GRU) that answers ``steer`` on every frame; ``frame_shape``:
+    the camera frames it says it was trained on (None: says nothing, its env's)."""
     torch.manual_seed(0)
     policy = DrivingPolicy(PolicyConfig.for_actions("continuous", ["steer"], encoder="pilotnet", core="gru",
                                                     core_options={"hidden": 8}, window=3, frame_stride=1, feature_dim=8,
                                                     image_size=[66, 200], crop=[60, 135], env="UdacityStyle-v0",
-                                                    target_mean=[0.02], target_std=[0.1]))
+                                                    target_mean=[0.02], target_std=[0.1], frame_shape=frame_shape))
     with torch.no_grad():
         policy.head.weight.zero_()
         policy.head.bias.fill_((steer - 0.02) / 0.1)  # the head regresses the normalised target
@@ -50,3 +51,22 @@ def record_told_latency(monkeypatch) -> list:
 
     monkeypatch.setattr(PolicyStream, "step", recording_step)
     return told
+
+
+def full_disk(monkeypatch, name_part: str, after: int = 0) -> None:
+    """The disk fills up for files whose name holds ``name_part``: their fsync (where a full disk shows at the
+    latest in common.files' atomic writes) raises ENOSPC from the ``after``+1-th such file on."""
+    import errno
+    import os
+
+    real = os.fsync
+    seen = [0]
+
+    def fsync(fd):
+        if name_part in Path(os.readlink(f"/proc/self/fd/{fd}")).name:
+            seen[0] += 1
+            if seen[0] > after:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)

@@ -327,7 +327,7 @@ class EvalArgs:
             from envs.replay.spec import MIN_PART_FRAMES
 
             raise ValueError(f"--replay {self.replay!r} has no session of at least {MIN_PART_FRAMES} frames in the span "
-                             f"{self.replay_span or '0:1'}")
+                             f"{self.replay_span or '0:1'} in which the car moves")
         if is_int(self.seed) and self.episodes is None:
             self.episodes = max(parts - self.seed, 0)
         if isinstance(self.episodes, int) and isinstance(self.seed, int) and self.seed + self.episodes > parts:
@@ -425,19 +425,19 @@ def _episode_outputs(args: EvalArgs, is_expert: bool, out_dir: Path, i: int, see
 
 def _write_policy(rows: list[dict[str, Any]], latencies: list[float], args: EvalArgs, out_dir: Path,
                   meta: dict[str, Any], interrupted: bool) -> dict[str, Any]:
-    """metrics.json etc. of one policy from its finished episodes (in seed order); Interrupted if it was."""
-    for row in rows:  # a replay's driven path: a plot and a table per part, not a column
-        trace = row.pop("path_trace", None)
-        if trace is not None:
-            from agent.evaluation.plots import plot_replay_path, write_replay_table
-
-            plot_replay_path(trace, out_dir / "paths" / f"part_{row['seed']}.png", f"{meta['name']}, part {row['seed']}",
-                             get_spec(args.env).geometry)
-            write_replay_table(trace, out_dir / "paths" / f"part_{row['seed']}.csv")
+    """metrics.json etc. of one policy from its finished episodes (in seed order); Interrupted if it was. The
+    scores first, then a replay's path plots and tables: a disk that fills up keeps what matters most."""
+    traces = [(row["seed"], row.pop("path_trace")) for row in rows if "path_trace" in row]  # a plot and a table per part
     summary = aggregate(rows, latencies, **meta, interrupted=interrupted,
                         seeds=[r["seed"] for r in rows], requested_seeds=args.seeds,
                         timing=timing_summary(args.timing, meta["dt"], rows))
     write_run(out_dir, summary, tensorboard=args.tensorboard)
+    for seed, trace in traces:
+        from agent.evaluation.plots import plot_replay_path, write_replay_table
+
+        plot_replay_path(trace, out_dir / "paths" / f"part_{seed}.png", f"{meta['name']}, part {seed}",
+                         get_spec(args.env).geometry)
+        write_replay_table(trace, out_dir / "paths" / f"part_{seed}.csv")
     if interrupted:
         raise Interrupted(f"interrupted: wrote {len(rows)} finished episode(s) of {meta['name']} to {out_dir}")
     return summary
@@ -583,29 +583,34 @@ def _preload(env: str) -> list[str]:
     return [__name__, "agent.experts.expert", "stable_baselines3", "policies.policy", get_spec(env).make.__module__]
 
 
-def replay_env(args: EvalArgs) -> None:
+def replay_env(args: EvalArgs, made: list[Path] | None = None) -> None:
     """--replay REC: a raw simulator recording is imported once into OUT/imported_data (a dataset is used as it
-    is), and the run's env becomes the replay of that dataset (envs/replay)."""
+    is), and the run's env becomes the replay of that dataset (envs/replay). ``made``: the import made now."""
     from agent.udacity.recordings import import_recordings
 
     if args.replay is None or args.env.startswith(REPLAY_PREFIX):
         return
     args._check_replay_flags()
     root = Path(args.out) if args.out else Path("eval") / "replay"
-    [folder] = import_recordings([args.replay], [root / "imported_data"], warn=tqdm.write)
+    [folder] = import_recordings([args.replay], [root / "imported_data"], warn=tqdm.write, made=made)
     args.env = REPLAY_PREFIX + str(Path(folder).resolve())
 
 
 def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[str, Any]]:
-    """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}."""
-    replay_env(args)
-    args.validate()
-    previous = torch.get_num_threads()
-    torch.set_num_threads(args.threads)  # intra-op threads; single-frame inference is fastest with 1
-    try:
-        return _evaluate_recorded(args) if args.data else _evaluate(args, command)
-    finally:
-        torch.set_num_threads(previous)  # a library call should not leave the process single-threaded
+    """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}. A recording
+    imported for it is removed again when the run is refused (a bad checkpoint, frames of another size)."""
+    from agent.udacity.recordings import removed_if_refused
+
+    made: list[Path] = []
+    with removed_if_refused(made):
+        replay_env(args, made)
+        args.validate()
+        previous = torch.get_num_threads()
+        torch.set_num_threads(args.threads)  # intra-op threads; single-frame inference is fastest with 1
+        try:
+            return _evaluate_recorded(args, made) if args.data else _evaluate(args, command)
+        finally:
+            torch.set_num_threads(previous)  # a library call should not leave the process single-threaded
 
 
 def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
@@ -764,21 +769,22 @@ def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: di
     write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"} for n, s in rows})
 
 
-def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
+def _evaluate_recorded(args: EvalArgs, made: list[Path] | None = None) -> dict[str, dict[str, Any]]:
     """--data: score every checkpoint on recorded driving (agent.evaluation.offline): steering, or a discrete
     student's actions at the temperature it samples at (its own, or --action-temperature)."""
     from agent.evaluation.offline import (camera_students, evaluate_recorded, offline_markdown, recorded_data,
-                                          vs_straight)
+                                          recorded_frame_shape, vs_straight)
     from envs.replay.spec import parse_span
 
     root = Path(args.out) if args.out else Path("eval") / "offline"
-    data = recorded_data(args.data, root)
+    data = recorded_data(args.data, root, made=made)
     env = dataset_env(data.card, data.episodes)
     # a person's recording of the real simulator: the student made for its frames
     real = any(is_recording(m) for m in data.episodes)
     paths = list(args.checkpoint) or [str(shipped_checkpoint(real_frames_env() if real else env.name))]
     precision = resolve_precision(args.precision, args.device)
-    policies = [load_policy(p, env.name, None, args.device, camera_students(data)).use_precision(precision)
+    policies = [load_policy(p, env.name, None, args.device, camera_students(data), recorded_frame_shape(data))
+                .use_precision(precision)
                 for p in paths]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     for path, policy in zip(paths, policies):

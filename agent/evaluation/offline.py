@@ -30,11 +30,13 @@ from policies.actions import at_temperature
 PREDICTORS = ("policy", "straight", "mean")
 
 
-def recorded_data(paths: list[str], out: Path, warn: Any = tqdm.write) -> DemoDataset:
-    """The datasets, with raw simulator recordings (driving_log.csv + IMG/) imported once into OUT/imported_data/<k>."""
-    from agent.udacity.recordings import import_recordings
+def recorded_data(paths: list[str], out: Path, warn: Any = tqdm.write, made: list[Path] | None = None) -> DemoDataset:
+    """The datasets, each once, with raw simulator recordings (driving_log.csv + IMG/) imported once into
+    OUT/imported_data/<k>. ``made``: the imports made now."""
+    from agent.udacity.recordings import import_recordings, once_each
 
-    roots = import_recordings(paths, [out / "imported_data" / str(k) for k in range(len(paths))], warn=warn)
+    paths = once_each(paths, warn)
+    roots = import_recordings(paths, [out / "imported_data" / str(k) for k in range(len(paths))], warn=warn, made=made)
     return open_datasets(roots if len(roots) > 1 else roots[0])
 
 
@@ -123,6 +125,15 @@ def _evaluate_discrete(policy: Any, data: DemoDataset, out_dir: Path, name: str,
                "pooled": pooled_discrete(rows, names), "sessions": rows}
     write_json(out_dir / "offline.json", summary)
     return summary
+
+
+def recorded_frame_shape(data: Any) -> tuple[int, ...]:
+    """The one size [H, W, C] of every episode's camera frames; ValueError when they differ (no student fits both)."""
+    shapes = sorted({tuple(int(x) for x in data.array_shape(i, "frames")[1:]) for i in range(len(data))})
+    if len(shapes) != 1:
+        raise ValueError(f"{data.root} holds camera frames of several sizes {shapes}; a policy scores frames of the "
+                         "one size it was trained on")
+    return shapes[0]
 
 
 def camera_students(data: Any) -> tuple[str, ...]:

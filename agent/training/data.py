@@ -66,6 +66,7 @@ class Data:
     labels_land: list[bool] = field(default_factory=list)  # per episode: a latency expert labelled it (no hindsight shift)
     applied: list[np.ndarray] = field(default_factory=list)  # per episode: the actions applied, continuous [T, A] (empty: none recorded)
     sources: list[int] = field(default_factory=list)  # per episode: which --data folder it came from (0, 1, ...)
+    frame_shape: tuple[int, ...] | None = None  # [H, W, C] of the recorded camera frames (every episode's)
 
 
 def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
@@ -79,7 +80,8 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
     if len(spaces) > 1:
         raise ValueError(f"dataset {o.paths!r} mixes action spaces {sorted(spaces)}")
     crop = parse_crop(o.crop) if o.crop != "auto" else (list(env.default_crop) if env.default_crop else None)
-    size = parse_image_size(o.image_size) if o.image_size else encoder_size(env, crop, dataset.array_shape(0, "frames"))
+    camera_shape = camera_frame_shape(dataset, env, o)
+    size = parse_image_size(o.image_size) if o.image_size else encoder_size(env, crop, (0, *camera_shape))
     geometry = dataset_geometry(dataset, env, crop) if o.recovery_views else None  # refuses before loading
     sides = [s for s in ("left", "right") if o.side_cameras and env.first_person]
     frames, times, targets, speeds, applied = [], [], [], [], []
@@ -139,13 +141,29 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
                 camera_width, len(dataset), lazy, smoothing_s=smoothing, recorded=recorded, speeds=speeds,
                 geometry=geometry, latency_steps=[int(m.get("latency_steps") or 0) for m in dataset.episodes],
                 labels_land=[bool(m.get("labels_land")) for m in dataset.episodes], applied=applied,
-                sources=dataset_sources(dataset))
+                sources=dataset_sources(dataset), frame_shape=camera_shape)
 
 
 def dataset_sources(dataset: DemoDataset) -> list[int]:
     """Per episode, the index of the dataset folder it lives in (in order of first appearance)."""
     index: dict[Path, int] = {}
     return [index.setdefault(p.parent.parent, len(index)) for p in dataset.paths]
+
+
+def camera_frame_shape(dataset: DemoDataset, env: EnvSpec, o: DataOptions) -> tuple[int, ...]:
+    """The one size [H, W, C] of the dataset's camera frames (a student is trained on one, and drives only that:
+    policies.policy.check_frame_shape); ValueError when episodes differ, or when a first-person env's crop (rows
+    of its own camera) would cut frames of another size (a 160x320 crop of a 480-row frame is sky)."""
+    shapes = sorted({tuple(int(x) for x in dataset.array_shape(i, "frames")[1:]) for i in range(len(dataset))})
+    if len(shapes) != 1:
+        raise ValueError(f"dataset {o.paths!r} holds camera frames of several sizes {shapes}; a policy is trained on one")
+    shape = shapes[0]
+    if o.crop == "auto" and env.first_person and env.default_crop and shape != tuple(env.frame_shape):
+        h, w, c = env.frame_shape
+        raise ValueError(f"dataset {o.paths!r}: its frames are {'x'.join(map(str, shape))}, but the {env.name} env's "
+                         f"crop (rows {env.default_crop[0]}..{env.default_crop[1]}) is made for its {h}x{w}x{c} camera; "
+                         "give --crop TOP:BOTTOM (and --image-size) for these frames")
+    return shape
 
 
 def label_smoothing_s(smooth_labels: str, dataset: DemoDataset) -> float:
@@ -211,22 +229,23 @@ def lazy_cache(dataset: DemoDataset, crop: list[int] | None, size: list[int], ou
     return cache
 
 
-def use_recording(a: TrainArgs, out: Path) -> TrainArgs:
-    """``--data`` may name folders as the real Udacity simulator records them (``driving_log.csv`` + ``IMG/``):
-    each is imported once into ``OUT/imported_data`` (``imported_data/<k>`` for the k-th of several; JPEG bytes
-    kept as recorded) and trained from there, so ``--resume`` and later runs read the same datasets. A pool
-    stands for its recordings, and --dataset-weight auto becomes the pool's rule."""
-    from agent.udacity.recordings import import_recordings
+def use_recording(a: TrainArgs, out: Path, made: list[Path] | None = None) -> TrainArgs:
+    """``--data`` may name folders as the real Udacity simulator records them (``driving_log.csv`` + ``IMG/``, or
+    that CSV): each is imported once into ``OUT/imported_data`` (``imported_data/<k>`` for the k-th of several; JPEG
+    bytes kept as recorded) and trained from there, so ``--resume`` and later runs read the same datasets. Data
+    named twice is taken once, said in one line. ``made``: the imports made now (import_recordings). A pool stands
+    for its recordings, and --dataset-weight auto becomes the pool's rule."""
+    from agent.udacity.recordings import import_recordings, once_each
 
     pools = [card for p in data_paths(a.data) if (card := pool_card(p)) is not None]
     if a.dataset_weight == "auto":
         a = replace(a, dataset_weight=pools[0].get("weight", "sqrt") if pools else "frames")
     if pools:
         a = replace(a, data=expand_pools(data_paths(a.data)))
-    paths = data_paths(a.data)
+    paths = once_each(data_paths(a.data), tqdm.write)
     targets = [out / "imported_data"] if isinstance(a.data, str) else [out / "imported_data" / str(k) for k in range(len(paths))]
-    data = import_recordings(paths, targets, strict_images=a.strict_images, warn=tqdm.write)
-    return a if data == paths else replace(a, data=data[0] if isinstance(a.data, str) else data)
+    data = import_recordings(paths, targets, strict_images=a.strict_images, warn=tqdm.write, made=made)
+    return a if data == data_paths(a.data) else replace(a, data=data[0] if isinstance(a.data, str) else data)
 
 
 def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, fields, replace
+from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from agent.training.data import load_data, resolve_head, use_recording
 from agent.training.distributed import barrier, device_for
 from agent.training.loop import train_run
 from agent.training.windows import describe_blocks, make_splits, validation_candidates
+from common.cli import flag_of
 from common.files import write_json
 
 SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse", "val_steer_vs_straight",
@@ -109,7 +110,11 @@ def run(a: TrainArgs) -> dict[str, Any]:
                 open_datasets(datasets)  # a mistyped --data is the likelier mistake: say that first
             raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
                              f"start again, or another --out")
-        return _run_in(out, a)
+        from agent.udacity.recordings import removed_if_refused
+
+        made: list[Path] = []
+        with removed_if_refused(made):  # a run refused after importing its recording leaves no import behind
+            return _run_in(out, a, made)
 
 
 def resumed_args(a: TrainArgs) -> TrainArgs:
@@ -126,14 +131,41 @@ def resumed_args(a: TrainArgs) -> TrainArgs:
     saved = json.loads((out / "args.json").read_text())
     keep = {"resume": True, "out": str(out), "device": a.device, "precision": a.precision, "threads": a.threads,
             "progress": a.progress, "data_loading": a.data_loading}
+    ignored = [f"{flag_of(f)} {_shown(getattr(a, f.name))} (the run's: {_shown(saved[f.name])})"
+               for f in fields(TrainArgs) if f.name not in keep and f.name in saved
+               and getattr(a, f.name) != _default(f) and not _same_value(f.name, getattr(a, f.name), saved[f.name])]
+    if ignored:
+        raise ValueError(f"--resume continues the run in {str(out)!r} with the arguments it started with, which "
+                         f"this command contradicts: {'; '.join(ignored)}; drop them, or start a new run (another "
+                         "--out, or --overwrite)")
     return TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
 
 
-def resolve(a: TrainArgs, out: Path, world: distributed.World) -> tuple[TrainPlan, DemoDataset]:
+def _default(f: Any) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _same_value(name: str, given: Any, saved: Any) -> bool:
+    """Whether a flag given with --resume asks for what the run started with: the same value as args.json holds
+    (after a JSON round trip), and for --data the same folders, a recording being the run's import of it."""
+    if name != "data":
+        return json.loads(json.dumps(given)) == saved
+    from agent.udacity.recordings import imported_from
+
+    return [imported_from(p) for p in data_paths(given)] == [imported_from(p) for p in data_paths(saved)]
+
+
+def resolve(a: TrainArgs, out: Path, world: distributed.World,
+            made: list[Path] | None = None) -> tuple[TrainPlan, DemoDataset]:
     """The arguments resolved once: a raw recording imported (by rank 0 first, the others then read the import),
-    --init's architecture, the defaults of the dataset's env. Returns the plan and the opened dataset."""
+    --init's architecture, the defaults of the dataset's env. Returns the plan and the opened dataset. ``made``:
+    the imports made now."""
     if world.main:
-        a = use_recording(a, out)
+        a = use_recording(a, out, made)
     barrier(world)
     if not world.main:
         a = use_recording(a, out)
@@ -143,13 +175,13 @@ def resolve(a: TrainArgs, out: Path, world: distributed.World) -> tuple[TrainPla
     return TrainPlan.of(resolve_env_defaults(a, dataset)), dataset
 
 
-def _run_in(out: Path, a: TrainArgs) -> dict[str, Any]:
+def _run_in(out: Path, a: TrainArgs, made: list[Path]) -> dict[str, Any]:
     world = distributed.from_env()
     device = device_for(a.device, world)
     with distributed.joined(world, device) as world:
         barrier(world)  # every rank has read and checked the folder before rank 0 writes into it
         torch.set_num_threads(a.threads or auto_threads(world.local_size))
-        plan, dataset = resolve(a, out, world)
+        plan, dataset = resolve(a, out, world, made)
         a = plan.args
         data = load_data(plan.data, world, out, dataset)
         head = resolve_head(a, data)  # fail early on a head the data cannot feed
@@ -164,6 +196,7 @@ def _run_in(out: Path, a: TrainArgs) -> dict[str, Any]:
         if world.main:
             out.mkdir(parents=True, exist_ok=True)
             write_json(out / "args.json", asdict(a))
+        made.clear()  # the run has begun: its imports are its data from now on (--resume reads them)
 
         summaries = []
         for spec in plan.specs:

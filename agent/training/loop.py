@@ -41,7 +41,7 @@ from agent.training.windows import (
     latency_shifts,
     window_queues,
 )
-from common.files import write_json
+from common.files import atomic_write_all, disk_full, write_json
 from common.stops import raise_if_stopped, stops_at_safe_points
 from envs.registry import camera_envs
 from policies.actions import check_temperature
@@ -49,10 +49,10 @@ from policies.precision import resolve as resolve_precision
 from policies.policy import (
     DrivingPolicy,
     PolicyConfig,
+    checkpoint_writer,
     frames_to_float,
     policy_from_checkpoint,
     read_checkpoint,
-    save_checkpoint,
     told_as_input,
 )
 
@@ -92,7 +92,13 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     wrong = [f"{k} {got[k]!r} (the data needs {v!r})" for k, v in expected.items() if got[k] != v]
     if wrong:
         raise ValueError(f"--init {path!r} cannot be fine-tuned on this dataset: its " + "; ".join(wrong))
+    if data.frame_shape:  # its crop and size are made for the frames it was trained on
+        from agent.controllers import trained_frame_shape
+        from policies.policy import check_frame_shape
+
+        check_frame_shape(trained_frame_shape(c), data.frame_shape, f"--init {path!r}", "this dataset's frames")
     c.env = data.env.gym_id
+    c.frame_shape = list(data.frame_shape) if data.frame_shape else c.frame_shape  # what it is trained on from now
     return policy
 
 
@@ -297,7 +303,7 @@ def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str
     config = PolicyConfig.for_actions(
         head, names, encoder=a.encoder, feature_dim=a.feature_dim, core=core, core_options=options,
         window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period, time_input=a.time_input or "seconds",
-        image_size=data.image_size, crop=data.crop,
+        image_size=data.image_size, crop=data.crop, frame_shape=list(data.frame_shape) if data.frame_shape else None,
         color=a.color if a.color != "auto" else data.env.default_color,
         action_space=data.action_space, env=data.env.gym_id, discrete_actions=a.discrete_actions or "argmax",
         action_temperature=a.action_temperature or 1.0, latency_input=a.latency_input or "none",
@@ -379,11 +385,16 @@ class Trainer:
             tqdm.write(f"{self.desc}: resuming from {self.last_path} at epoch {self.state['epoch'] + 1}, batch "
                        f"{self.state['batch']}" + (f" on {self.world.size} processes" if self.world.active else ""))
 
-    def save_last(self, done: bool = False, rng: dict[str, Any] | None = None) -> None:
+    def save_last(self, done: bool = False, rng: dict[str, Any] | None = None, best: dict[str, Any] | None = None) -> None:
+        """last.pt, and with ``best`` (its epoch and scores) best.pt: both or neither, so a full disk leaves the pair
+        an earlier epoch wrote, and --resume continues from there."""
         if self.world.main:
-            save_checkpoint(self.last_path, self.policy, metadata=self.metadata, train_state={
+            files = [(self.last_path, checkpoint_writer(self.policy, metadata=self.metadata, train_state={
                 **self.state, "done": done, "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rng": rng or rng_state()})
+                "scheduler": self.scheduler.state_dict(), "rng": rng or rng_state()}))]
+            if best is not None:
+                files.append((self.best_path, checkpoint_writer(self.policy, metadata={**self.metadata, **best})))
+            atomic_write_all(files)
 
     def validate(self) -> dict[str, float]:
         return evaluate(self.policy, self.data, self.val_eps, self.opt.loss, self.cols, self.class_weight,
@@ -511,11 +522,18 @@ class Trainer:
         writer.flush()
         state["history"].append({"epoch": epoch + 1, "train_loss": train_loss, **val})
         state.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_samples=0)
+        best = None
         if val["val_loss"] < state["best_val_loss"]:
             state.update(best_val_loss=val["val_loss"], best_epoch=epoch + 1)
-            if self.world.main:
-                save_checkpoint(self.best_path, self.policy, metadata={**self.metadata, "epoch": epoch + 1, "val": val})
-        self.save_last(done=state["epoch"] >= self.opt.epochs)
+            best = {"epoch": epoch + 1, "val": val}
+        try:
+            self.save_last(done=state["epoch"] >= self.opt.epochs, best=best)
+        except OSError as e:
+            if disk_full(e):
+                e.add_note(f"epoch {epoch + 1} finished but is not saved; python train.py --resume --out "
+                           f"{self.plan.args.out} " + ("continues from the last.pt saved before it"
+                                                       if self.last_path.exists() else "starts the run again"))
+            raise
         if self.world.main:
             tqdm.write(f"{self.desc} epoch {epoch + 1}/{self.opt.epochs}: train {train_loss:.4f} "
                        + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows")

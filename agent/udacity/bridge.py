@@ -23,8 +23,8 @@ Protocol (one socket.io connection, the simulator is the client)::
     bridge    -> steer {"0", "0"}                             once, on connect
 
 The simulator sends its next telemetry in answer to each steer or manual message, so every telemetry
-gets exactly one answer (a frame the bridge cannot read is logged and answered with steering 0,
-throttle 0), and the frame rate is bounded by the bridge's latency. Manual mode is the user holding
+gets exactly one answer (a frame the bridge cannot read, or of another size than the policy was trained
+on, is logged and answered with steering 0, throttle 0), and the frame rate is bounded by the bridge's latency. Manual mode is the user holding
 a drive key: the payload is then empty. Steering and throttle are sent as **strings**
 (``str(float)``; the simulator reads the JSON fields as text and parses them). Steering is
 the policy's steering in [-1, 1] (+-25 degrees, + = right: the simulator's own convention, the same
@@ -189,7 +189,9 @@ class SteeringServer:
         self.latencies_ms: list[float] = []
         self.extra_latency_s = float(extra_latency_s)
         self._t0: float | None = None
-        self._warned_shape = False
+        # the frames it drives: the size it was trained on (a checkpoint that does not say: the simulator's camera)
+        self.frame_shape = tuple(policy.config.frame_shape or FRAME_SHAPE)
+        self.wrong_size = 0  # frames of another size, answered with a stop
 
     def reset(self) -> None:
         """A new connection: an empty frame window and a clock starting at its first frame."""
@@ -215,10 +217,13 @@ class SteeringServer:
             except (TypeError, ValueError):
                 raise ValueError(f"speed {data['speed']!r} is not a number") from None
             frame, jpeg = decode_image(data["image"])
-            if frame.shape != FRAME_SHAPE and not self._warned_shape:
-                self._warned_shape = True
-                log.warning("telemetry frames are %s, not the simulator's %s; the policy crops and resizes them anyway",
-                            frame.shape, FRAME_SHAPE)
+            if frame.shape != self.frame_shape:  # never cropped and resized into a view the policy never saw
+                self.wrong_size += 1
+                if self.wrong_size == 1:
+                    log.error("telemetry frames are %s, and the policy was trained on %s frames: each such frame is "
+                              "answered with steering 0, throttle 0 (a policy never drives frames of another size)",
+                              "x".join(map(str, frame.shape)), "x".join(map(str, self.frame_shape)))
+                return dict(STOP)
             now = self.clock()
             if self._t0 is None:
                 self._t0 = now
@@ -256,6 +261,7 @@ class SteeringServer:
             timing = ""
         extra = "".join([f", {self.manual} manual-mode" if self.manual else "",
                          f", {self.errors} unreadable" if self.errors else "",
+                         f", {self.wrong_size} of another size (stopped)" if self.wrong_size else "",
                          f"; recorded {self.recorder.frames} to {self.recorder.out_dir}" if self.recorder else ""])
         return f"served {self.frames} frames{extra}{timing}"
 

@@ -31,9 +31,16 @@ Mapping to the dataset arrays (agent.data.dataset) (one episode = one recording 
 
 Stretches where the driver reversed (turning round, backing off a wall) are cut and the session split there
 (``reversing_spans``): not lane keeping, and the log's unsigned speed would drive the replay forwards through them.
+
+What a row claims is checked against what the simulator can record, and a recording that cannot be true is refused
+in one line naming the CSV line and the rule: a speed below 0 or above ``MAX_SPEED_MPH``, a car that never moves,
+throttle or brake outside [0, 1], one image logged with two sets of values or two images with one time, frames of
+another size than ``FRAME_SHAPE``, a CSV in UTF-16. What can be repaired safely is, with one warning, counted in
+the card: a row that repeats an earlier one is dropped, an image that is missing, empty or broken skips its row.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -41,10 +48,10 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path, PureWindowsPath
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import cv2
 import numpy as np
@@ -53,7 +60,7 @@ from agent.data.dataset import CARD_NAME, FORMAT, open_dataset, write_episode
 from agent.data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality, jpeg_shape
 from agent.data.out_folder import check_room
 from common.cli import option, parse_command
-from common.files import StagingFolder, refuse_nonempty, write_json
+from common.files import StagingFolder, disk_full, refuse_nonempty, write_json
 
 CSV_NAME = "driving_log.csv"
 IMG_DIR = "IMG"
@@ -61,6 +68,11 @@ COLUMNS = ("center", "left", "right", "steering", "throttle", "brake", "speed")
 CAMERAS = (("center", "frames"), ("left", "frames_left"), ("right", "frames_right"))  # file prefix, array
 MPH_PER_MS = 2.23694
 STEER_TOLERANCE = 1e-3  # logged steering a hair outside [-1, 1] (float printing) is clipped, not refused
+# What the simulator can log: a speed's size (never below 0) up to its top speed, about 30 mph (30.2-30.6 in public
+# recordings); a faster row is a broken log, with 10 mph of room for a fork that tunes the car. Throttle and brake are
+# pedal positions in [0, 1] (STEER_TOLERANCE of float printing clipped).
+MAX_SPEED_MPH = 40.0
+FRAME_SHAPE = (160, 320, 3)  # the simulator's cameras, height x width x RGB: what a student's crop and the replay are made for
 DEFAULT_FRAME_PERIOD_S = 0.1  # published recordings log about 10 rows per second
 EXPORT_START = datetime(2020, 1, 1, 12, 0, 0)  # fake recording date of exported file names
 EXPORT_EPISODE_GAP_S = 10.0  # exported episodes are this far apart, far above the importer's 1 s split
@@ -207,6 +219,7 @@ class Log:
 
     rows: list[LogRow]
     skipped: list[tuple[int, str, str]]  # (CSV line, the image's file name, what is wrong with it)
+    repeated: list[tuple[int, int]] = field(default_factory=list)  # (CSV line, the earlier line it repeats): dropped
 
     @property
     def cameras(self) -> list[tuple[str, str]]:
@@ -224,6 +237,7 @@ def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> L
     lower = {name.lower(): f for name, f in files.items()}  # logs recorded on Windows ignore case
     log = Log([], [])
     where = csv_path.name
+    check_encoding(csv_path)
     with open(csv_path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
         reader = csv.reader(f, skipinitialspace=True)
         try:
@@ -249,6 +263,20 @@ def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> L
         what = f"; all {len(log.skipped)} name images missing from {str(img_dir)!r}" if log.skipped else " (an empty recording?)"
         raise ValueError(f"{str(csv_path)!r} holds no usable rows{what}")
     return log
+
+
+def check_encoding(csv_path: Path) -> None:
+    """ValueError (one line) for a CSV in UTF-16 or UTF-32 (a spreadsheet's "Unicode text"): the simulator writes
+    UTF-8 (plain ASCII), and read as such the other encodings come out as garbled columns. Bytes that are not UTF-8
+    otherwise (a Windows user name in a path) pass: images are found by file name."""
+    with open(csv_path, "rb") as f:
+        head = f.read(4096)
+    boms = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+            (b"\xfe\xff", "UTF-16"))
+    found = next((name for bom, name in boms if head.startswith(bom)), "UTF-16 or UTF-32" if b"\x00" in head else None)
+    if found:
+        raise ValueError(f"{str(csv_path)!r} is encoded in {found}, which the importer does not support; save it as "
+                         "UTF-8, as the simulator writes it")
 
 
 def _row_images(fields: list[str], where: str, n: int, files: dict[str, Path], lower: dict[str, Path],
@@ -286,7 +314,17 @@ def _row_values(fields: list[str], where: str, n: int) -> tuple[float, float, fl
     steering, throttle, brake, speed = values
     if abs(steering) > 1 + STEER_TOLERANCE:
         raise ValueError(f"{where} line {n}: steering {steering} is outside [-1, 1]")
-    return float(np.clip(steering, -1, 1)), throttle, brake, speed
+    for col, v in (("throttle", throttle), ("brake", brake)):
+        if not -STEER_TOLERANCE <= v <= 1 + STEER_TOLERANCE:
+            raise ValueError(f"{where} line {n}: {col} {v:g} is outside [0, 1] (a pedal position, as the simulator "
+                             "logs it)")
+    if speed < 0:
+        raise ValueError(f"{where} line {n}: speed {speed:g} mph is below 0; the simulator logs the speed's size, "
+                         "never below 0")
+    if speed > MAX_SPEED_MPH:
+        raise ValueError(f"{where} line {n}: speed {speed:g} mph is beyond what the simulator can reach (its top "
+                         f"speed is about 30 mph; rows above {MAX_SPEED_MPH:g} mph are refused)")
+    return float(np.clip(steering, -1, 1)), float(np.clip(throttle, 0, 1)), float(np.clip(brake, 0, 1)), speed
 
 
 def drop_bad_images(log: Log, cameras: list[tuple[str, str]], jpeg: bool, strict: bool, where: str) -> None:
@@ -322,6 +360,8 @@ def _image_problem(row: LogRow, cam: int, jpeg: bool, where: str) -> tuple[str, 
         b = path.read_bytes()
     except OSError as e:  # a dangling link, a folder, no permission
         return path.name, f"cannot be read ({e.strerror or e})"
+    if not b:  # a write that never happened: a broken frame like a cut-off one, whatever the format asked for
+        return path.name, "is empty (0 bytes)"
     if b[:2] == b"\xff\xd8":  # a JPEG, maybe a broken one
         if b"\xff\xd9" not in b[-16:]:  # libjpeg decodes a cut-off file, greying the rest
             return path.name, f"is cut off (a JPEG of {len(b)} bytes without its end marker)"
@@ -334,8 +374,14 @@ def _image_problem(row: LogRow, cam: int, jpeg: bool, where: str) -> tuple[str, 
             jpeg_shape(b)
         except ValueError as e:
             raise ValueError(f"{where} line {row.line}: image {path.name!r} is {e}; {CONVERT_HINT}") from None
-    if cv2.imdecode(np.frombuffer(b, dtype=np.uint8), cv2.IMREAD_COLOR) is None:
+    img = cv2.imdecode(np.frombuffer(b, dtype=np.uint8), cv2.IMREAD_COLOR)
+    if img is None:
         return path.name, "cannot be decoded"
+    if img.shape[:2] != FRAME_SHAPE[:2]:  # another camera than the simulator's: the whole recording, not one row
+        h, w, c = FRAME_SHAPE
+        raise ValueError(f"{where} line {row.line}: image {path.name!r} is {img.shape[0]}x{img.shape[1]} (height x "
+                         f"width); the simulator records {h}x{w}x{c} frames, the size a student's crop and the replay's "
+                         "camera are made for")
     return None
 
 
@@ -483,8 +529,9 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     apart (or going back in time) start a new episode. Rows whose images are missing are skipped, counted
     in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``.
     Stretches where the driver stopped and reversed are cut and their session split there (``reversing_spans``;
-    listed in the card), unless ``keep_reversing``. The whole CSV is validated before anything is written; a
-    failed import leaves no ``out_dir`` behind.
+    listed in the card), unless ``keep_reversing``. The whole CSV is validated before anything is written (what
+    each row claims against what the simulator can record: the module docstring); a failed import leaves no
+    ``out_dir`` behind.
     The card records ``recording_fingerprint`` (or ``source``, taken by the caller) under import.source.
     """
     if jpeg_quality is not None:
@@ -502,6 +549,10 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     say = warn or (lambda m: print(m, file=sys.stderr))
     log, rows, cameras = _usable_rows(csv_path, img_dir, jpeg_quality, strict_images, say)
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
+    undated = next((r for r in rows if r.stamp is None), None)
+    if undated is not None:
+        say(f"warning: the image names of {csv_path} carry no time (line {undated.line}: {undated.images[0].name!r}): "
+            f"its rows are taken {period:g} s apart, as one episode (--frame-period sets the seconds per row)")
     sessions, cut = (sessions, []) if keep_reversing else _cut_reversing(rows, times, sessions, csv_path, say)
     singles = [a for a, b in sessions if b - a == 1]
     if singles:
@@ -542,6 +593,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
                        "reversing": {"rule": "kept" if keep_reversing else REVERSING_RULE, "cut": cut},
                        "speed": "logged in mph, stored in m/s (mph / 2.23694)",
                        "skipped_rows": len(log.skipped),
+                       "repeated_rows_dropped": len(log.repeated),
                        "skipped_examples": [{"line": n, "image": name, "problem": problem}
                                             for n, name, problem in log.skipped[:5]]},
             "episodes": episodes,
@@ -554,6 +606,11 @@ def _usable_rows(csv_path: Path, img_dir: Path, jpeg_quality: int | None, strict
     """The log, its rows whose images exist and decode, in time order (one warning for each repair), and the
     cameras every logged row has."""
     log = read_log(csv_path, img_dir, strict_images=strict_images)
+    drop_repeated_rows(log, csv_path.name)
+    if log.repeated:
+        line, earlier = log.repeated[0]
+        say(f"warning: dropped {len(log.repeated)} rows of {csv_path} that repeat an earlier row (the same center "
+            f"image and values; first: line {line}, as line {earlier}): a frame counts once")
     cameras = log.cameras
     drop_bad_images(log, cameras, jpeg_quality is None, strict_images, csv_path.name)
     if log.skipped:
@@ -563,7 +620,41 @@ def _usable_rows(csv_path: Path, img_dir: Path, jpeg_quality: int | None, strict
             "--strict-images refuses such a recording")
     if not log.rows:
         raise ValueError(f"{str(csv_path)!r} holds no usable rows: every row names a missing or broken image")
-    return log, in_time_order(log.rows, csv_path.name, say), cameras
+    rows = in_time_order(log.rows, csv_path.name, say)
+    check_distinct_times(rows, csv_path.name)
+    if all(r.speed_mph < STOP_MPH for r in rows):
+        raise ValueError(f"{str(csv_path)!r}: the car never moves (under {STOP_MPH:g} mph in all {len(rows)} rows); "
+                         "nothing to learn or replay lane keeping from")
+    return log, rows, cameras
+
+
+def drop_repeated_rows(log: Log, where: str) -> None:
+    """Move the rows that repeat an earlier row (the same center image, the same values: a log written twice, or
+    joined with itself) to ``log.repeated``: each frame counts once, and no two steps are 0 s apart. Two rows naming
+    one image with other values: ValueError, as which of them is right cannot be told."""
+    first: dict[Path, LogRow] = {}
+    kept = []
+    for r in log.rows:
+        seen = first.setdefault(r.images[0], r)
+        if seen is r:
+            kept.append(r)
+        elif (seen.steering, seen.throttle, seen.brake, seen.speed_mph) == (r.steering, r.throttle, r.brake, r.speed_mph):
+            log.repeated.append((r.line, seen.line))
+        else:
+            raise ValueError(f"{where} lines {seen.line} and {r.line} name the same center image {r.images[0].name!r} "
+                             "with other steering, throttle, brake or speed: a recording logs each frame once, and "
+                             "which row is right cannot be told")
+    log.rows = kept
+
+
+def check_distinct_times(rows: list[LogRow], where: str) -> None:
+    """ValueError naming both lines when two rows (in time order) are dated to the same millisecond: two frames
+    are never recorded at once, and a step of 0 s would reach a time-aware core as a frame without time."""
+    for a, b in zip(rows, rows[1:]):
+        if a.stamp is not None and a.stamp == b.stamp:
+            raise ValueError(f"{where} lines {a.line} and {b.line} are both dated {a.stamp:%Y-%m-%d %H:%M:%S}."
+                             f"{a.stamp.microsecond // 1000:03d} ({a.images[0].name!r}, {b.images[0].name!r}): two "
+                             "frames are never recorded at the same time")
 
 
 def recording_fingerprint(log_dir: str | Path) -> dict[str, object]:
@@ -590,20 +681,57 @@ def _stat(path: str | Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+def recording_folder(path: str | Path) -> str:
+    """``path``, or the folder of the driving_log.csv it names: a recording is its folder, however it is given."""
+    p = Path(path)
+    return str(p.parent) if p.name.lower() == CSV_NAME and p.is_file() else str(path)
+
+
 def is_raw_recording(path: str | Path) -> bool:
-    """A simulator recording as the simulator wrote it (driving_log.csv, no dataset card): data to import."""
-    return (Path(path) / CSV_NAME).is_file() and not (Path(path) / CARD_NAME).is_file()
+    """A simulator recording as the simulator wrote it (driving_log.csv, no dataset card): data to import. The
+    folder, or its driving_log.csv."""
+    folder = Path(recording_folder(path))
+    return (folder / CSV_NAME).is_file() and not (folder / CARD_NAME).is_file()
+
+
+def imported_from(path: str | Path) -> str:
+    """The recording a data folder stands for, resolved: a raw recording's own folder, the recording an import was
+    made from (its card's import.csv), else the folder itself."""
+    folder = Path(recording_folder(path))
+    try:
+        source = (json.loads((folder / CARD_NAME).read_text()).get("import") or {}).get("csv")
+    except (OSError, ValueError, AttributeError):
+        source = None
+    return str(Path(source).parent.resolve() if source else folder.resolve())
+
+
+def once_each(paths: Sequence[str | Path], say: Callable[[str], None]) -> list[str]:
+    """``paths`` (recordings as their folders) with each recording or dataset once, in order, and one line naming
+    what was given twice: the same frames twice would train twice as often, and sit on both sides of a split."""
+    seen: dict[Path, str] = {}
+    out = []
+    for path in paths:
+        folder = recording_folder(path)
+        key = Path(folder).resolve()
+        if key in seen:
+            say(f"{path} names the same data as {seen[key]}, given before it: taken once")
+            continue
+        seen[key] = str(path)
+        out.append(folder)
+    return out
 
 
 def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, strict_images: bool = False,
-                      warn: Callable[[str], None] | None = None) -> list[str]:
-    """Each path as a dataset folder: a raw simulator recording (driving_log.csv + IMG/, no dataset card) is
-    imported into its target and the target stands in for it; datasets pass through as they are. A target is
-    reused only while it holds an import of this very recording, unchanged (``recording_fingerprint``); an
-    import of another or a changed recording is replaced, with one line saying so."""
+                      warn: Callable[[str], None] | None = None, made: list[Path] | None = None) -> list[str]:
+    """Each path as a dataset folder: a raw simulator recording (driving_log.csv + IMG/, no dataset card; or its
+    CSV) is imported into its target and the target stands in for it; datasets pass through as they are. A target
+    is reused only while it holds an import of this very recording, unchanged (``recording_fingerprint``); an
+    import of another or a changed recording is replaced, with one line saying so. ``made`` collects the targets
+    imported now (``removed_if_refused``)."""
     say = warn or print
     out = []
     for path, target in zip(paths, targets):
+        path = recording_folder(path)
         if is_raw_recording(path):
             source = recording_fingerprint(path)
             if (target / CARD_NAME).is_file():
@@ -621,10 +749,29 @@ def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, s
             else:
                 say(f"{path} is a Udacity simulator recording: importing it into {target}")
             import_udacity(path, target, strict_images=strict_images, warn=warn, source=source)
+            if made is not None:
+                made.append(Path(target))
             out.append(str(target))
         else:
             out.append(str(path))
     return out
+
+
+@contextlib.contextmanager
+def removed_if_refused(made: list[Path]) -> Iterator[None]:
+    """The imports in ``made`` are removed when the block is refused (ValueError, FileNotFoundError): a command
+    refused after importing leaves no import behind. Callers empty ``made`` once their run has begun with them
+    (from then on they are the run's data), and imports reused from an earlier run are never in it."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError):
+        for target in made:
+            shutil.rmtree(target, ignore_errors=True)
+            if target.parent.name == "imported_data":
+                with contextlib.suppress(OSError):
+                    target.parent.rmdir()  # only while empty
+        made.clear()
+        raise
 
 
 def _row_times(rows: list[LogRow], period: float, episode_gap_s: float
@@ -708,8 +855,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _export(args)
         else:
             _import(args)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:  # a full disk too: the staging folder is removed, nothing half-written stays
+        from agent.runtime import disk_full_line
+
+        print(disk_full_line(e) if disk_full(e) else f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the staging folder is already removed: nothing half-written stays
         print("interrupted", file=sys.stderr)

@@ -21,6 +21,7 @@ from envs.udacity.real_look import (REAL_CAMERA_HEIGHT_M, REAL_CAMERA_PITCH_DEG,
 from envs.replay.env import FEATURE_NAMES, PathExpert, ReplayEnv, ReplayPart
 
 MIN_PART_FRAMES = 10  # shorter parts (a click of the record button) are not replayed
+MOVING_MPS = 0.447  # 1 mph: a part whose car never reaches it stands still, and is not replayed (nothing to steer)
 
 # The cameras and cars the replay knows, by the env a dataset was recorded in.
 SIM_V0 = CameraGeometry(cam_height_m=1.5, pitch_deg=6.0, hfov_deg=65.0, side_offset_m=1.0, hood_row=160,
@@ -68,13 +69,30 @@ def span_slice(span: tuple[float, float], n: int) -> slice:
 
 
 def replay_parts(dataset: Any, span: tuple[float, float]) -> list[ReplayPart]:
+    """The parts replayed: ``span`` of every session, those of at least ``MIN_PART_FRAMES`` frames in which the car
+    moves (a car that stands all along scores every driver 100 % over a road it never drives)."""
     parts = []
     for i, meta in enumerate(dataset.episodes):
         frames = span_slice(span, int(meta["length"]))
         part = ReplayPart(i, frames.start, frames.stop)
-        if part.length >= MIN_PART_FRAMES:
+        if part.length >= MIN_PART_FRAMES and _speeds(dataset, i)[frames].max() >= MOVING_MPS:
             parts.append(part)
     return parts
+
+
+def _speeds(dataset: Any, episode: int) -> np.ndarray:
+    return np.asarray(dataset.load(episode, keys=["speed"])["speed"], np.float64)
+
+
+def check_speeds(dataset: Any, folder: str) -> None:
+    """ValueError naming the episode and step where a recorded speed is below zero: the replay moves the car at the
+    recorded speed along the recorded path, forwards only (the simulator logs the speed's size)."""
+    for i in range(len(dataset)):
+        speed = _speeds(dataset, i)
+        if (speed < 0).any():
+            k = int(np.argmax(speed < 0))
+            raise ValueError(f"{folder!r}: episode {i} step {k}: speed {speed[k]:g} m/s is below zero; the replay "
+                             "drives the recorded path forwards at the recorded speed")
 
 
 def geometry_of(dataset: Any) -> CameraGeometry:
@@ -96,6 +114,7 @@ def replay_spec(folder: str) -> EnvSpec:
     if len(shapes) != 1 or len(next(iter(shapes))) != 3 or next(iter(shapes))[2] != 3:
         raise ValueError(f"{folder!r}: a replay needs RGB camera frames of one size, got shapes {sorted(shapes)}")
     frame_shape = next(iter(shapes))
+    check_speeds(ds, folder)
     geometry = geometry_of(ds)
     if frame_shape[:2] != (geometry.height, geometry.width):
         raise ValueError(f"{folder!r}: frames are {frame_shape[0]}x{frame_shape[1]}; the replay's camera models are "

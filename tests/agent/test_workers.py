@@ -411,3 +411,25 @@ def test_importing_a_policy_or_the_pipeline_changes_no_process_wide_hook():
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def _no_setup():
+    return None
+
+
+def _disk_full_episode(state, task, on_step):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device", f"/data/episode_{task}.npz")
+
+
+def test_a_full_disk_in_a_worker_reaches_the_caller_as_its_one_line_error():
+    """A worker's full disk is the caller's OSError (errno and file kept), which the CLIs turn into one line."""
+    import errno
+
+    from agent.workers import EpisodePool
+
+    with EpisodePool(1, _no_setup, (), _disk_full_episode) as pool:
+        with pytest.raises(OSError) as e:
+            list(pool.run([(0, 7)]))
+    assert e.value.errno == errno.ENOSPC and e.value.filename == "/data/episode_7.npz"

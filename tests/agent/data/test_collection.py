@@ -246,6 +246,23 @@ def test_exception_mid_run_keeps_finished_episodes(tmp_path, monkeypatch):
     assert not temp_files(tmp_path / "d")
 
 
+def test_a_full_disk_ends_collect_in_one_line_and_keeps_the_saved_episodes(tmp_path, monkeypatch, capsys):
+    from tests.helpers import full_disk
+
+    out = tmp_path / "d"
+    argv = ["--max-steps", "10", "--workers", "1", "--out", str(out), "--no-progress"]
+    with monkeypatch.context() as m:
+        full_disk(m, ".episode_00001.npz.")
+        assert collect_cli.main(["--episodes", "2", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"error: no space left on the disk while writing {str(out / 'episodes' / 'episode_00001.npz')!r}; "
+                       "free some space and run the command again"), err
+    assert "Traceback" not in "\n".join(err)
+    assert len(open_dataset(out)) == 1 and not temp_files(out), "the saved episode stays, no half file"
+    assert collect_cli.main(["--episodes", "1", *argv]) == 0  # a re-run appends where it stopped
+    assert [m["episode_id"] for m in open_dataset(out).episodes] == [0, 1]
+
+
 def test_killed_cli_leaves_readable_data(tmp_path):
     out = tmp_path / "d"
     cmd = [sys.executable, "collect.py", "--episodes", "500", "--max-steps", "40", "--out", str(out), "--no-progress",

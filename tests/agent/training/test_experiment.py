@@ -477,3 +477,46 @@ def test_a_bad_precision_is_one_line(data_dir, tmp_path, capsys):
     with pytest.raises(ValueError, match=r"^--precision must be one of auto, fp32, bf16, got 'half'$"):
         run(tiny_args(data_dir, tmp_path / "o", precision="half"))
     assert not (tmp_path / "o").exists()
+
+
+def test_resume_refuses_options_that_contradict_the_run(data_dir, tmp_path, capsys):
+    """--resume continues the run as it started: another --data or --epochs is refused in one line, not ignored."""
+    out = tmp_path / "run"
+    run(tiny_args(data_dir, out, policy="mlp", epochs=1))
+    other = write_synthetic(tmp_path / "other", episodes=3)
+    code, err = main_in_process(capsys, "--resume", "--out", str(out), "--data", str(other), "--epochs", "3")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert (f"this command contradicts: --data {other} (the run's: {data_dir}); --epochs 3 (the run's: 1); drop them"
+            in err), err
+    # the run's own values, or none, are no contradiction
+    code, err = main_in_process(capsys, "--resume", "--out", str(out), "--data", str(data_dir), "--epochs", "1",
+                                "--threads", "1")
+    assert code == 0, err
+
+
+def test_a_full_disk_ends_training_in_one_line_and_resume_continues_from_the_last_saved_epoch(data_dir, tmp_path,
+                                                                                                  monkeypatch, capsys):
+    from tests.helpers import full_disk
+
+    reference = tmp_path / "ref"
+    run(tiny_args(data_dir, reference, policy="gru", epochs=3))
+    out = tmp_path / "cut"
+    argv = ["--data", str(data_dir), "--out", str(out), "--core", "gru", "--window", "3", "--frame-stride", "2",
+            "--epochs", "3", "--batch-size", "32", "--segment", "8", "--lr", "5e-3", "--feature-dim", "16",
+            "--d-model", "16", "--heads", "4", "--hidden", "16", "--threads", "1", "--log-every", "2", "--no-progress"]
+    with monkeypatch.context() as m:
+        full_disk(m, ".last.pt.", after=1)  # epoch 1's checkpoints are written, epoch 2's are not
+        code, err = main_in_process(capsys, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"error: no space left on the disk while writing {str(out / 'last.pt')!r}; free some space "
+                          f"and run the command again (epoch 2 finished but is not saved; python train.py --resume "
+                          f"--out {out} continues from the last.pt saved before it)"), err
+    assert read_checkpoint(out / "last.pt")["train_state"]["epoch"] == 1
+    assert read_checkpoint(out / "best.pt")["metadata"]["epoch"] == 1, "best.pt and last.pt written together"
+    assert not list(out.glob(".*.tmp")), "no temp file left"
+    code, err = main_in_process(capsys, "--resume", "--out", str(out))
+    assert code == 0, err
+    resumed, ref = torch.load(out / "last.pt", weights_only=True), torch.load(reference / "last.pt", weights_only=True)
+    assert resumed["train_state"]["epoch"] == 3
+    for k, v in ref["state_dict"].items():
+        torch.testing.assert_close(resumed["state_dict"][k], v, atol=1e-5, rtol=1e-4)

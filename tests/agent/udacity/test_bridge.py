@@ -318,3 +318,22 @@ def test_a_latency_aware_policy_is_told_the_measured_answer_time(monkeypatch):
     measured = sorted(server.latencies_ms[:3])[1] / 1e3  # the median of the three answers before the fourth
     assert told[3] == pytest.approx(measured + 0.05)
     assert server.told_latency() == pytest.approx(np.median(server.latencies_ms) / 1e3 + 0.05)
+
+
+def test_frames_of_another_size_are_stopped_not_resized(checkpoint, caplog):
+    """The one rule for frames (policies.policy.check_frame_shape): a policy trained on the simulator's 160x320 frames
+    never drives 480x640 ones; each is answered with a stop, said once, counted in the summary."""
+    server = ub.SteeringServer(load_checkpoint(checkpoint), clock=_Clock())
+    big = cv2.resize(_frames(1)[0], (640, 480))
+    with caplog.at_level(logging.ERROR, logger="agent.udacity.bridge"):
+        replies = [server.on_telemetry(_telemetry(big)) for _ in range(3)]
+    assert replies == [{"steering_angle": "0.0", "throttle": "0.0"}] * 3 and server.frames == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith("telemetry frames are 480x640x3, and the policy was trained on "
+                                                 "160x320x3 frames"), said
+    assert "3 of another size (stopped)" in server.summary()
+    assert server.on_telemetry(_telemetry(_frames(1)[0])) != ub.STOP, "the simulator's own frames are driven"
+    # a student trained on other frames (its checkpoint says which) is stopped on the simulator's
+    other = ub.SteeringServer(_udacity_policy(frame_shape=[480, 640, 3]))
+    assert other.on_telemetry(_telemetry(_frames(1)[0])) == ub.STOP
+    assert other.on_telemetry(_telemetry(big)) != ub.STOP

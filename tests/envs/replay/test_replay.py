@@ -499,3 +499,64 @@ def test_the_label_drift_benchmark_drives_the_labels_open_loop(drive, tmp_path, 
     assert label_drift.main([str(drive), "--shift-steps", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "--shift-steps" in err and "\n" not in err
+
+
+def _speeds_dataset(root, speeds):
+    """A replayable dataset (160x320 frames, the udacity env) with one episode per array of speeds (m/s)."""
+    from agent.data.dataset import CARD_NAME, FORMAT, write_episode
+
+    for e, speed in enumerate(speeds):
+        T = len(speed)
+        write_episode(root, e, {"frames": np.zeros((T, 160, 320, 3), np.uint8), "action": np.zeros((T, 1), np.float32),
+                                "expert_action": np.zeros((T, 1), np.float32), "speed": np.asarray(speed, np.float32),
+                                "reward": np.zeros(T, np.float32), "time": np.arange(T) * 0.1,
+                                "privileged": np.zeros((T, 0), np.float32)},
+                      {"env": "udacity", "action_space": "continuous"})
+    (root / CARD_NAME).write_text(json.dumps({"format": FORMAT, "env": "udacity", "action_space": "continuous",
+                                              "frame_shape": [160, 320, 3], "dt": 0.1}))
+    return root
+
+
+def test_a_car_that_does_not_move_forward_is_never_scored(tmp_path, capsys):
+    """A session whose car stands is not replayed (it would score every driver 100 % over a road never driven); a
+    speed below zero is refused in one line; a part of brief stops between driving is replayed as before."""
+    from envs.replay.spec import replay_spec
+
+    stops = np.r_[np.full(10, 8.0), np.zeros(5), np.full(15, 8.0)]
+    mixed = _speeds_dataset(tmp_path / "mixed", [np.full(30, 8.0), np.zeros(30), stops])
+    assert [(p.episode, p.length) for p in replay_spec(str(mixed)).make().parts] == [(0, 30), (2, 30)]
+    standing = _speeds_dataset(tmp_path / "standing", [np.zeros(30), np.full(30, 0.2)])
+    assert evaluate_cli.main(["--replay", str(standing), "--expert-drives", "--out", str(tmp_path / "e"),
+                              "--workers", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("frames in the span 0:1 in which the car moves"), err
+    backwards = _speeds_dataset(tmp_path / "backwards", [np.full(30, -6.0)])
+    assert evaluate_cli.main(["--replay", str(backwards), "--expert-drives", "--out", str(tmp_path / "e"),
+                              "--workers", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "episode 0 step 0: speed -6 m/s is below zero" in err[0], err
+    assert not (tmp_path / "e").exists()
+
+
+def test_a_student_of_other_frames_never_drives_the_replay(drive, tmp_path, capsys):
+    from tests.helpers import steering_checkpoint
+
+    ckpt = steering_checkpoint(tmp_path / "big.pt", frame_shape=[480, 640, 3])
+    assert evaluate_cli.main(["--replay", str(drive), "--checkpoint", str(ckpt), "--out", str(tmp_path / "e"),
+                              "--workers", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("was trained on 480x640x3 frames; the camera frames of replay:" in err[0]
+                              and "are 160x320x3" in err[0]), err
+
+
+def test_a_full_disk_while_plotting_the_path_keeps_the_scores_in_one_line(drive, tmp_path, monkeypatch, capsys):
+    from tests.helpers import full_disk
+
+    full_disk(monkeypatch, ".part_0.png.")
+    out = tmp_path / "e"
+    assert evaluate_cli.main(["--replay", str(drive), "--expert-drives", "--out", str(out), "--workers", "1",
+                              "--no-video", "--no-tensorboard", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: no space left on the disk while writing {str(out / 'paths' / 'part_0.png')!r}; free some "
+                   "space and run the command again"], err
+    assert json.loads((out / "metrics.json").read_text())["autonomy"] == 100.0 and (out / "episodes.csv").is_file()
