@@ -81,7 +81,8 @@ def test_expert_drives_two_episodes_and_writes_consistent_metrics(tmp_path):
     # Only the first episode is recorded by default; one video frame per step; no panel for the expert.
     assert sorted(p.name for p in (out / "videos").iterdir()) == ["seed_1234.mp4"]
     frames = _video_frames(out / "videos" / "seed_1234.mp4")
-    assert frames.shape == (40, 480, 384, 3)
+    assert frames.shape == (40, 496, 384, 3)
+    assert iio.immeta(out / "videos" / "seed_1234.mp4")["fps"] == 50.0  # CarRacing steps at 50 Hz: real time
 
 
 def test_driver_executes_the_policy_action(tmp_path, ckpts):
@@ -113,7 +114,7 @@ def test_tiny_nac_policy_video_has_attention_panel_and_saliency(tmp_path, ckpts)
     assert m["policy_config"]["core"] == "nac" and m["latency_steps"] == 25
     assert 0 < m["latency_median_ms"] <= m["latency_p95_ms"]
     frames = _video_frames(out / e["video"])
-    assert frames.shape == (25, 480, 640, 3)  # 384 view + 256 attention panel
+    assert frames.shape == (25, 496, 640, 3)  # 384 view + 256 attention panel
 
 
 def test_discrete_policy_drives_with_discrete_steering(tmp_path, ckpts):
