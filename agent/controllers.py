@@ -156,6 +156,12 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
     policy = load_checkpoint(p, map_location=device)
     cfg = policy.config
     if cfg.env != spec.gym_id and cfg.env not in spec.feeds and cfg.env not in also:
+        if spec.feeds:  # a replay: its env is the recording's, no --env to change
+            students = [e for e in ENV_NAMES if get_spec(e).gym_id in spec.feeds]
+            raise ValueError(f"checkpoint {str(path)!r} steers {cfg.env} frames; a replay shows {spec.frame_shape[0]}x"
+                             f"{spec.frame_shape[1]} first-person camera frames and drives students of "
+                             f"{', '.join(students)} (e.g. {shipped_checkpoint(students[0])}, or one train.py made from "
+                             "the recording)")
         others = [e for e in ENV_NAMES if get_spec(e).gym_id == cfg.env]
         hint = f" (use --env {others[0]})" if others else ""
         raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}, but --env {env} is "

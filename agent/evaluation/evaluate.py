@@ -64,7 +64,7 @@ from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
-from agent.runtime import show_progress
+from agent.runtime import show_progress, tensorboard_command
 from agent.workers import MAX_WORKERS, EpisodePool, check_workers, default_workers, warm_up
 from common.checks import is_int
 from common.cli import option
@@ -607,6 +607,9 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     # 1. what to drive (load everything first, so a bad checkpoint fails before any driving)
     drivers, action_space = _policy_drivers(args)
     expert = Expert.load(args.expert, action_space, args.env)
+    if expert.spec.collection_noise:  # a replay of a collect.py dataset: its reference path is the noised drive's
+        tqdm.write(f"note: {args.replay} was collected with DART noise {expert.spec.collection_noise:g}: the recorded "
+                   "path it is judged against wobbles with it (collect.py --noise 0 records a drive for replays)")
     expert_meta = _expert_meta(expert)
     if args.expert_drives or args.with_expert:
         drivers.append(Driver("expert", ExpertController(expert), dict(expert_meta)))
@@ -630,9 +633,11 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
         if not single and results:
             _write_comparison(root, args, action_space, results)
     videos = sorted(root.glob("videos/*.mp4" if single else "*/videos/*.mp4"))
+    paths = sorted(root.glob("paths/*.png" if single else "*/paths/*.png"))
     tqdm.write(f"outputs in {root}/: " + ("metrics.json, episodes.csv" if single else "comparison.md, <policy>/metrics.json")
                + (f", {len(videos)} video(s) ({videos[0].relative_to(root)}, ...)" if videos else "")
-               + (f"; TensorBoard: tensorboard --logdir {root}" if args.tensorboard else ""))
+               + (f", the driven path of each part ({paths[0].relative_to(root)} and .csv, ...)" if paths else "")
+               + (f"; TensorBoard: {tensorboard_command(root)}" if args.tensorboard else ""))
     return results
 
 
@@ -735,7 +740,7 @@ def _replay_meta(args: EvalArgs, spec: Any) -> dict[str, Any]:
     from envs.replay.vehicle import DEFAULT_MAX_YAW_RAD
 
     return {"recording": args.replay, "dataset": spec.name[len(REPLAY_PREFIX):], "span": args.replay_span or "0:1",
-            "geometry": spec.geometry.to_dict(),
+            "geometry": spec.geometry.to_dict(), "dart_noise": spec.collection_noise,
             "intervention": f"more than {args.replay_max_offset:g} m from the recorded path or more than "
                             f"{math.degrees(DEFAULT_MAX_YAW_RAD):.0f} degrees off its direction (measured from the "
                             + ("recorded driver's line, not the road's edges" if args.replay_reference == "driver" else
@@ -801,8 +806,8 @@ def summary_line(name: str, s: dict[str, Any]) -> str:
     def f(x: float, fmt: str) -> str:
         return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
-    driven = (f"{s['num_episodes']} recorded session(s), {f(s['mean_return'] * s['num_episodes'], '.0f')} m driven"
-              if "straight_autonomy" in s else  # a replay: its return is metres driven, every session is driven to its end
+    driven = (f"{s['num_episodes']} recorded part(s), {f(sum(e['distance'] for e in s['episodes']), '.0f')} m driven"
+              if "straight_autonomy" in s else  # a replay: the episodes' distance column, summed
               f"return {f(s['mean_return'], '.1f')} ± {f(s['std_return'], '.1f')} over {s['num_episodes']} episodes, "
               f"completion {f(s['mean_completion'], '.3f')}, laps {s['laps_completed']}/{s['num_episodes']}")
     return (f"{name}: {driven}, steer MAE {f(s['mean_steer_mae'], '.3f')}, "

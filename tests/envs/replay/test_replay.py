@@ -162,6 +162,8 @@ def test_the_replay_env_is_a_gym_env_with_the_recorded_time(drive):
     (["--replay", "{drive}", "--replay-reference", "lane", "--expert-drives"],
      "--replay-reference must be one of driver, driver-or-middle"),
     (["--replay-reference", "driver-or-middle"], "options of a --replay recording"),
+    (["--replay", "{drive}", "--checkpoint", "checkpoints/carracing_nac.pt"],
+     "steers CarRacing-v3 frames; a replay shows 160x320 first-person camera frames and drives students of udacity"),
 ])
 def test_bad_replay_flags_are_one_line_errors(drive, tmp_path, capsys, argv, needle):
     argv = [a.replace("{drive}", str(drive)) for a in argv]
@@ -203,6 +205,7 @@ def test_a_real_recording_is_scored_and_replayed_by_students_of_both_worlds(driv
 
     rec = tmp_path / "rec"
     export_udacity(drive, rec)
+    (rec / "exported_dataset.json").unlink()  # as the Unity simulator records: no export card, its camera
     hard = "checkpoints/udacity-hard_nac.pt"
     offline = evaluate(EvalArgs(data=[str(rec)], checkpoint=[hard], out=str(tmp_path / "off"), progress=False))
     assert offline["udacity-hard_nac"]["pooled"]["frames"] == STEPS
@@ -378,6 +381,7 @@ def test_a_simulator_student_fine_tunes_on_a_recording_and_a_rerun_is_told_the_f
 
     rec = tmp_path / "rec"
     export_udacity(drive, rec)
+    (rec / "exported_dataset.json").unlink()  # as the Unity simulator records: no export card, its camera
     argv = ["--data", str(rec), "--init", "checkpoints/udacity_sim2real_nac.pt", "--head", "steer", "--epochs", "1",
             "--threads", "1", "--out", str(tmp_path / "tuned"), "--no-progress"]
     assert train_cli.main(argv) == 0
@@ -404,6 +408,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
 
     rec = tmp_path / "rec"
     export_udacity(drive, rec)
+    (rec / "exported_dataset.json").unlink()  # as the Unity simulator records: no export card, its camera
 
     recipe = {"replay": Recipe(0, 1, 0, (Round(0.0, 1, 5e-4),) * 2, "argmax", action_space="continuous",
                                val_fraction=0.2, split="blocks")}
