@@ -755,8 +755,19 @@ def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: di
     root.mkdir(parents=True, exist_ok=True)
     title = (f"# Closed-loop evaluation: {args.env} ({action_space}), seeds {args.seeds[0]}..{args.seeds[-1]}, "
              f"max {args.max_steps} steps" + ("" if args.timing.regular else f", {args.timing.label()}") + "\n\n")
-    atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
+    atomic_write_text(root / "comparison.md", title + cut_short_note(args) + comparison_markdown(rows))
     write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"} for n, s in rows})
+
+
+def cut_short_note(args: EvalArgs) -> str:
+    """A paragraph for comparison.md when --max-steps ends the episodes before the env does: its returns and laps are
+    then below the full episodes' of a model card (and the README's headline figures); '' otherwise."""
+    spec = get_spec(args.env)
+    if spec.parts is not None or args.max_steps >= spec.default_max_steps:
+        return ""
+    return (f"Episodes end at {args.max_steps} steps ({args.max_steps * spec.dt:g} s), before {args.env}'s own "
+            f"{spec.default_max_steps}: return, completion and laps count only that far, so they fall short of the "
+            f"full-episode figures of the shipped models' cards and the README ({len(args.seeds)} episode(s) here).\n\n")
 
 
 def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:

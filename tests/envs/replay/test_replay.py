@@ -131,6 +131,9 @@ def test_students_of_both_worlds_drive_the_replay_and_get_a_comparison(drive, tm
         assert "straight_autonomy" in s
     text = (out / "comparison.md").read_text()
     assert "always-straight (reference)" in text and "interventions_per_100s" in text
+    table = [line for line in text.split("## Paired")[0].splitlines() if line.startswith("|")]
+    assert "laps" not in table[0] and "Episodes end at" not in text  # a part is driven once, to its end
+    assert {line.count("|") for line in table} == {table[0].count("|")}  # every row has the header's cells
     for name, s in results.items():  # the per-step table says where in the recording each intervention came
         table = _replay_table(out / name / "paths" / "part_0.csv")
         assert int(table[0]["row"]) == STEPS // 2 and len(table) == STEPS - STEPS // 2
