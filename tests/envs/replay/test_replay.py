@@ -401,7 +401,7 @@ def test_a_simulator_student_fine_tunes_on_a_recording_and_a_rerun_is_told_the_f
 
 
 def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
-    """python -m agent.training.dagger --recording on a raw simulator recording: it is imported once, round 0 trains
+    """python -m agent.training.dagger --replay on a raw simulator recording: it is imported once, round 0 trains
     on it, round 1's student drives the replay of the trained part only (0:0.8), the path controller labels it, and
     the next student fine-tunes on the recording plus those episodes; the summary names the command that judges
     every round on the held-out end."""
@@ -455,12 +455,12 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     assert "--noise 0.1 --noise-hold 3" in _command("collect.py", noisy[2].collect)
     assert plan_rounds(lin, recipe["replay"], log=lambda m: None)[1].collect.noise is None
 
-    for argv, needle in ([["--recording", str(rec), "--recipe", "long"], "give --recipe replay with --recording"],
-                         [["--recording", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
-                         [["--recipe", "replay"], "give --recording DIR"],
-                         [["--recording", str(rec), "--rounds", "0"], "--rounds must be an integer >= 1"],
-                         [["--recording", str(rec), "--noise", "-0.1"], "--noise must be a number >= 0"],
-                         [["--recording", str(tmp_path / "nowhere")], "is not a folder"]):
+    for argv, needle in ([["--replay", str(rec), "--recipe", "long"], "give --recipe replay with --replay"],
+                         [["--replay", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
+                         [["--recipe", "replay"], "give --replay REC"],
+                         [["--replay", str(rec), "--rounds", "0"], "--rounds must be an integer >= 1"],
+                         [["--replay", str(rec), "--noise", "-0.1"], "--noise must be a number >= 0"],
+                         [["--replay", str(tmp_path / "nowhere")], "is not a folder"]):
         assert main([*argv, "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
