@@ -142,9 +142,11 @@ class PolicyController:
         return [self.frames[i] for i in self.stream.picks()]
 
 
-def load_policy(path: str | Path, env: str, action_space: str | None, device: str, also: Sequence[str] = ()) -> Any:
+def load_policy(path: str | Path, env: str, action_space: str | None, device: str, also: Sequence[str] = (),
+                recorded: bool = False) -> Any:
     """Load a checkpoint and check it was made for ``env`` (or an env whose gym id is in ``also``, or one whose
-    students ``env`` can feed: EnvSpec.feeds), and for ``action_space`` when given."""
+    students ``env`` can feed: EnvSpec.feeds), and for ``action_space`` when given. ``recorded``: ``env`` is that of
+    recorded data (evaluate.py --data), not a --env the user gave."""
     from policies.policy import load_checkpoint, not_a_checkpoint_file
 
     spec = get_spec(env)
@@ -162,6 +164,9 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
                              f"{spec.frame_shape[1]} first-person camera frames and drives students of "
                              f"{', '.join(students)} (e.g. {shipped_checkpoint(students[0])}, or one train.py made from "
                              "the recording)")
+        if recorded:
+            raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}; the data was recorded in {env} "
+                             f"({spec.gym_id!r}): score a student of that env (e.g. {shipped_checkpoint(env)})")
         others = [e for e in ENV_NAMES if get_spec(e).gym_id == cfg.env]
         hint = f" (use --env {others[0]})" if others else ""
         raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}, but --env {env} is "

@@ -783,7 +783,7 @@ def _evaluate_recorded(args: EvalArgs) -> dict[str, dict[str, Any]]:
     # a person's recording of the real simulator: the student made for its frames
     real = any(is_recording(m) for m in data.episodes)
     paths = list(args.checkpoint) or [str(shipped_checkpoint(real_frames_env() if real else env.name))]
-    policies = [load_policy(p, env.name, None, args.device, camera_students(data)) for p in paths]
+    policies = [load_policy(p, env.name, None, args.device, camera_students(data), recorded=True) for p in paths]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     for path, policy in zip(paths, policies):
         _check_discrete_options(args, path, policy.config)

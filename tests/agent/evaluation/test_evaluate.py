@@ -457,7 +457,9 @@ def test_offline_scores_of_a_discrete_student_on_recorded_expert_actions(tmp_pat
                           (["--checkpoint", str(fixed), "--temperature-spares", "brake"],
                            "--temperature-spares changes only the sample and dither rules"),
                           (["--checkpoint", str(fixed), "--discrete-actions", "sample", "--temperature-spares", "clutch"],
-                           "--temperature-spares: spared actions must be names of")):
+                           "--temperature-spares: spared actions must be names of"),
+                          (["--checkpoint", str(ckpts["other_env"])],  # the data's env, not a --env to change
+                           "the data was recorded in carracing ('CarRacing-v3'): score a student of that env")):
         assert cli.main(["--data", str(tmp_path / "demos"), "--out", str(tmp_path / "e"), *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
