@@ -456,3 +456,23 @@ def test_an_import_cut_by_another_rule_is_imported_again(tmp_path, capsys):
     uf.import_recordings([rec], [target], warn=said.append)
     assert "is cut by another rule (stops and reversing) than the import" in said[-1]
     assert json.loads((target / "dataset.json").read_text())["import"]["reversing"]["rule"] == uf.REVERSING_RULE
+
+
+def test_an_export_card_is_part_of_what_an_import_was_made_from(tmp_path, capsys):
+    """Editing the card beside an exported CSV changes what its replay rests on: the recording is imported again; a
+    card that is not the exporter's JSON is one line naming it."""
+    _write_dataset(tmp_path / "data")
+    uf.export_udacity(tmp_path / "data", tmp_path / "log")
+    said, target = [], tmp_path / "imported"
+    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    assert len(said) == 1  # the same export: reused
+    card = tmp_path / "log" / uf.EXPORT_CARD
+    card.write_text(card.read_text().replace('"dart_noise": 0.0', '"dart_noise": 0.2'))
+    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    assert "has changed since the import" in said[-1]
+    assert json.loads((target / "dataset.json").read_text())["import"]["exported"]["dart_noise"] == 0.2
+    card.write_text("{not json")
+    assert uf.main(["import", str(tmp_path / "log"), "--out", str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{str(card)!r} is not the JSON the exporter writes" in err
