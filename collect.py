@@ -14,7 +14,7 @@ time, one compressed file per episode plus a dataset card (dataset.json).
 
 The run lives in agent/data/collection.py (seeds, resume rules, workers), one episode in agent/data/recorder.py
 (DART noise, DAgger), the format in agent/data/dataset.py; the Minari exporter in agent/data/minari_export.py
-(also `python -m agent.data.minari_export DATA_DIR ID`).
+(also `python -m agent.data.minari_export DATA ID`).
 
 Episode k uses track seed SEED+k. The default seed 3000000 is disjoint from the expert's training [100000, 2000000),
 validation (90000..) and evaluation (1000..) tracks. Re-running with the same --out appends episodes (same env,

@@ -149,10 +149,11 @@ def trained_frame_shape(config: Any) -> tuple[int, ...]:
 
 
 def load_policy(path: str | Path, env: str, action_space: str | None, device: str, also: Sequence[str] = (),
-                frame_shape: Sequence[int] | None = None) -> Any:
+                frame_shape: Sequence[int] | None = None, recorded: bool = False) -> Any:
     """Load a checkpoint and check it was made for ``env`` (or an env whose gym id is in ``also``, or one whose
     students ``env`` can feed: EnvSpec.feeds), for ``action_space`` when given, and for the frames it will see
-    (``frame_shape``, default ``env``'s camera): trained on that size (policies.policy.check_frame_shape)."""
+    (``frame_shape``, default ``env``'s camera): trained on that size (policies.policy.check_frame_shape).
+    ``recorded``: ``env`` is that of recorded data (evaluate.py --data), not a --env the user gave."""
     from policies.policy import check_frame_shape, load_checkpoint, not_a_checkpoint_file
 
     spec = get_spec(env)
@@ -164,6 +165,15 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
     policy = load_checkpoint(p, map_location=device)
     cfg = policy.config
     if cfg.env != spec.gym_id and cfg.env not in spec.feeds and cfg.env not in also:
+        if spec.feeds:  # a replay: its env is the recording's, no --env to change
+            students = [e for e in ENV_NAMES if get_spec(e).gym_id in spec.feeds]
+            raise ValueError(f"checkpoint {str(path)!r} steers {cfg.env} frames; a replay shows {spec.frame_shape[0]}x"
+                             f"{spec.frame_shape[1]} first-person camera frames and drives students of "
+                             f"{', '.join(students)} (e.g. {shipped_checkpoint(students[0])}, or one train.py made from "
+                             "the recording)")
+        if recorded:
+            raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}; the data was recorded in {env} "
+                             f"({spec.gym_id!r}): score a student of that env (e.g. {shipped_checkpoint(env)})")
         others = [e for e in ENV_NAMES if get_spec(e).gym_id == cfg.env]
         hint = f" (use --env {others[0]})" if others else ""
         raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}, but --env {env} is "

@@ -2,7 +2,9 @@
 zero, and one mapping from what ends a command to its exit code. Files and stop signals live below, in common/."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from common.files import disk_full
@@ -19,6 +21,17 @@ def show_progress(requested: bool, stream: Any = None) -> bool:
         return bool(requested) and stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
+
+
+def tensorboard_command(logdir: str | Path) -> str:
+    """The command that opens TensorBoard on ``logdir``: the ``tensorboard`` installed beside this Python (a
+    virtualenv's bin/, which is on PATH only while the virtualenv is activated), relative to the working folder when
+    it lies inside it."""
+    exe = Path(sys.executable).parent / "tensorboard"
+    if not exe.is_file():
+        return f"{sys.executable} -m tensorboard.main --logdir {logdir}"
+    rel = os.path.relpath(exe)
+    return f"{exe if rel.startswith('..') else rel} --logdir {logdir}"
 
 
 MIN_REFERENCE_MSE = 1e-6  # steering units squared: an RMS of 0.001 (0.025 degrees) is no error to divide by

@@ -68,7 +68,8 @@ class Args:
                                        "held-out part)", group="evaluation conditions", metavar="A:B",
                                        parse=_span)
     frames: int = option(300, "frames probed per session at most", group="evaluation conditions")
-    work: str = option("eval/feedback", "where a raw recording is imported", group="output")
+    out: str = option("eval/feedback", "output folder: a raw recording is imported into it", group="output",
+                      former=("--work",))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from policies.policy import load_checkpoint
 
     torch.set_num_threads(1)
-    [folder] = import_recordings([a.data], [Path(a.work) / "imported_data"])
+    [folder] = import_recordings([a.data], [Path(a.out) / "imported_data"])
     ds = open_dataset(folder)
     geometry = geometry_of(ds)
     print("| checkpoint | steer per m of offset (+ = right of the path) | steer per rad of heading (+ = pointing right) |")

@@ -78,7 +78,8 @@ class Args:
                                        "held-out part)", group="evaluation conditions", metavar="A:B", parse=_span)
     shift_steps: list[int] = option([2, 4], "rows the label is also played late and early", group="evaluation conditions",
                                     metavar="N")
-    work: str = option("eval/label_drift", "where a raw recording is imported", group="output")
+    out: str = option("eval/label_drift", "output folder: a raw recording is imported into it", group="output",
+                      former=("--work",))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if any(d <= 0 for d in a.shift_steps):
             raise ValueError(f"--shift-steps takes whole rows >= 1, got {a.shift_steps}")
-        [folder] = import_recordings([a.data], [Path(a.work) / "imported_data"])
+        [folder] = import_recordings([a.data], [Path(a.out) / "imported_data"])
         counts, seconds = drift_table(open_dataset(folder), a.span, a.shift_steps)
         print(f"{a.data}: {seconds:.0f} s replayed; interventions per 100 s (count) of each open-loop driver")
         print("| driver | against the driver's line | against the driver's line or the road's middle |")

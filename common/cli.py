@@ -32,7 +32,8 @@ _NO_DEFAULT = object()
 def option(default: Any = _NO_DEFAULT, help: str = "", *, group: str = "options", flag: str | None = None,
            metavar: str | None = None, choices: Sequence[str] | None = None, parse: Callable[[str], Any] | None = None,
            positional: bool = False, default_factory: Callable[[], Any] | None = None,
-           show_default: bool = True, help_from: Callable[[], str] | None = None, required: bool = False) -> Any:
+           show_default: bool = True, help_from: Callable[[], str] | None = None, required: bool = False,
+           former: Sequence[str] = ()) -> Any:
     """A dataclass field that is also a command-line argument.
 
     help: the one text shown by --help (its default is appended unless the text already speaks of it or
@@ -40,9 +41,12 @@ def option(default: Any = _NO_DEFAULT, help: str = "", *, group: str = "options"
     (``--x-y`` for x_y); positional: an argument without a flag; parse: a converter from the text (its ValueError
     becomes a one-line error); help_from: the help text made when the parser is built, for text that needs
     imports the dataclass's module should not pay for; required: a flag that must be given (its field keeps a
-    default, None, for code that builds the dataclass itself). A list flag may be repeated (--x a --x b = --x a b)."""
+    default, None, for code that builds the dataclass itself); former: earlier spellings of the flag, still
+    accepted (commands written down with them keep working) and never shown in --help. A list flag may be repeated
+    (--x a --x b = --x a b)."""
     meta = {"cli": {"help": help_from or help, "group": group, "flag": flag, "metavar": metavar, "choices": choices,
-                    "parse": parse, "positional": positional, "show_default": show_default, "required": required}}
+                    "parse": parse, "positional": positional, "show_default": show_default, "required": required,
+                    "former": tuple(former)}}
     if isinstance(default, list):  # a fresh list per instance, as dataclasses require
         default_factory = default.copy
     if default_factory is not None:
@@ -92,13 +96,19 @@ def parse(cls: type[T], argv: Sequence[str] | None, prog: str, doc: str | None =
 
 def parse_command(commands: dict[str, tuple[type, str]], argv: Sequence[str] | None, prog: str,
                   doc: str | None = None) -> Any:
-    """``prog COMMAND ...``: ``commands`` maps each command word to (its arguments' dataclass, a line saying what
-    it does); the first word picks the dataclass, the rest of ``argv`` fills it (``prog COMMAND --help``)."""
+    """``prog COMMAND ...``: ``commands`` maps each command word to (its arguments' dataclass, a text saying what
+    it does); the first word picks the dataclass, the rest of ``argv`` fills it (``prog COMMAND --help``). ``prog
+    --help`` lists the commands, each with its text, under the description."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    said = "; ".join(f"{name}: {line}" for name, (_, line) in commands.items())
-    pick = dataclasses.make_dataclass("Command", [("command", str, option(help=said, group="input", positional=True,
-                                                                         choices=tuple(commands)))])
-    name = parse(pick, argv[:1], prog=prog, doc=doc).command
+    pick = dataclasses.make_dataclass("Command", [("command", str, option(
+        help=f"one of {', '.join(commands)}; `{prog} COMMAND --help` shows its options", group="input",
+        positional=True, choices=tuple(commands), metavar="COMMAND"))])
+    parser = build_parser(pick, prog, doc)
+    width = max(len(name) for name in commands) + 4
+    listed = "\n".join(f"  {name:<{width - 2}}" + text.strip().replace("\n", "\n" + " " * width)
+                       for name, (_, text) in commands.items())
+    parser.description = f"{parser.description or ''}\n\ncommands:\n{listed}".strip("\n")
+    name = parser.parse_args(argv[:1]).command
     return parse(commands[name][0], argv[1:], prog=f"{prog} {name}", doc=commands[name][1])
 
 
@@ -155,6 +165,9 @@ def _add(group: Any, f: dataclasses.Field, kind: Any) -> None:
     if base is bool and not several:
         action = group.add_argument(flag_of(f), dest=f.name, action=argparse.BooleanOptionalAction, default=default)
         action.help = text  # set afterwards: BooleanOptionalAction would append a second "(default: ...)"
+        for former in meta["former"]:
+            group.add_argument(former, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=argparse.SUPPRESS)
         return
     kw: dict[str, Any] = {"default": default, "help": text, "metavar": meta["metavar"], "choices": meta["choices"],
                           "type": _converter(base, meta["parse"])}
@@ -170,4 +183,8 @@ def _add(group: Any, f: dataclasses.Field, kind: Any) -> None:
         group.add_argument(f.name, **{k: v for k, v in kw.items() if v is not None or k == "default"})
         return
     group.add_argument(flag_of(f), dest=f.name, **{k: v for k, v in kw.items() if v is not None or k == "default"})
+    for former in meta["former"]:  # accepted, never shown; absent when not given, so it overrides nothing
+        group.add_argument(former, dest=f.name, **{**{k: v for k, v in kw.items() if v is not None},
+                                                   "default": argparse.SUPPRESS, "help": argparse.SUPPRESS,
+                                                   "required": False})
 

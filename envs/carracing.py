@@ -538,6 +538,7 @@ def _make_spec():
         wrong_way=lambda info: facing_backwards(info["privileged"]),
         gym_kwargs=lambda action_space: {"continuous": action_space == "continuous"},
         renderers=RENDERERS,  # ("pygame", "fast"): gymnasium's is the default and the reference
+        speed_unit="units/s",  # Box2D's world units: CarRacing gives no metres
         episode_meta=lambda info: {"lap_complete": bool(info["lap_complete"]),
                                    "tiles_visited": int(info["tiles_visited"]), "num_tiles": int(info["num_tiles"]),
                                    "unvisited_tiles": info["unvisited_tiles"]},

@@ -127,6 +127,8 @@ class EnvSpec:
     # recording with this env's shipped student by default (real_frames_env)
     real_frames: bool = False
     geometry: Any = None  # a replay's camera and car (envs.replay.camera.CameraGeometry), recorded in metrics.json
+    speed_unit: str = "m/s"  # the unit of info["speed"], shown on the videos' HUD
+    collection_noise: float = 0.0  # a replay: the DART noise its recorded path was driven with (a wobbling reference)
 
     def check_action_space(self, action_space: str) -> str:
         if action_space not in self.action_spaces:

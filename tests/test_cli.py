@@ -207,3 +207,19 @@ def test_collect_has_no_bar_when_stderr_is_not_a_terminal(monkeypatch):
     assert collect.parse_args([]).progress is True
     assert collect.parse_args(["--no-progress"]).progress is False
 
+
+
+def test_the_tensorboard_hint_names_the_tensorboard_beside_this_python(tmp_path, monkeypatch):
+    """Outside an activated virtualenv a bare `tensorboard` is not found: the hint names the one that is installed."""
+    from agent.runtime import tensorboard_command
+
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    monkeypatch.setattr("sys.executable", str(bin_dir / "python"))
+    monkeypatch.chdir(tmp_path)
+    assert tensorboard_command("eval/x") == f"{bin_dir / 'python'} -m tensorboard.main --logdir eval/x"
+    (bin_dir / "tensorboard").write_text("#!/bin/sh\n")
+    assert tensorboard_command("eval/x") == ".venv/bin/tensorboard --logdir eval/x"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # outside the folder that holds the virtualenv: its full path
+    assert tensorboard_command("eval/x") == f"{bin_dir / 'tensorboard'} --logdir eval/x"

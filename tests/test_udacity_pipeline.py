@@ -2,9 +2,11 @@
 (interventions, autonomy), with the shipped udacity expert, real files and real closed-loop episodes."""
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
+import imageio.v3 as iio
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ from agent.training.config import TrainArgs
 from agent.training.experiment import run
 from agent.udacity.recordings import export_udacity, import_udacity
 from envs.registry import get_spec
+from tests.helpers import steering_checkpoint
 
 SPEC = get_spec("udacity")
 STEPS = 40
@@ -68,7 +71,7 @@ def test_train_on_udacity_data_uses_the_pilotnet_recipe(udacity_ds, tmp_path):
         assert key in row
     assert row["length"] == 60 and 0 <= row["interventions"] <= 60
     assert row["autonomy"] == pytest.approx(100 * (1 - row["interventions"] * 6.0 / (60 * SPEC.dt)))
-    assert (tmp_path / "eval" / "videos" / "seed_1000.mp4").stat().st_size > 0
+    assert iio.immeta(tmp_path / "eval" / "videos" / "seed_1000.mp4")["fps"] == 10.0  # 10 Hz env: real time
 
 
 def test_expert_keeps_its_lane_where_a_constant_policy_needs_interventions(tmp_path):
@@ -85,7 +88,7 @@ def test_udacity_format_round_trip_of_a_collected_dataset(udacity_ds, tmp_path):
     back = open_dataset(import_udacity(tmp_path / "sim", tmp_path / "back"))
     assert len(back) == 2
     a, b = open_dataset(udacity_ds).load(1), back.load(1)
-    np.testing.assert_allclose(b["expert_action"][:, 0], a["expert_action"][:, 0], atol=1e-6)
+    np.testing.assert_allclose(b["action"][:, 0], a["action"][:, 0], atol=1e-6)  # the steering that moved the car
     np.testing.assert_array_equal(b["frames"], a["frames"])  # the JPEG bytes travel unchanged
 
     # train.py takes the simulator's recording folder itself (imported once into the run folder)
@@ -95,6 +98,43 @@ def test_udacity_format_round_trip_of_a_collected_dataset(udacity_ds, tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["args"]["data"] == str(out / "imported_data") and m["policy_config"]["env"] == "UdacityStyle-v0"
     assert (out / "imported_data" / "dataset.json").is_file() and (out / "best.pt").is_file()
+
+
+def _replay(rec: Path, ckpt: Path, out: Path, capsys) -> tuple[dict, list[list[str]], str]:
+    res = evaluate(EvalArgs(replay=str(rec), checkpoint=[str(ckpt)], video=False, out=str(out), progress=False,
+                            tensorboard=False, workers=1))
+    with open(out / "paths" / "part_1.csv", newline="") as f:
+        return next(iter(res.values())), list(csv.reader(f))[1:], capsys.readouterr().out
+
+
+def test_an_exported_dataset_replays_as_the_dataset_does(udacity_ds, tmp_path, capsys):
+    """Exported to the simulator's format (DART-noised, as collect.py records by default) and imported by the replay,
+    a dataset keeps its camera and car and the steering that moved the car: the two replays drive the same path."""
+    export_udacity(udacity_ds, tmp_path / "sim")
+    card = json.loads((tmp_path / "sim" / "exported_dataset.json").read_text())
+    assert card["env"] == "udacity" and card["steering"] == "action" and card["dart_noise"] == 0.1
+    student = steering_checkpoint(tmp_path / "drifts.pt", steer=0.25)  # leaves the 1 m band again and again
+    direct, direct_path, said = _replay(udacity_ds, student, tmp_path / "direct", capsys)
+    exported, exported_path, said_too = _replay(tmp_path / "sim", student, tmp_path / "exported", capsys)
+    assert direct["total_interventions"] >= 2, "a student that drifts: interventions to compare"
+    assert abs(exported["total_interventions"] - direct["total_interventions"]) <= 1
+    assert exported["replay"]["geometry"] == direct["replay"]["geometry"]
+    offsets = np.array([[float(r[3]) for r in direct_path], [float(r[3]) for r in exported_path]])
+    assert np.abs(offsets[0] - offsets[1]).max() < 0.02, "the same path, metre for metre"
+    # distances: the console, the returns and the distance column say one figure
+    for m, text in ((direct, said), (exported, said_too)):
+        rows = m["episodes"]
+        assert all(r["return"] == pytest.approx(r["distance"], rel=1e-6) for r in rows)
+        assert f"{sum(r['distance'] for r in rows):.0f} m driven" in text
+        assert "collected with DART noise 0.1" in text and m["replay"]["dart_noise"] == 0.1
+        assert "paths/part_0.png" in text
+
+
+def test_an_export_of_the_expert_s_labels_is_not_replayed(udacity_ds, tmp_path):
+    export_udacity(udacity_ds, tmp_path / "labels", label="expert_action")
+    with pytest.raises(ValueError, match="steering column is the expert's label .* --label action"):
+        evaluate(EvalArgs(replay=str(tmp_path / "labels"), expert_drives=True, video=False,
+                          out=str(tmp_path / "e"), progress=False, tensorboard=False, workers=1))
 
 
 def test_bad_udacity_requests_are_clear_errors(tmp_path, capsys):

@@ -15,7 +15,7 @@ Mapping (Minari's episode convention: ``T + 1`` observations, ``T`` actions):
 
 Where it goes: Minari stores datasets under ``$MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``).
 To never write into the user's home by surprise, the export sets that variable only for the duration
-of the call, to ``--minari-path`` or by default ``DATA_DIR/minari``. Load it back with the same path:
+of the call, to ``--minari-path`` or by default ``DATA/minari``. Load it back with the same path:
 
     MINARI_DATASETS_PATH=data/carracing_continuous/minari python -c \\
         "import minari; print(minari.load_dataset('carracing/expert-continuous-v0'))"
@@ -204,10 +204,11 @@ def load_minari(dataset_id: str, datasets_path: str | Path):
 
 @dataclass
 class ExportArgs:
-    data_dir: Path = option(help="the --out folder of collect.py", group="input", positional=True)
+    data_dir: Path = option(help="the --out folder of collect.py", group="input", positional=True,
+                            metavar="DATA")
     dataset_id: str = option(help="Minari id '[namespace/]name-v<version>', e.g. carracing/expert-v0", group="output",
-                             positional=True)
-    minari_path: Path | None = option(None, "MINARI_DATASETS_PATH to write under (default: DATA_DIR/minari)",
+                             positional=True, metavar="ID")
+    minari_path: Path | None = option(None, "MINARI_DATASETS_PATH to write under (default: DATA/minari)",
                                       group="output")
     jpeg: bool = option(False, "JPEG-encode frames (smaller, lossy); default: lossless", group="output")
     overwrite: bool = option(False, "replace an existing Minari dataset of the same id", group="output")

@@ -33,7 +33,7 @@ def run_episode(controller: Any, env: Any, expert: Any, seed: int, action_space:
     controller.reset(seed)
     clock = timing.episode(seed, neutral_action(env.action_space))
     rec = EpisodeRecorder(seed, action_space, spec)
-    writer = vid.VideoWriter(video_path) if video_path is not None else None
+    writer = vid.VideoWriter(video_path, vid.fps_of(spec.dt)) if video_path is not None else None
     visuals: tuple[Any, Any] = (None, None)
     terminated = truncated = False
     try:
@@ -86,13 +86,42 @@ def _video_frame(controller: Any, spec: EnvSpec, frame: np.ndarray, visuals: tup
                  rec: EpisodeRecorder, step: int, action: Any, shadow: Any, action_space: str, seed: int) -> np.ndarray:
     """One video frame: the camera frame, the HUD, and the policy's attention panel and saliency (held from
     the last step the policy saw a frame)."""
+    expert_shadow = None if controller.is_expert else shadow
     hud = vid.draw_hud(vid.SCALE * frame.shape[1], step=step, speed=float(info["speed"]),
                        ret=rec.episode_return,
                        completion=spec.progress(info),
                        policy_steer=steer_of(action, action_space),
-                       expert_steer=None if controller.is_expert else steer_of(shadow, action_space),
-                       steer_limit=spec.steer_limit[action_space], title=f"{controller.name}  seed {seed}",
+                       expert_steer=None if expert_shadow is None else steer_of(expert_shadow, action_space),
+                       steer_limit=spec.steer_limit[action_space],
+                       title=f"{controller.name}  seed {seed}{_scene(spec, info)}",
                        expert_label="to path" if spec.builtin_expert is not None else "expert",
                        lateral_error=spec.lateral_error(info) if spec.lateral_error else None,
-                       interventions=rec.interventions if spec.recover is not None else None)
+                       interventions=rec.interventions if spec.recover is not None else None,
+                       speed_unit=spec.speed_unit,
+                       pedals=pedals_text(spec.action_names[action_space], action_space, action, expert_shadow,
+                                          getattr(controller, "filled", ())))
     return vid.compose_frame(frame, hud, *visuals)
+
+
+def _scene(spec: EnvSpec, info: dict[str, Any]) -> str:
+    """'  jungle, dusk': the episode's theme and, where the env has several, its light; '' for envs without scenes."""
+    parts = [str(info["theme"])] if info.get("theme") else []
+    parts += [str(info["condition"])] if spec.conditions and info.get("condition") else []
+    return "  " + ", ".join(parts) if parts else ""
+
+
+def pedals_text(names: tuple[str, ...], action_space: str, action: Any, expert: Any, filled: Any = ()) -> str:
+    """What the driver does besides steering, for the HUD: 'gas +0.80  brake +0.00' (components the student does
+    not predict marked as the expert's), or a discrete action's name; the expert's beside it. '' when the action
+    is steering alone (a replay, a PI-held speed)."""
+    if action_space == "discrete":
+        return f"action {names[int(action)]}" + ("" if expert is None else f"   expert: {names[int(expert)]}")
+    a = np.asarray(action, dtype=np.float64).reshape(-1)
+    cols = [(i, n) for i, n in enumerate(names[:len(a)]) if n != "steer"]
+    if not cols:
+        return ""
+    text = "  ".join(f"{n} {a[i]:+.2f}" + (" (the expert's)" if n in filled else "") for i, n in cols)
+    if expert is None:
+        return text
+    e = np.asarray(expert, dtype=np.float64).reshape(-1)
+    return text + "   expert: " + "  ".join(f"{n} {e[i]:+.2f}" for i, n in cols if i < len(e))

@@ -64,7 +64,7 @@ from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import TimingConditions, parse_jitter, timing_summary
-from agent.runtime import show_progress
+from agent.runtime import show_progress, tensorboard_command
 from agent.workers import MAX_WORKERS, EpisodePool, check_workers, default_workers, warm_up
 from common.checks import is_int
 from common.cli import option
@@ -621,6 +621,9 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
     # 1. what to drive (load everything first, so a bad checkpoint fails before any driving)
     drivers, action_space = _policy_drivers(args)
     expert = Expert.load(args.expert, action_space, args.env)
+    if expert.spec.collection_noise:  # a replay of a collect.py dataset: its reference path is the noised drive's
+        tqdm.write(f"note: {args.replay} was collected with DART noise {expert.spec.collection_noise:g}: the recorded "
+                   "path it is judged against wobbles with it (collect.py --noise 0 records a drive for replays)")
     expert_meta = _expert_meta(expert)
     if args.expert_drives or args.with_expert:
         drivers.append(Driver("expert", ExpertController(expert), dict(expert_meta)))
@@ -644,9 +647,11 @@ def _evaluate(args: EvalArgs, command: str | None) -> dict[str, dict[str, Any]]:
         if not single and results:
             _write_comparison(root, args, action_space, results)
     videos = sorted(root.glob("videos/*.mp4" if single else "*/videos/*.mp4"))
+    paths = sorted(root.glob("paths/*.png" if single else "*/paths/*.png"))
     tqdm.write(f"outputs in {root}/: " + ("metrics.json, episodes.csv" if single else "comparison.md, <policy>/metrics.json")
                + (f", {len(videos)} video(s) ({videos[0].relative_to(root)}, ...)" if videos else "")
-               + (f"; TensorBoard: tensorboard --logdir {root}" if args.tensorboard else ""))
+               + (f", the driven path of each part ({paths[0].relative_to(root)} and .csv, ...)" if paths else "")
+               + (f"; TensorBoard: {tensorboard_command(root)}" if args.tensorboard else ""))
     return results
 
 
@@ -750,7 +755,7 @@ def _replay_meta(args: EvalArgs, spec: Any) -> dict[str, Any]:
     from envs.replay.vehicle import DEFAULT_MAX_YAW_RAD
 
     return {"recording": args.replay, "dataset": spec.name[len(REPLAY_PREFIX):], "span": args.replay_span or "0:1",
-            "geometry": spec.geometry.to_dict(),
+            "geometry": spec.geometry.to_dict(), "dart_noise": spec.collection_noise,
             "intervention": f"more than {args.replay_max_offset:g} m from the recorded path or more than "
                             f"{math.degrees(DEFAULT_MAX_YAW_RAD):.0f} degrees off its direction (measured from the "
                             + ("recorded driver's line, not the road's edges" if args.replay_reference == "driver" else
@@ -765,8 +770,19 @@ def _write_comparison(root: Path, args: EvalArgs, action_space: str, results: di
     root.mkdir(parents=True, exist_ok=True)
     title = (f"# Closed-loop evaluation: {args.env} ({action_space}), seeds {args.seeds[0]}..{args.seeds[-1]}, "
              f"max {args.max_steps} steps" + ("" if args.timing.regular else f", {args.timing.label()}") + "\n\n")
-    atomic_write_text(root / "comparison.md", title + comparison_markdown(rows))
+    atomic_write_text(root / "comparison.md", title + cut_short_note(args) + comparison_markdown(rows))
     write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"} for n, s in rows})
+
+
+def cut_short_note(args: EvalArgs) -> str:
+    """A paragraph for comparison.md when --max-steps ends the episodes before the env does: its returns and laps are
+    then below the full episodes' of a model card (and the README's headline figures); '' otherwise."""
+    spec = get_spec(args.env)
+    if spec.parts is not None or args.max_steps >= spec.default_max_steps:
+        return ""
+    return (f"Episodes end at {args.max_steps} steps ({args.max_steps * spec.dt:g} s), before {args.env}'s own "
+            f"{spec.default_max_steps}: return, completion and laps count only that far, so they fall short of the "
+            f"full-episode figures of the shipped models' cards and the README ({len(args.seeds)} episode(s) here).\n\n")
 
 
 def _evaluate_recorded(args: EvalArgs, made: list[Path] | None = None) -> dict[str, dict[str, Any]]:
@@ -783,8 +799,8 @@ def _evaluate_recorded(args: EvalArgs, made: list[Path] | None = None) -> dict[s
     real = any(is_recording(m) for m in data.episodes)
     paths = list(args.checkpoint) or [str(shipped_checkpoint(real_frames_env() if real else env.name))]
     precision = resolve_precision(args.precision, args.device)
-    policies = [load_policy(p, env.name, None, args.device, camera_students(data), recorded_frame_shape(data))
-                .use_precision(precision)
+    policies = [load_policy(p, env.name, None, args.device, camera_students(data), recorded_frame_shape(data),
+                            recorded=True).use_precision(precision)
                 for p in paths]
     names = [safe_name(n) for n in args.name] if args.name else run_names(paths)
     for path, policy in zip(paths, policies):
@@ -819,8 +835,8 @@ def summary_line(name: str, s: dict[str, Any]) -> str:
     def f(x: float, fmt: str) -> str:
         return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
-    driven = (f"{s['num_episodes']} recorded session(s), {f(s['mean_return'] * s['num_episodes'], '.0f')} m driven"
-              if "straight_autonomy" in s else  # a replay: its return is metres driven, every session is driven to its end
+    driven = (f"{s['num_episodes']} recorded part(s), {f(sum(e['distance'] for e in s['episodes']), '.0f')} m driven"
+              if "straight_autonomy" in s else  # a replay: the episodes' distance column, summed
               f"return {f(s['mean_return'], '.1f')} ± {f(s['std_return'], '.1f')} over {s['num_episodes']} episodes, "
               f"completion {f(s['mean_completion'], '.3f')}, laps {s['laps_completed']}/{s['num_episodes']}")
     return (f"{name}: {driven}, steer MAE {f(s['mean_steer_mae'], '.3f')}, "

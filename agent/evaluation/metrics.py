@@ -21,7 +21,7 @@ import io
 import math
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -339,23 +339,28 @@ def _num(x: float, fmt: str) -> str:
 
 
 def lane_keeping_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """The lane-keeping table (udacity): autonomy and interventions first, then lateral error and steering."""
-    header = ("| policy | autonomy % | interventions | per 100 s | laps | mean abs CTE (m) | max abs CTE (m) "
-              "| steer MSE vs expert | steer jerk | latency median / p95 (ms) |")
-    lines = [header, "|" + "---|" * 10]
-    for name, s in rows:
-        lines.append(
-            f"| {name} | {_num(s['autonomy'], '.2f')} | {s['total_interventions']} "
-            f"| {_num(s.get('interventions_per_100s'), '.1f')} "
-            f"| {_num(s['mean_completion'], '.2f')} per episode | {_num(s.get('mean_mean_abs_cte'), '.3f')} "
-            f"| {_num(s.get('max_abs_cte'), '.2f')} | {_num(s['mean_steer_mse'], '.4f')} "
-            f"| {_num(s['mean_steer_jerk'], '.4f')} "
-            f"| {_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')} |")
-    if rows and "straight_autonomy" in rows[0][1]:  # a replay: the trivial reference on the same frames
+    """The lane-keeping table (udacity): autonomy and interventions first, then lateral error and steering. A
+    replay's table has no laps (a part of a recording is driven once, to its end) and ends with always-straight."""
+    replay = bool(rows) and "straight_autonomy" in rows[0][1]
+    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("autonomy %", lambda s: _num(s["autonomy"], ".2f")),
+        ("interventions", lambda s: str(s["total_interventions"])),
+        ("per 100 s", lambda s: _num(s.get("interventions_per_100s"), ".1f")),
+        *([] if replay else [("laps", lambda s: f"{_num(s['mean_completion'], '.2f')} per episode")]),
+        ("mean abs CTE (m)", lambda s: _num(s.get("mean_mean_abs_cte"), ".3f")),
+        ("max abs CTE (m)", lambda s: _num(s.get("max_abs_cte"), ".2f")),
+        ("steer MSE vs " + ("path controller" if replay else "expert"), lambda s: _num(s["mean_steer_mse"], ".4f")),
+        ("steer jerk", lambda s: _num(s["mean_steer_jerk"], ".4f")),
+        ("latency median / p95 (ms)",
+         lambda s: f"{_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')}"),
+    ]
+    lines = ["| policy | " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * (len(columns) + 1)]
+    lines += [f"| {name} | " + " | ".join(cell(s) for _, cell in columns) + " |" for name, s in rows]
+    if replay:  # the trivial reference on the same frames
         s = rows[0][1]
         lines.append(f"| always-straight (reference) | {_num(s['straight_autonomy'], '.2f')} "
                      f"| {s['straight_interventions']} | {_num(s['straight_interventions_per_100s'], '.1f')} "
-                     "| | | | | | |")
+                     + "| " * (len(columns) - 3) + "|")
     return "\n".join(lines) + "\n"
 
 
@@ -391,7 +396,8 @@ def paired_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     base_name, base = rows[0][0], rows[0][1]["episodes"]
     groups = ["all"] + list(dict.fromkeys(str(e["theme"]) for e in base if "theme" in e))
     lines = [f"\n## Paired differences: each policy minus {base_name}\n",
-             "Per episode on the same seeds, mean (standard error); autonomy is per episode here.\n",
+             "Per episode on the same seeds, mean (standard error)"
+             + ("; autonomy is per episode here.\n" if "autonomy" in dict(keys) else ".\n"),
              "| policy | episodes | n | " + " | ".join(k for k, _ in keys) + " |", "|" + "---|" * (len(keys) + 3)]
     for name, s in rows[1:]:
         for g in groups:

@@ -7,9 +7,10 @@ Frame layout (RGB, every side a multiple of 16 so libx264 needs no padding):
     |  [+ saliency overlay]   |  W window frames, the |
     |                         |  last query's weights |
     +-------------------------+-----------------------+
-    |  HUD (384 x 96): step,  |  W x W attention map  |
+    |  HUD (384 x 112): step, |  W x W attention map  |
     |  speed, return, progr., |  (all queries, heads  |
-    |  policy / expert steer  |  averaged)            |
+    |  scene, pedals, policy  |  averaged)            |
+    |  / expert steer         |                       |
     +-------------------------+-----------------------+
 
 The right column (256 px) exists only for NAC cores (``return_internals``); other policies and the
@@ -38,7 +39,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SCALE = 4  # 96 -> 384
-HUD_H = 96
+HUD_H = 112
+BAR_Y = (64, 88)  # top rows of the policy's and the expert's steering bars in the HUD
 PANEL_W = 256
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 WHITE, GREY, DARK = (235, 235, 235), (140, 140, 140), (24, 24, 28)
@@ -91,19 +93,24 @@ def _steer_bar(img: np.ndarray, y: int, label: str, value: float, limit: float,
 
 def draw_hud(width: int, *, step: int, speed: float, ret: float, completion: float,
              policy_steer: float, expert_steer: float | None, steer_limit: float, expert_label: str = "expert",
-             title: str = "", lateral_error: float | None = None, interventions: int | None = None) -> np.ndarray:
-    """The HUD strip: step / speed / return / progress (the env spec's: tiles, laps), the lane-keeping envs'
-    cross-track error and interventions, then the policy's and the expert's steering bars."""
+             title: str = "", lateral_error: float | None = None, interventions: int | None = None,
+             speed_unit: str = "m/s", pedals: str = "") -> np.ndarray:
+    """The HUD strip: step / speed in its unit / return / progress (the env spec's: tiles, laps); the title (who
+    drives, the seed, the scene) with the lane-keeping envs' cross-track error and interventions; ``pedals``, what
+    the driver does besides steering (throttle, gas and brake, a discrete action); then the policy's and the
+    expert's steering bars."""
     img = np.full((HUD_H, width, 3), DARK, np.uint8)
-    _text(img, f"step {step:4d}   speed {speed:5.1f}   return {ret:7.1f}   progress {100 * completion:5.1f}%",
-          (8, 18))
+    _text(img, f"step {step:4d}   speed {speed:5.1f} {speed_unit}   return {ret:7.1f}   "
+               f"progress {100 * completion:5.1f}%", (8, 18))
     extra = ("" if lateral_error is None else f"   |CTE| {lateral_error:.2f} m") + \
             ("" if interventions is None else f"   interventions {interventions}")
     if title or extra:
         _text(img, title + extra, (8, 38), scale=0.4, color=GREY)
-    _steer_bar(img, 48, "policy", policy_steer, steer_limit, POLICY_COLOR)
+    if pedals:
+        _text(img, pedals, (8, 56), scale=0.4)
+    _steer_bar(img, BAR_Y[0], "policy", policy_steer, steer_limit, POLICY_COLOR)
     if expert_steer is not None:
-        _steer_bar(img, 72, expert_label, expert_steer, steer_limit, EXPERT_COLOR)
+        _steer_bar(img, BAR_Y[1], expert_label, expert_steer, steer_limit, EXPERT_COLOR)
     return img
 
 
@@ -279,11 +286,17 @@ def step_visuals(controller: Any, frame: np.ndarray, saliency: str | None) -> tu
     return panel, sal
 
 
+def fps_of(dt: float) -> float:
+    """The frame rate at which an episode's video plays in real time: one frame per env step of ``dt`` seconds."""
+    return round(1.0 / dt, 3)
+
+
 class VideoWriter:
     """mp4 (libx264, yuv420p) written to a hidden temp file and renamed on ``close()``, so an
-    interrupted episode never leaves a half video. ``abort()`` discards it."""
+    interrupted episode never leaves a half video. ``abort()`` discards it. ``fps``: the env's step rate
+    (``fps_of``), so the video plays in real time."""
 
-    def __init__(self, path: str | Path, fps: int = 50) -> None:
+    def __init__(self, path: str | Path, fps: float) -> None:
         import imageio.v2 as imageio
 
         self.path = Path(path)

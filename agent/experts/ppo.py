@@ -164,7 +164,8 @@ class TrainArgs:
                                       group="model")
     env: str = option("carracing", "environment", group="data", choices=ENV_NAMES)
     timesteps: int = option(1_500_000, "total env steps", group="optimisation")
-    seed: int = option(0, "RNG seed for PPO and the training-track draws", group="optimisation")
+    seed: int = option(0, "training seed: PPO's weights and sampling and its draws of training tracks (not a track "
+                       "seed: the card's tracks are 1000..)", group="optimisation")
     n_envs: int = option(8, "envs PPO steps together", group="optimisation")
     subprocesses: bool = option(False, "step each env in its own process (SB3's SubprocVecEnv; faster where cores "
                                 "are spare, the same numbers otherwise)", group="optimisation")
@@ -172,8 +173,8 @@ class TrainArgs:
     eval_episodes: int = option(20, "validation tracks (the env's validation seeds) per validation",
                                 group="evaluation conditions")
     card_episodes: int = option(20, "unseen tracks for the card (seeds 1000..)", group="evaluation conditions")
-    max_episode_steps: int | None = option(None, "steps of a validation/card episode (default: the env's own limit)",
-                                           group="evaluation conditions")
+    max_steps: int | None = option(None, "steps of a validation/card episode (default: the env's own limit)",
+                                   group="evaluation conditions", former=("--max-episode-steps",))
     learning_rate: float = option(3e-4, "PPO learning rate", group="optimisation")
     n_steps: int = option(512, "rollout length per env", group="optimisation")
     batch_size: int = option(512, "PPO minibatch size", group="optimisation")
@@ -262,7 +263,7 @@ def _make_best_callback(args: TrainArgs, best_path: Path, log: Any):
 
         def evaluate(self) -> None:
             res = evaluate_model(self.model, args.spec, args.action_space, args.spec.seeds.validation[: args.eval_episodes],
-                                 max_episode_steps=args.max_episode_steps, latencies=args.validation_latencies(),
+                                 max_episode_steps=args.max_steps, latencies=args.validation_latencies(),
                                  max_latency=(args.latency or (0, 0))[1])
             self.logger.record("eval/mean_return", res.mean)
             self.logger.record("eval/std_return", res.std)
@@ -314,7 +315,7 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
     best = PPO.load(best_path, device="cpu")
     card_latencies = None if args.latency is None else [args.latency[1]] * args.card_episodes
     res = evaluate_model(best, spec, args.action_space, spec.seeds.card[: args.card_episodes],
-                         max_episode_steps=args.max_episode_steps, latencies=card_latencies,
+                         max_episode_steps=args.max_steps, latencies=card_latencies,
                          max_latency=(args.latency or (0, 0))[1])
     log(f"card evaluation (unseen seeds): {res.summary()}")
     os.replace(best_path, out)
@@ -432,8 +433,8 @@ class EvaluateArgs:
     action_space: str | None = option(None, "expected action space (default: read from the file)", group="model")
     episodes: int = option(20, "episodes (consecutive track seeds)", group="evaluation conditions")
     seed: int = option(1000, "first track seed", group="evaluation conditions")
-    max_episode_steps: int | None = option(None, "steps per episode (default: the env's own limit)",
-                                           group="evaluation conditions")
+    max_steps: int | None = option(None, "steps per episode (default: the env's own limit)",
+                                   group="evaluation conditions", former=("--max-episode-steps",))
     render: bool = option(False, "use the rendered env instead of physics-only", group="evaluation conditions")
     latency_steps: int = option(0, "actions land D steps after they are chosen (a latency expert is shown D)",
                                 group="evaluation conditions")
@@ -465,7 +466,7 @@ def _evaluate(ns: EvaluateArgs) -> None:
                          f"{expert.max_latency} steps")
     latencies = [ns.latency_steps] * ns.episodes if ns.latency_steps or expert.max_latency else None
     res = evaluate_model(expert.model, spec, space, range(ns.seed, ns.seed + ns.episodes), render=ns.render,
-                         max_episode_steps=ns.max_episode_steps, latencies=latencies, max_latency=expert.max_latency)
+                         max_episode_steps=ns.max_steps, latencies=latencies, max_latency=expert.max_latency)
     print(f"{expert.path} [{env}, {space}, {'rendered' if ns.render else 'physics-only'}]: {res.summary()} "
           f"({time.time() - t0:.0f} s)")
     print("returns: " + " ".join(f"{r:.1f}" for r in res.returns))

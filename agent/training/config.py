@@ -86,7 +86,8 @@ class TrainArgs:
         "fraction of the optimizer steps spent warming up, then cosine decay to 5%", group="optimisation")
     grad_clip: float = option(1.0, "clip the gradient norm to this", group="optimisation")
     seed: int = option(1,
-        "seed of the weights, batches and augmentations (and of the split, unless --split-seed)", group="optimisation")
+        "training seed: the weights, batches and augmentations (and the split, unless --split-seed); not a track seed, "
+        "the tracks are the dataset's", group="optimisation")
     split_seed: int | None = option(None,
         "seed of the split by episode (default: --seed); fix it to compare --seed runs", group="data")
     resume: bool = option(False,

@@ -5,11 +5,11 @@ interrupted one stopped (finished rounds are kept, a collection is topped up, a 
 
     python -m agent.training.dagger --core nac-focus --seed 2 --recipe long --renderer fast
     python -m agent.training.dagger --core lstm --seed 1 --recipe short --data data/dl1_lstm --out runs/dl1/lstm
-    python -m agent.training.dagger --recording RECORDING_DIR --seed 1      # DAgger in the replay of a recording
+    python -m agent.training.dagger --replay RECORDING_DIR --seed 1      # DAgger in the replay of a recording
 
 The recipes are the ones measured in docs/results.md: ``short`` the like-for-like table's (3 collections, 8
 epochs, argmax drivers), ``long`` the shipped discrete student's (8 collections, 47 epochs, sampling drivers),
-``replay`` (the one for ``--recording``) the real recordings' DAgger: round 0 is the default train.py student of the
+``replay`` (the one for ``--replay``) the real recordings' DAgger: round 0 is the default train.py student of the
 recording (its last 20 % of every session held out), each round after it drives the replay of the part it trained
 on, the path controller labelling what it sees, and fine-tunes on the recording plus every round's episodes.
 """
@@ -78,11 +78,12 @@ class Lineage:
     init: str | None = option(None, "round 0 fine-tunes this checkpoint instead of training a --core from scratch "
                               "(e.g. the simulator student checkpoints/udacity_sim2real_nac.pt on a short recording)",
                               group="model", metavar="CKPT")
-    seed: int = option(1, "training and split seed of every round", group="optimisation")
+    seed: int = option(1, "training seed (weights, batches, the split) of every round; not a track seed (the rounds "
+                       "collect on collect.py's tracks)", group="optimisation")
     recipe: str | None = option(None, "short: 20 expert episodes, 4 epochs, 2 rounds of 20 (argmax drivers); long: "
                                 "25 expert episodes, 15 epochs, 7 rounds of 20 with sampling drivers; replay: a "
                                 "recording's default student, then 3 rounds of 4 epochs at lr 5e-4 in its replay "
-                                "(default: replay with --recording, else long)", group="optimisation",
+                                "(default: replay with --replay, else long)", group="optimisation",
                                 choices=tuple(RECIPES))
     rounds: int | None = option(None, "DAgger rounds after round 0 (default: the recipe's); more than the recipe's "
                                 "repeat its last round, so a finished lineage goes on where it stopped",
@@ -91,8 +92,9 @@ class Lineage:
                                       group="optimisation", metavar="N")
     recording: str | None = option(None, "DAgger in the replay of this recording (a real simulator recording or "
                                    "its imported dataset folder, or a pool of them: python -m agent.udacity.pool "
-                                   "import) instead of carracing with its PPO expert", group="data", metavar="DIR")
-    data: str | None = option(None, "dataset folder (default: data/dagger/<name>; with --recording each round's "
+                                   "import), as evaluate.py --replay drives it, instead of carracing with its PPO "
+                                   "expert", group="data", metavar="REC", flag="--replay", former=("--recording",))
+    data: str | None = option(None, "dataset folder (default: data/dagger/<name>; with --replay each round's "
                               "episodes in DATA/rK)", group="data")
     out: str | None = option(None, "run folder, round K in OUT/rK (default: runs/dagger/<name>; the name is "
                              "<recipe>_<core>_s<seed>, or <recording>_<core>_s<seed>)", group="output")
@@ -105,7 +107,7 @@ class Lineage:
                             "frame per step, in fp32 under every precision)", group="runtime", choices=PRECISIONS)
     max_steps: int | None = option(None, "steps per episode (default: the env's)", group="data")
     noise: float | None = option(None, "DART noise on what the rounds' students execute (not on round 0's expert), "
-                                 "as collect.py --noise: with --recording the std of the steering noise, held 3 "
+                                 "as collect.py --noise: with --replay the std of the steering noise, held 3 "
                                  "frames, so that a student that drives well still reaches states off the path "
                                  "for the path controller to label (default: the env's; the replay's 0)",
                                  group="data", metavar="STD")
@@ -136,10 +138,10 @@ class Lineage:
         recipe = recipes[self.recipe_name]
         if bool(self.recording) != (recipe.expert_episodes == 0):
             raise ValueError(f"--recipe {self.recipe_name} is a recipe for carracing's expert; give --recipe replay "
-                             "with --recording" if self.recording else f"--recipe {self.recipe_name} runs in the "
-                             "replay of a recording: give --recording DIR")
+                             "with --replay" if self.recording else f"--recipe {self.recipe_name} runs in the "
+                             "replay of a recording: give --replay REC")
         if self.recording and not Path(self.recording).is_dir():
-            raise ValueError(f"--recording {self.recording!r} is not a folder (a simulator recording with "
+            raise ValueError(f"--replay {self.recording!r} is not a folder (a simulator recording with "
                              "driving_log.csv, or its imported dataset)")
         if not is_int(self.seed, 0):
             raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")

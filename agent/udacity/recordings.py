@@ -1,7 +1,7 @@
 """The Udacity self-driving-car simulator's recording format, both ways: export a dataset to it, import one.
 
-    python -m agent.udacity.recordings export data/udacity out/udacity_log     # dataset -> IMG/ + driving_log.csv
-    python -m agent.udacity.recordings import ~/recordings/track1 data/track1  # recording -> dataset
+    python -m agent.udacity.recordings export data/udacity --out out/udacity_log     # dataset -> IMG/ + driving_log.csv
+    python -m agent.udacity.recordings import ~/recordings/track1 --out data/track1  # recording -> dataset
 
 Why: behaviour-cloning code written for the simulator (PilotNet notebooks and the like) reads this
 format, and the recordings people published with it are free training data for the udacity env.
@@ -56,7 +56,7 @@ from typing import Callable, Iterator, Sequence
 import cv2
 import numpy as np
 
-from agent.data.dataset import CARD_NAME, FORMAT, open_dataset, write_episode
+from agent.data.dataset import CARD_NAME, FORMAT, DemoDataset, dataset_env, open_dataset, write_episode
 from agent.data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality, jpeg_shape
 from agent.data.out_folder import check_room
 from common.cli import option, parse_command
@@ -76,7 +76,10 @@ FRAME_SHAPE = (160, 320, 3)  # the simulator's cameras, height x width x RGB: wh
 DEFAULT_FRAME_PERIOD_S = 0.1  # published recordings log about 10 rows per second
 EXPORT_START = datetime(2020, 1, 1, 12, 0, 0)  # fake recording date of exported file names
 EXPORT_EPISODE_GAP_S = 10.0  # exported episodes are this far apart, far above the importer's 1 s split
-LABELS = ("expert_action", "action")
+LABELS = ("action", "expert_action")
+# Beside an exported driving_log.csv: what its replay needs and the format cannot say (the env, its camera and car,
+# what the steering column holds, the DART noise it was collected with); the importer keeps it in the card
+EXPORT_CARD = "exported_dataset.json"
 CONVERT_HINT = "convert other image formats with python -m agent.udacity.recordings import --jpeg-quality Q"
 PROGRESS_ROWS = 2000  # recordings this long show a bar while their images are checked (on a terminal)
 # Where a driver stopped and reversed (turning round, backing off a wall): cut, the session split there.
@@ -125,15 +128,17 @@ def _dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "expert_action",
+def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "action",
                    jpeg_quality: int = RECOMMENDED_JPEG_QUALITY) -> Path:
     """Write every step of every episode as a simulator recording; returns the path of driving_log.csv.
 
-    The steering column is the expert's label by default, not the executed action: the executed action
-    may carry DART noise, and what behaviour cloning should learn is the label (the noise only served to
-    show the expert recovering). ``label="action"`` exports the executed steering instead. Steering is
-    column 0 of the label, clipped to [-1, 1]; brake is the dataset's ``brake`` array or 0; speed is in
-    mph. File names carry ``EXPORT_START`` + the episode's offset + the step's ``time`` (milliseconds,
+    The steering column is the executed action by default, as the simulator logs the steering that moved the
+    car: the frames show where it went, so a replay of the export follows the same path as the dataset's own
+    (DART noise included). ``label="expert_action"`` writes the expert's label instead (what behaviour cloning
+    code reading this format should learn; such an export cannot be replayed). Steering is column 0,
+    clipped to [-1, 1]; brake is the dataset's ``brake`` array or 0; speed is in mph. ``EXPORT_CARD`` beside the
+    CSV names the env, its camera and car, the steering column and the DART noise, for the importer and the
+    replay. File names carry ``EXPORT_START`` + the episode's offset + the step's ``time`` (milliseconds,
     bumped by 1 ms where two steps would share a name), episodes ``EXPORT_EPISODE_GAP_S`` apart, so the
     names sort in recording order and the importer splits the episodes back. Frames stored as JPEG are
     copied byte for byte; raw frames are encoded at ``jpeg_quality``. CSV paths are absolute, as the
@@ -182,7 +187,32 @@ def export_udacity(data_dir: str | Path, out_dir: str | Path, *, label: str = "e
                                      _number(a["throttle"][t]), _number(brake[t]), _number(a["speed"][t] * MPH_PER_MS)])
                 if len(ms):
                     start_ms = int(ms[-1]) + int(EXPORT_EPISODE_GAP_S * 1000)
+        write_json(tmp / EXPORT_CARD, export_card(ds, label))
     return out_dir / CSV_NAME
+
+
+def export_card(ds: DemoDataset, label: str) -> dict[str, object]:
+    """What an export's replay needs (``EXPORT_CARD``): the env, its camera and car, the steering column, the noise."""
+    from envs.replay.spec import collection_noise, geometry_of
+
+    return {"exported_by": f"{PROG} export", "env": dataset_env(ds.card, ds.episodes).name, "steering": label,
+            "steering_moved_the_car": label == "action", "dart_noise": collection_noise(ds),
+            "geometry": geometry_of(ds).to_dict()}
+
+
+def read_export_card(csv_path: Path) -> dict | None:
+    """The ``EXPORT_CARD`` beside a recording's CSV (an export of this project's), or None (the simulator's own)."""
+    path = csv_path.parent / EXPORT_CARD
+    if not path.is_file():
+        return None
+    try:
+        card = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{str(path)!r} is not the JSON the exporter writes ({e}); delete it to import the "
+                         "recording as the simulator's own") from None
+    if not isinstance(card, dict):
+        raise ValueError(f"{str(path)!r} is not the JSON object the exporter writes")
+    return card
 
 
 @dataclass
@@ -548,6 +578,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     check_room(out_dir, int(source.get("images_bytes", 0)), "the import of " + str(csv_path.parent))
     say = warn or (lambda m: print(m, file=sys.stderr))
     log, rows, cameras = _usable_rows(csv_path, img_dir, jpeg_quality, strict_images, say)
+    exported = read_export_card(csv_path)  # an export of this project's: what its replay needs
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
     undated = next((r for r in rows if r.stamp is None), None)
     if undated is not None:
@@ -595,7 +626,8 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
                        "skipped_rows": len(log.skipped),
                        "repeated_rows_dropped": len(log.repeated),
                        "skipped_examples": [{"line": n, "image": name, "problem": problem}
-                                            for n, name, problem in log.skipped[:5]]},
+                                            for n, name, problem in log.skipped[:5]],
+                       **({"exported": exported} if exported else {})},
             "episodes": episodes,
         })
     return out_dir
@@ -669,8 +701,10 @@ def recording_fingerprint(log_dir: str | Path) -> dict[str, object]:
             digest.update(f"{name}\0{st[0]}\0{st[1]}\n".encode(errors="surrogateescape"))
             total += st[0]
     size, mtime = _stat(csv_path)
+    exported = csv_path.parent / EXPORT_CARD
     return {"csv": str(csv_path.resolve()), "csv_size": size, "csv_mtime_ns": mtime,
-            "images": str(img_dir.resolve()), "images_sha256": digest.hexdigest(), "images_bytes": total}
+            "images": str(img_dir.resolve()), "images_sha256": digest.hexdigest(), "images_bytes": total,
+            **({"export_card": list(_stat(exported))} if exported.is_file() else {})}
 
 
 def _stat(path: str | Path) -> tuple[int, int]:
@@ -791,22 +825,23 @@ PROG = "python -m agent.udacity.recordings"
 
 @dataclass
 class ExportArgs:
-    data_dir: Path = option(help="the dataset folder (collect.py --out)", group="input", metavar="DATA_DIR",
+    data_dir: Path = option(help="the dataset folder (collect.py --out)", group="input", metavar="DATA",
                             positional=True)
-    out_dir: Path = option(help="where IMG/ and driving_log.csv go (new or empty)", group="output", metavar="OUT_DIR",
-                           positional=True)
-    label: str = option("expert_action", "steering column: the expert's label (default; what behaviour cloning "
-                        "should learn) or the executed action (may carry DART noise)", group="data", choices=LABELS)
+    out_dir: Path = option(help="where IMG/ and driving_log.csv go (new or empty)", group="output", flag="--out",
+                           metavar="OUT", required=True)
+    label: str = option("action", "steering column: the executed action, what moved the car, as the simulator logs "
+                        "it (default; the export replays as the dataset does), or the expert's label (what behaviour "
+                        "cloning should learn; such an export cannot be replayed)", group="data", choices=LABELS)
     jpeg_quality: int = option(RECOMMENDED_JPEG_QUALITY, "quality for frames stored raw; JPEG frames are copied",
                                group="output", metavar="Q")
 
 
 @dataclass
 class ImportArgs:
-    log_dir: Path = option(help="recording folder (or its driving_log.csv)", group="input", metavar="LOG_DIR",
+    log_dir: Path = option(help="recording folder (or its driving_log.csv)", group="input", metavar="REC",
                            positional=True)
-    out_dir: Path = option(help="dataset folder to create (new or empty)", group="output", metavar="OUT_DIR",
-                           positional=True)
+    out_dir: Path = option(help="dataset folder to create (new or empty)", group="output", flag="--out",
+                           metavar="OUT", required=True)
     jpeg_quality: int | None = option(None, "re-encode the images at this quality (default: keep the recording's "
                                       "JPEG files byte for byte)", group="output", metavar="Q")
     episode_gap_s: float = option(1.0, "seconds between rows that start a new episode", group="data",
@@ -822,8 +857,9 @@ class ImportArgs:
 
 COMMANDS = {
     "export": (ExportArgs, "Write a dataset with three cameras (frames, frames_left, frames_right) as IMG/ +\n"
-                           f"{CSV_NAME}, one row per step of every episode. Stored JPEG frames are copied byte for\n"
-                           "byte; speed is written in mph."),
+                           f"{CSV_NAME}, one row per step of every episode: the steering that moved the car, speed\n"
+                           f"in mph, stored JPEG frames copied byte for byte; {EXPORT_CARD} beside it says\n"
+                           "what its replay needs (the env's camera and car, the DART noise)."),
     "import": (ImportArgs, "Read a simulator recording (a folder with driving_log.csv and IMG/, or the CSV itself)\n"
                            "into a dataset: images are found by file name in IMG/ whatever path the CSV names; time\n"
                            "comes from the timestamps in the names; a jump of more than --episode-gap seconds starts\n"

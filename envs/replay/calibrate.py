@@ -154,7 +154,8 @@ class CalibrateArgs:
                                   positional=True)
     frames: int = option(60, "frames for the side-camera fit", group="evaluation conditions")
     pairs: int = option(120, "consecutive pairs for yaw and forward scale", group="evaluation conditions")
-    work: str = option("eval/calibrate", "where raw recordings are imported", group="output")
+    out: str = option("eval/calibrate", "output folder: raw recordings are imported into it", group="output",
+                      former=("--work",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         for k, rec in enumerate(a.recording):
-            [folder] = import_recordings([rec], [Path(a.work) / f"imported_{k}"])
+            [folder] = import_recordings([rec], [Path(a.out) / f"imported_{k}"])
             ds = open_dataset(folder)
             print(report(rec, calibrate(ds, geometry_of(ds), frames=a.frames, pairs=a.pairs)), flush=True)
     except (ValueError, OSError) as e:

@@ -128,12 +128,12 @@ class ReplayEnv(gym.Env):
         k = self._k
         self._trace.append((self._time[k], self._pose.offset, self._pose.yaw, self._steer[k], self._speed[k], steer))
         self._pose = self.vehicle.step(self._pose, steer, self._steer[k], self._speed[k], self._dt[k])
-        self._distance += self._speed[k] * self._dt[k] * self.vehicle.distance_scale
+        reward = float(self._speed[k] * self._dt[k] * self.vehicle.distance_scale)  # metres driven: the return is info["distance"]
+        self._distance += reward
         self._k = k + 1
         truncated = self._k >= self._limit
         if truncated:
             self._k = self._limit - 1  # the last frame stays on view
-        reward = float(self._speed[k] * self._dt[k])  # metres driven
         return self._observe(), reward, False, truncated, self._info(final=truncated)
 
     def recenter(self) -> tuple[np.ndarray, dict[str, Any]]:

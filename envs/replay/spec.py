@@ -95,13 +95,42 @@ def check_speeds(dataset: Any, folder: str) -> None:
                              "drives the recorded path forwards at the recorded speed")
 
 
+def exported_from(dataset: Any) -> dict:
+    """What the exporter (agent.udacity.recordings) wrote beside a recording made from one of this project's datasets,
+    kept by its import: its env, camera and car, steering column and DART noise; {} for anything else."""
+    return dict((dataset.card.get("import") or {}).get("exported") or {})
+
+
 def geometry_of(dataset: Any) -> CameraGeometry:
-    """The camera and car of a dataset: this project's simulators by their gym id, anything else the real one."""
+    """The camera and car of a dataset: this project's simulators by their gym id (an export of one of their datasets
+    by what the export says), anything else the real one."""
     from agent.data.dataset import dataset_env, is_recording
 
+    exported = exported_from(dataset)
+    if exported.get("geometry"):
+        return CameraGeometry(**exported["geometry"])
     if any(is_recording(m) for m in dataset.episodes):
         return REAL_UDACITY
     return GEOMETRIES.get(dataset_env(dataset.card, dataset.episodes).gym_id, REAL_UDACITY)
+
+
+def collection_noise(dataset: Any) -> float:
+    """The largest DART noise the dataset's driving was collected with (collect.py --noise; an export's, as it says):
+    the recorded path, the replay's reference, wobbles with it. 0 for a person's recording."""
+    exported = exported_from(dataset)
+    if exported:
+        return float(exported.get("dart_noise") or 0.0)
+    return max((float(m.get("noise") or 0.0) for m in dataset.episodes), default=0.0)
+
+
+def check_replayable_steering(dataset: Any, folder: str) -> None:
+    """An export whose steering column holds the expert's labels, not what moved the car, cannot be replayed: the
+    replay would drive a path its frames do not show (ValueError)."""
+    exported = exported_from(dataset)
+    if exported and not exported.get("steering_moved_the_car", True):
+        raise ValueError(f"{folder!r} is an export whose steering column is the expert's label ({exported.get('steering')}),"
+                         " not the steering that moved the car: its replay would follow a path its frames do not show; "
+                         "replay the dataset itself, or export it with --label action")
 
 
 @functools.lru_cache(maxsize=8)
@@ -110,6 +139,7 @@ def replay_spec(folder: str) -> EnvSpec:
     from agent.data.dataset import open_dataset
 
     ds = open_dataset(folder)
+    check_replayable_steering(ds, folder)
     shapes = {tuple(ds.array_shape(i, "frames")[1:]) for i in range(len(ds))}
     if len(shapes) != 1 or len(next(iter(shapes))) != 3 or next(iter(shapes))[2] != 3:
         raise ValueError(f"{folder!r}: a replay needs RGB camera frames of one size, got shapes {sorted(shapes)}")
@@ -120,7 +150,7 @@ def replay_spec(folder: str) -> EnvSpec:
         raise ValueError(f"{folder!r}: frames are {frame_shape[0]}x{frame_shape[1]}; the replay's camera models are "
                          f"{geometry.height}x{geometry.width} (first-person Udacity frames)")
     feeds = camera_envs(frame_shape)
-    recipe = get_spec("udacity-hard" if geometry is SIM_V1 else "udacity")  # a student's crop, size and colours
+    recipe = get_spec("udacity-hard" if geometry == SIM_V1 else "udacity")  # a student's crop, size and colours
     longest = max((int(m["length"]) for m in ds.episodes), default=1)
     dt = float(ds.card.get("dt") or 0.1)
 
@@ -176,5 +206,6 @@ def replay_spec(folder: str) -> EnvSpec:
         feeds=feeds,
         parts=lambda span: len(replay_parts(ds, parse_span(span))),
         geometry=geometry,
+        collection_noise=collection_noise(ds),
     )
     return spec

@@ -80,3 +80,27 @@ def test_a_command_word_picks_its_dataclass(capsys):
     with pytest.raises(SystemExit) as e:
         parse_command(commands, ["walk"], prog="tool")
     assert e.value.code == 2 and "invalid choice: 'walk'" in capsys.readouterr().err
+
+
+def test_the_command_list_shows_each_command_on_its_own_lines(capsys):
+    commands = {"run": (Args, "Run it: the first line of its text,\ncontinued here."), "need": (Needs, "Needs --out.")}
+    with pytest.raises(SystemExit) as e:
+        parse_command(commands, ["--help"], prog="tool", doc=Args.__doc__)
+    shown = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "commands:\n  run   Run it: the first line of its text,\n        continued here.\n  need  Needs --out." in shown
+    assert ".;" not in shown and "tool COMMAND --help" in shown
+
+
+@dataclass
+class Renamed:
+    max_steps: int | None = option(None, "steps per episode", group="runtime", former=("--max-episode-steps",))
+    fast: bool = option(False, "go fast", group="runtime", former=("--quick",))
+
+
+def test_a_former_spelling_still_parses_and_is_never_shown():
+    assert parse(Renamed, ["--max-episode-steps", "7", "--quick"], prog="tool") == Renamed(7, True)
+    assert parse(Renamed, ["--max-steps", "8"], prog="tool") == Renamed(8, False)
+    assert parse(Renamed, [], prog="tool") == Renamed()
+    text = build_parser(Renamed, "tool").format_help()
+    assert "--max-steps" in text and "--max-episode-steps" not in text and "--quick" not in text

@@ -602,7 +602,7 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
 
     expert_zip = tmp_path / "late.zip"
     train(TrainArgs(action_space="continuous", timesteps=64, out=expert_zip, n_envs=1, n_steps=64, batch_size=64,
-                    eval_every=64, eval_episodes=1, card_episodes=1, max_episode_steps=20, logdir=tmp_path / "tb",
+                    eval_every=64, eval_episodes=1, card_episodes=1, max_steps=20, logdir=tmp_path / "tb",
                     init=SPEC.default_expert["continuous"], latency_steps="0:4"), log=lambda *_: None)
     out = tmp_path / "data"
     assert collect.main(["--episodes", "1", "--max-steps", "30", "--noise", "0", "--latency-steps", "3", "--expert",
@@ -627,7 +627,7 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
         queue_dependence(expert, open_dataset(regular), states=5)
     other_zip = tmp_path / "other.zip"  # another regular expert (fine-tuned a little): its labels differ
     train(TrainArgs(action_space="continuous", timesteps=64, out=other_zip, n_envs=1, n_steps=64, batch_size=64,
-                    eval_every=64, eval_episodes=1, card_episodes=1, max_episode_steps=20, logdir=tmp_path / "tb",
+                    eval_every=64, eval_episodes=1, card_episodes=1, max_steps=20, logdir=tmp_path / "tb",
                     init=SPEC.default_expert["continuous"]), log=lambda *_: None)
     other = tmp_path / "other"
     assert collect.main(["--episodes", "1", "--max-steps", "20", "--renderer", "fast", "--workers", "1", "--out",

@@ -81,7 +81,8 @@ def test_expert_drives_two_episodes_and_writes_consistent_metrics(tmp_path):
     # Only the first episode is recorded by default; one video frame per step; no panel for the expert.
     assert sorted(p.name for p in (out / "videos").iterdir()) == ["seed_1234.mp4"]
     frames = _video_frames(out / "videos" / "seed_1234.mp4")
-    assert frames.shape == (40, 480, 384, 3)
+    assert frames.shape == (40, 496, 384, 3)
+    assert iio.immeta(out / "videos" / "seed_1234.mp4")["fps"] == 50.0  # CarRacing steps at 50 Hz: real time
 
 
 def test_driver_executes_the_policy_action(tmp_path, ckpts):
@@ -113,7 +114,7 @@ def test_tiny_nac_policy_video_has_attention_panel_and_saliency(tmp_path, ckpts)
     assert m["policy_config"]["core"] == "nac" and m["latency_steps"] == 25
     assert 0 < m["latency_median_ms"] <= m["latency_p95_ms"]
     frames = _video_frames(out / e["video"])
-    assert frames.shape == (25, 480, 640, 3)  # 384 view + 256 attention panel
+    assert frames.shape == (25, 496, 640, 3)  # 384 view + 256 attention panel
 
 
 def test_discrete_policy_drives_with_discrete_steering(tmp_path, ckpts):
@@ -194,6 +195,9 @@ def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts)
     paired_rows = [line.split("|")[1:3] for line in paired.splitlines() if line.startswith("| ") and "policy" not in line]
     assert [[c.strip() for c in r] for r in paired_rows] == [["const", "all"], ["expert", "all"]]
     assert f"{res['expert']['mean_return']:.1f} ± {res['expert']['std_return']:.1f}" in table
+    # episodes cut at 20 of CarRacing's 1000 steps: the table says its figures are not the full episodes' ones
+    assert "Episodes end at 20 steps (0.4 s), before carracing's own 1000" in table
+    assert "autonomy" not in paired  # a race table has no autonomy column to explain
     assert set(json.loads((out / "comparison.json").read_text())) == {"nac", "const", "expert"}
 
 
@@ -453,7 +457,9 @@ def test_offline_scores_of_a_discrete_student_on_recorded_expert_actions(tmp_pat
                           (["--checkpoint", str(fixed), "--temperature-spares", "brake"],
                            "--temperature-spares changes only the sample and dither rules"),
                           (["--checkpoint", str(fixed), "--discrete-actions", "sample", "--temperature-spares", "clutch"],
-                           "--temperature-spares: spared actions must be names of")):
+                           "--temperature-spares: spared actions must be names of"),
+                          (["--checkpoint", str(ckpts["other_env"])],  # the data's env, not a --env to change
+                           "the data was recorded in carracing ('CarRacing-v3'): score a student of that env")):
         assert cli.main(["--data", str(tmp_path / "demos"), "--out", str(tmp_path / "e"), *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err

@@ -14,7 +14,7 @@ TINY = dict(core_options=dict(d_model=16, heads=4, topk=4), window=4, frame_stri
 
 def test_video_writer_decodes_with_every_frame(tmp_path):
     path = tmp_path / "v" / "a.mp4"
-    w = vid.VideoWriter(path, fps=50)
+    w = vid.VideoWriter(path, fps=vid.fps_of(0.1))
     frames = [np.full((96, 160, 3), 20 * i, np.uint8) for i in range(12)]
     for f in frames:
         w.append(f)
@@ -24,10 +24,11 @@ def test_video_writer_decodes_with_every_frame(tmp_path):
     assert decoded.shape == (12, 96, 160, 3)
     assert np.abs(decoded.astype(int).mean(axis=(1, 2, 3)) - [20 * i for i in range(12)]).max() < 4
     assert list(path.parent.iterdir()) == [path]
+    assert iio.immeta(path)["fps"] == 10.0  # a 10 Hz env's episode plays in real time
 
 
 def test_video_writer_abort_and_shape_check(tmp_path):
-    w = vid.VideoWriter(tmp_path / "b.mp4")
+    w = vid.VideoWriter(tmp_path / "b.mp4", 50)
     w.append(np.zeros((32, 32, 3), np.uint8))
     with pytest.raises(ValueError, match="shape"):
         w.append(np.zeros((48, 32, 3), np.uint8))
@@ -37,7 +38,7 @@ def test_video_writer_abort_and_shape_check(tmp_path):
 
 def test_video_writer_ctrl_c_during_close_leaves_no_file(tmp_path):
     """Ctrl-C while ffmpeg finishes the file (the close at the end of an episode) must not leave its temp file."""
-    w = vid.VideoWriter(tmp_path / "c.mp4")
+    w = vid.VideoWriter(tmp_path / "c.mp4", 50)
     w.append(np.zeros((32, 32, 3), np.uint8))
     finish = w._writer.close
     calls = []
@@ -65,14 +66,37 @@ def test_hud_steering_bars_point_the_right_way():
     assert hud.shape == (vid.HUD_H, 384, 3)
     x0, x1 = 80, 384 - 70
     cx, half = (x0 + x1) // 2, (x1 - x0) // 2
-    pol = _bar_pixels(hud, 48, vid.POLICY_COLOR)
-    exp = _bar_pixels(hud, 72, vid.EXPERT_COLOR)
+    pol = _bar_pixels(hud, vid.BAR_Y[0], vid.POLICY_COLOR)
+    exp = _bar_pixels(hud, vid.BAR_Y[1], vid.EXPERT_COLOR)
     pol, exp = pol[(pol > x0) & (pol < x1)], exp[(exp > x0) & (exp < x1)]
     assert pol.min() >= cx and pol.max() == pytest.approx(cx + 0.5 * half, abs=2)  # right, half scale
     assert exp.max() <= cx and exp.min() == pytest.approx(cx - 0.75 * half, abs=2)  # left, 3/4 scale
     no_expert = vid.draw_hud(384, step=0, speed=0, ret=0, completion=0, policy_steer=0.0,
                              expert_steer=None, steer_limit=1.0)
-    assert len(_bar_pixels(no_expert, 72, vid.EXPERT_COLOR)) == 0
+    assert len(_bar_pixels(no_expert, vid.BAR_Y[1], vid.EXPERT_COLOR)) == 0
+
+
+def test_hud_pedal_line_is_drawn_only_when_the_driver_has_pedals():
+    kw = dict(step=0, speed=3.0, ret=0, completion=0, policy_steer=0, expert_steer=0, steer_limit=1.0)
+    rows = slice(46, 60)  # the pedal line, between the title and the steering bars
+    steer_only = vid.draw_hud(384, **kw)
+    assert (steer_only[rows] == vid.DARK).all()
+    assert (vid.draw_hud(384, pedals="throttle +0.40", **kw)[rows] != vid.DARK).any()
+
+
+@pytest.mark.parametrize("names, space, action, expert, filled, text", [
+    (("steer", "throttle"), "continuous", [0.1, 0.27], [0.0, 0.4], (), "throttle +0.27   expert: throttle +0.40"),
+    (("steer", "gas", "brake"), "continuous", [0.1, 0.8, 0.0], None, (), "gas +0.80  brake +0.00"),
+    (("steer", "gas", "brake"), "continuous", [0.1, 0.8, 0.0], None, ("gas", "brake"),
+     "gas +0.80 (the expert's)  brake +0.00 (the expert's)"),
+    (("noop", "right", "left", "gas", "brake"), "discrete", 3, 2, (), "action gas   expert: left"),
+    (("steer",), "continuous", [0.2], [0.1], (), ""),  # a replay: steering alone
+    (("steer", "throttle"), "continuous", [0.2], [0.1], (), ""),  # a PI-held speed: the env takes [steer]
+])
+def test_pedals_name_what_the_driver_does_besides_steering(names, space, action, expert, filled, text):
+    from agent.evaluation.episode import pedals_text
+
+    assert pedals_text(names, space, action, expert, filled) == text
 
 
 def test_window_attention_scatters_selected_keys_and_averages_heads():
@@ -89,10 +113,10 @@ def test_layout_sides_are_multiples_of_16():
     hud = vid.draw_hud(384, step=0, speed=0, ret=0, completion=0, policy_steer=0, expert_steer=0, steer_limit=0.4)
     thumbs = [np.full((96, 96, 3), 30 * i, np.uint8) for i in range(8)]
     panel = vid.attention_panel(thumbs, np.linspace(0.05, 0.2, 8), [-0.02 * i for i in range(7, -1, -1)],
-                                np.tril(np.ones((8, 8))) / 8, height=480)
+                                np.tril(np.ones((8, 8))) / 8, height=496)
     img = vid.compose_frame(frame, hud, panel, saliency=np.ones((96, 96)))
-    assert img.shape == (480, 640, 3) and img.dtype == np.uint8
-    assert vid.compose_frame(frame, hud).shape == (480, 384, 3)
+    assert img.shape == (496, 640, 3) and img.dtype == np.uint8
+    assert vid.compose_frame(frame, hud).shape == (496, 384, 3)
     # The newest frame (index 7, brightest thumbnail) sits in the top row of the panel.
     assert panel[45:80, 10:40].mean() > panel[400 - 60:400 - 30, 10:40].mean()
 

@@ -97,7 +97,7 @@ def test_tiny_latency_training_run_loads_with_its_card_and_subprocesses_change_n
     for subprocesses in (False, True):
         out = tmp_path / f"late_{subprocesses}.zip"
         args = TrainArgs(action_space="continuous", timesteps=256, out=out, n_envs=2, n_steps=64, batch_size=64,
-                         eval_every=256, eval_episodes=2, card_episodes=1, max_episode_steps=60,
+                         eval_every=256, eval_episodes=2, card_episodes=1, max_steps=60,
                          logdir=tmp_path / "runs", init=SPEC.default_expert["continuous"], latency_steps="0:3",
                          subprocesses=subprocesses)
         train(args, command="test", log=lambda *_: None)

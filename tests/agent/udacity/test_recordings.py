@@ -50,7 +50,7 @@ def test_export_import_round_trip(tmp_path):
     assert all(r[0].startswith(str((tmp_path / "log").resolve())) for r in rows), "absolute paths of the written images"
     assert len(list((tmp_path / "log" / "IMG").iterdir())) == 27
     first = ds.load(0)
-    assert np.float32(rows[0][3]) == first["expert_action"][0, 0], "shortest text that reads back exactly"
+    assert np.float32(rows[0][3]) == first["action"][0, 0], "the steering that moved the car, read back exactly"
     assert float(rows[0][6]) == pytest.approx(first["speed"][0] * 2.23694, rel=1e-6), "speed in mph"
     assert ds.jpeg_frames(0, "frames")[0] == (tmp_path / "log" / "IMG" / names[0]).read_bytes(), "JPEG bytes copied"
 
@@ -62,8 +62,8 @@ def test_export_import_round_trip(tmp_path):
     assert back.episodes[1]["csv_lines"] == [6, 9] and back.episodes[0]["env"] == "udacity"
     for i in range(2):
         a, b = ds.load(i), back.load(i)
-        np.testing.assert_array_equal(b["expert_action"], a["expert_action"])
-        np.testing.assert_array_equal(b["action"], a["expert_action"])
+        np.testing.assert_array_equal(b["expert_action"], a["action"])
+        np.testing.assert_array_equal(b["action"], a["action"])
         np.testing.assert_array_equal(b["throttle"], a["throttle"])
         np.testing.assert_allclose(b["speed"], a["speed"], rtol=1e-6)
         np.testing.assert_array_equal(b["brake"], np.zeros(len(a["time"]), np.float32))
@@ -74,12 +74,20 @@ def test_export_import_round_trip(tmp_path):
         assert b["privileged"].shape == (len(a["time"]), 0) and not b["reward"].any()
     w = WindowDataset(back, window=3)  # trainable as is
     assert len(w) == 9 and w[0]["target"].shape == (1,)
+    # what the replay needs and the format cannot say travels beside the CSV and stays in the import's card
+    exported = json.loads((tmp_path / "log" / uf.EXPORT_CARD).read_text())
+    assert exported["env"] == "udacity" and exported["steering"] == "action" and exported["steering_moved_the_car"]
+    assert exported["geometry"]["cam_height_m"] == 1.5 and exported["dart_noise"] == 0.0
+    assert back.card["import"]["exported"] == exported
 
 
-def test_export_executed_action_and_raw_frames(tmp_path):
-    ds = _write_dataset(tmp_path / "data", lengths=(3,), jpeg_quality=None)
-    rows = _read_csv(uf.export_udacity(tmp_path / "data", tmp_path / "log", label="action"))
-    np.testing.assert_array_equal(np.float32([r[3] for r in rows]), ds.load(0)["action"][:, 0])
+def test_export_expert_labels_and_raw_frames(tmp_path):
+    ds = _write_dataset(tmp_path / "data", lengths=(3,), jpeg_quality=None, meta={"noise": 0.1})
+    rows = _read_csv(uf.export_udacity(tmp_path / "data", tmp_path / "log", label="expert_action"))
+    np.testing.assert_array_equal(np.float32([r[3] for r in rows]), ds.load(0)["expert_action"][:, 0])
+    exported = json.loads((tmp_path / "log" / uf.EXPORT_CARD).read_text())
+    assert exported["steering"] == "expert_action" and not exported["steering_moved_the_car"]
+    assert exported["dart_noise"] == 0.1
     back = open_dataset(uf.import_udacity(tmp_path / "log", tmp_path / "back"))
     err = np.abs(back.load(0)["frames_right"].astype(int) - ds.load(0)["frames_right"]).mean()
     assert err < 2.0, "raw frames are JPEG-encoded once on export"
@@ -209,12 +217,12 @@ def test_import_refuses_non_jpeg_without_quality(tmp_path):
 
 def test_cli(tmp_path, capsys):
     _sim_recording(tmp_path / "rec")
-    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data")]) == 0
+    assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "data")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("imported 2 episodes, 6 steps (") and out.count("\n") == 1
-    assert uf.main(["export", str(tmp_path / "data"), str(tmp_path / "log")]) == 0
+    assert uf.main(["export", str(tmp_path / "data"), "--out", str(tmp_path / "log")]) == 0
     assert capsys.readouterr().out.startswith("exported 2 episodes, 6 steps (18 images, ")
-    assert uf.main(["export", str(tmp_path / "data"), str(tmp_path / "log")]) == 2
+    assert uf.main(["export", str(tmp_path / "data"), "--out", str(tmp_path / "log")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: output folder") and err.count("\n") == 1
     with pytest.raises(SystemExit) as e:
@@ -236,7 +244,7 @@ def test_rows_with_missing_images_are_skipped_and_counted(tmp_path):
     assert len(warnings) == 2 and warnings[0].startswith("warning: skipped 2 of 6 rows") and "line 3" in warnings[0]
     assert "1 of the 2 sessions of driving_log.csv are a single frame" in warnings[1], "said, not silent"
     assert back.card["import"]["skipped_rows"] == 2 and back.card["import"]["skipped_examples"][0]["line"] == 3
-    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "strict"), "--strict-images"]) == 2
+    assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "strict"), "--strict-images"]) == 2
     for f in (tmp_path / "rec" / "IMG").iterdir():
         f.unlink()
     with pytest.raises(ValueError, match="all 6 name images missing"):
@@ -431,10 +439,10 @@ def test_a_recording_of_nothing_but_reversing_says_so(tmp_path, capsys):
         return [", ".join([*line.split(", ")[:3], "0", "0", "1", f"{0.2 + 0.5 * k:g}"]) for k, line in enumerate(lines)]
 
     _sim_recording(tmp_path / "rec", offsets_s=tuple(round(0.1 * k, 1) for k in range(8)), rows=backwards)
-    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data")]) == 2
+    assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "data")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "nothing but stops and reversing" in err and err.count("\n") == 1
-    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data"), "--keep-reversing"]) == 0
+    assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "data"), "--keep-reversing"]) == 0
 
 
 def test_an_import_cut_by_another_rule_is_imported_again(tmp_path, capsys):
@@ -448,3 +456,23 @@ def test_an_import_cut_by_another_rule_is_imported_again(tmp_path, capsys):
     uf.import_recordings([rec], [target], warn=said.append)
     assert "is cut by another rule (stops and reversing) than the import" in said[-1]
     assert json.loads((target / "dataset.json").read_text())["import"]["reversing"]["rule"] == uf.REVERSING_RULE
+
+
+def test_an_export_card_is_part_of_what_an_import_was_made_from(tmp_path, capsys):
+    """Editing the card beside an exported CSV changes what its replay rests on: the recording is imported again; a
+    card that is not the exporter's JSON is one line naming it."""
+    _write_dataset(tmp_path / "data")
+    uf.export_udacity(tmp_path / "data", tmp_path / "log")
+    said, target = [], tmp_path / "imported"
+    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    assert len(said) == 1  # the same export: reused
+    card = tmp_path / "log" / uf.EXPORT_CARD
+    card.write_text(card.read_text().replace('"dart_noise": 0.0', '"dart_noise": 0.2'))
+    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    assert "has changed since the import" in said[-1]
+    assert json.loads((target / "dataset.json").read_text())["import"]["exported"]["dart_noise"] == 0.2
+    card.write_text("{not json")
+    assert uf.main(["import", str(tmp_path / "log"), "--out", str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{str(card)!r} is not the JSON the exporter writes" in err

@@ -131,6 +131,9 @@ def test_students_of_both_worlds_drive_the_replay_and_get_a_comparison(drive, tm
         assert "straight_autonomy" in s
     text = (out / "comparison.md").read_text()
     assert "always-straight (reference)" in text and "interventions_per_100s" in text
+    table = [line for line in text.split("## Paired")[0].splitlines() if line.startswith("|")]
+    assert "laps" not in table[0] and "Episodes end at" not in text  # a part is driven once, to its end
+    assert {line.count("|") for line in table} == {table[0].count("|")}  # every row has the header's cells
     for name, s in results.items():  # the per-step table says where in the recording each intervention came
         table = _replay_table(out / name / "paths" / "part_0.csv")
         assert int(table[0]["row"]) == STEPS // 2 and len(table) == STEPS - STEPS // 2
@@ -162,6 +165,8 @@ def test_the_replay_env_is_a_gym_env_with_the_recorded_time(drive):
     (["--replay", "{drive}", "--replay-reference", "lane", "--expert-drives"],
      "--replay-reference must be one of driver, driver-or-middle"),
     (["--replay-reference", "driver-or-middle"], "options of a --replay recording"),
+    (["--replay", "{drive}", "--checkpoint", "checkpoints/carracing_nac.pt"],
+     "steers CarRacing-v3 frames; a replay shows 160x320 first-person camera frames and drives students of udacity"),
 ])
 def test_bad_replay_flags_are_one_line_errors(drive, tmp_path, capsys, argv, needle):
     argv = [a.replace("{drive}", str(drive)) for a in argv]
@@ -203,6 +208,7 @@ def test_a_real_recording_is_scored_and_replayed_by_students_of_both_worlds(driv
 
     rec = tmp_path / "rec"
     export_udacity(drive, rec)
+    (rec / "exported_dataset.json").unlink()  # as the Unity simulator records: no export card, its camera
     hard = "checkpoints/udacity-hard_nac.pt"
     offline = evaluate(EvalArgs(data=[str(rec)], checkpoint=[hard], out=str(tmp_path / "off"), progress=False))
     assert offline["udacity-hard_nac"]["pooled"]["frames"] == STEPS
@@ -378,6 +384,7 @@ def test_a_simulator_student_fine_tunes_on_a_recording_and_a_rerun_is_told_the_f
 
     rec = tmp_path / "rec"
     export_udacity(drive, rec)
+    (rec / "exported_dataset.json").unlink()  # as the Unity simulator records: no export card, its camera
     argv = ["--data", str(rec), "--init", "checkpoints/udacity_sim2real_nac.pt", "--head", "steer", "--epochs", "1",
             "--threads", "1", "--out", str(tmp_path / "tuned"), "--no-progress"]
     assert train_cli.main(argv) == 0
@@ -394,7 +401,7 @@ def test_a_simulator_student_fine_tunes_on_a_recording_and_a_rerun_is_told_the_f
 
 
 def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
-    """python -m agent.training.dagger --recording on a raw simulator recording: it is imported once, round 0 trains
+    """python -m agent.training.dagger --replay on a raw simulator recording: it is imported once, round 0 trains
     on it, round 1's student drives the replay of the trained part only (0:0.8), the path controller labels it, and
     the next student fine-tunes on the recording plus those episodes; the summary names the command that judges
     every round on the held-out end."""
@@ -404,6 +411,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
 
     rec = tmp_path / "rec"
     export_udacity(drive, rec)
+    (rec / "exported_dataset.json").unlink()  # as the Unity simulator records: no export card, its camera
 
     recipe = {"replay": Recipe(0, 1, 0, (Round(0.0, 1, 5e-4),) * 2, "argmax", action_space="continuous",
                                val_fraction=0.2, split="blocks")}
@@ -447,12 +455,12 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     assert "--noise 0.1 --noise-hold 3" in _command("collect.py", noisy[2].collect)
     assert plan_rounds(lin, recipe["replay"], log=lambda m: None)[1].collect.noise is None
 
-    for argv, needle in ([["--recording", str(rec), "--recipe", "long"], "give --recipe replay with --recording"],
-                         [["--recording", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
-                         [["--recipe", "replay"], "give --recording DIR"],
-                         [["--recording", str(rec), "--rounds", "0"], "--rounds must be an integer >= 1"],
-                         [["--recording", str(rec), "--noise", "-0.1"], "--noise must be a number >= 0"],
-                         [["--recording", str(tmp_path / "nowhere")], "is not a folder"]):
+    for argv, needle in ([["--replay", str(rec), "--recipe", "long"], "give --recipe replay with --replay"],
+                         [["--replay", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
+                         [["--recipe", "replay"], "give --replay REC"],
+                         [["--replay", str(rec), "--rounds", "0"], "--rounds must be an integer >= 1"],
+                         [["--replay", str(rec), "--noise", "-0.1"], "--noise must be a number >= 0"],
+                         [["--replay", str(tmp_path / "nowhere")], "is not a folder"]):
         assert main([*argv, "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
