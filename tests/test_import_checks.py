@@ -247,7 +247,8 @@ def test_names_without_time_say_the_period_they_are_given(tmp_path):
     warnings = []
     uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append)
     assert warnings == [f"warning: the image names of {log} carry no time (line 1: 'center_frame13_30_48_287.jpg'): "
-                        "its rows are taken 0.1 s apart, as one episode (--frame-period sets the seconds per row)"]
+                        "its rows are taken 0.1 s apart, as one episode (python -m agent.udacity.recordings import "
+                        "--frame-period S sets the seconds per row)"]
 
 
 # ------------------------------------------------------------------ how train.py takes the recordings it is given

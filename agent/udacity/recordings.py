@@ -583,7 +583,8 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     undated = next((r for r in rows if r.stamp is None), None)
     if undated is not None:
         say(f"warning: the image names of {csv_path} carry no time (line {undated.line}: {undated.images[0].name!r}): "
-            f"its rows are taken {period:g} s apart, as one episode (--frame-period sets the seconds per row)")
+            f"its rows are taken {period:g} s apart, as one episode ({PROG} import --frame-period S sets the "
+            "seconds per row)")
     sessions, cut = (sessions, []) if keep_reversing else _cut_reversing(rows, times, sessions, csv_path, say)
     singles = [a for a, b in sessions if b - a == 1]
     if singles:
