@@ -28,6 +28,11 @@ def load_driver(path: str | Path, env: str, action_space: str, actions: str | No
                             told_latency=told_latency)
 
 
+# the student shipped for people's recordings of the real simulator (evaluate.py --data / --replay REC, the bridge):
+# trained on many drivers' public recordings, it steers drivers it never saw better than the simulator-trained one
+RECORDING_STUDENT = Path("checkpoints/udacity_real_nac.pt")
+
+
 def shipped_checkpoint(env: str) -> Path:
     """The NAC student this project ships for ``env`` (evaluate.py's default policy)."""
     return get_spec(env).shipped_student or Path(f"checkpoints/{env}_nac.pt")

@@ -121,6 +121,14 @@ def _sim2real_student() -> list[str]:
             f"{max(per_100s):.1f}"]
 
 
+def _real_student() -> list[str]:
+    held = _card("udacity_real_nac")["evaluation"]["held_out_drivers"]
+    offline, per_100s = [r["offline_vs_straight"] for r in held.values()], [r["per_100s"] for r in held.values()]
+    met = sum(o <= 0.5 and p <= 5 for o, p in zip(offline, per_100s))
+    return [str(len(held)), f"{min(offline):.2f}", f"{max(offline):.2f}", f"{min(per_100s):.1f}",
+            f"{max(per_100s):.1f}", str(met)]
+
+
 # file in the table -> the figures its headline must state, computed from the card(s)
 CARD_FIGURES = {
     "checkpoints/expert_carracing_continuous.zip": lambda: _expert("expert_carracing_continuous"),
@@ -134,6 +142,7 @@ CARD_FIGURES = {
     "checkpoints/expert_udacity_hard.zip": lambda: _on_the_road("expert_udacity_hard", laps=True),
     "checkpoints/udacity-hard_nac.pt": _hard_student,
     "checkpoints/udacity_sim2real_nac.pt": _sim2real_student,
+    "checkpoints/udacity_real_nac.pt": _real_student,
 }
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 UNITS = ("per 100 s",)  # numbers that are part of a unit, not figures

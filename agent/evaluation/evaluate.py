@@ -58,7 +58,7 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm import tqdm
 
-from agent.controllers import ExpertController, PolicyController, load_policy, shipped_checkpoint
+from agent.controllers import RECORDING_STUDENT, ExpertController, PolicyController, load_policy, shipped_checkpoint
 from agent.data.dataset import dataset_env, is_recording
 from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
@@ -70,7 +70,7 @@ from common.checks import is_int
 from common.cli import option
 from common.files import atomic_write_text, write_json
 from common.stops import stop_handled
-from envs.registry import ENV_NAMES, REPLAY_PREFIX, SeedRanges, get_spec, real_frames_env
+from envs.registry import ENV_NAMES, REPLAY_PREFIX, SeedRanges, get_spec
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
                               spared_ids)
 from policies.policy import WINDOW_CLOCKS
@@ -297,12 +297,15 @@ class EvalArgs:
             raise ValueError(f"--replay builds its env from the recording; drop --env {self.env}")
         if self.data:
             raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
-        if not self.checkpoint and not self.expert_drives:
-            raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
-                             "best.pt that train.py --data REC made), or --expert-drives to replay the recorded steering")
         if not Path(self.replay).exists():
             raise FileNotFoundError(f"--replay {self.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
                                     "or a dataset of the udacity envs)")
+        if not self.checkpoint and not self.expert_drives:
+            if not is_person_recording(self.replay):
+                raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
+                                 "best.pt that train.py --data REC made), or --expert-drives to replay the recorded "
+                                 "steering")
+            self.checkpoint = [str(RECORDING_STUDENT)]  # a person's recording: the student made for real frames
         from envs.replay.spec import parse_span
 
         parse_span(self.replay_span)
@@ -364,6 +367,18 @@ class EvalArgs:
     @property
     def seeds(self) -> list[int]:
         return list(range(self.seed, self.seed + self.episodes))
+
+
+def is_person_recording(path: str | Path) -> bool:
+    """Whether ``path`` is a person's recording of the real simulator: as recorded (driving_log.csv, or the folder
+    holding it), or its import."""
+    from agent.data.dataset import CARD_NAME, open_dataset
+    from agent.udacity.recordings import CSV_NAME, is_raw_recording
+
+    path = Path(path).parent if Path(path).name == CSV_NAME else Path(path)
+    if is_raw_recording(path):
+        return True
+    return (path / CARD_NAME).is_file() and any(is_recording(m) for m in open_dataset(path).episodes)
 
 
 def safe_name(text: str) -> str:
@@ -797,7 +812,7 @@ def _evaluate_recorded(args: EvalArgs, made: list[Path] | None = None) -> dict[s
     env = dataset_env(data.card, data.episodes)
     # a person's recording of the real simulator: the student made for its frames
     real = any(is_recording(m) for m in data.episodes)
-    paths = list(args.checkpoint) or [str(shipped_checkpoint(real_frames_env() if real else env.name))]
+    paths = list(args.checkpoint) or [str(RECORDING_STUDENT if real else shipped_checkpoint(env.name))]
     precision = resolve_precision(args.precision, args.device)
     policies = [load_policy(p, env.name, None, args.device, camera_students(data), recorded_frame_shape(data),
                             recorded=True).use_precision(precision)

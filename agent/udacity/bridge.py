@@ -76,6 +76,7 @@ import cv2
 import numpy as np
 import torch
 
+from agent.controllers import RECORDING_STUDENT
 from common.cli import option, parse
 from common.stops import sigterm_as_interrupt
 from policies.policy import WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
@@ -391,8 +392,10 @@ def _threads(text: str) -> int:
 
 @dataclass
 class BridgeArgs:
-    checkpoint: Path = option(help="a continuous steering policy checkpoint (.pt from train.py, e.g. "
-                              "runs/train/nac/best.pt)", group="model", metavar="CKPT", positional=True)
+    checkpoint: Path = option(RECORDING_STUDENT, "a continuous steering policy checkpoint (.pt "
+                              "from train.py, e.g. runs/train/nac/best.pt; default: the student shipped for the real "
+                              "simulator's frames, trained on many drivers' recordings)", group="model", metavar="CKPT",
+                              positional=True)
     host: str = option(DEFAULT_HOST, "address to listen on; 0.0.0.0 listens on every interface (only when the "
                        "simulator runs on another machine or outside a VM/container)", group="runtime")
     port: int = option(DEFAULT_PORT, "port to listen on (the simulator always connects to 4567; 0 picks a free one)",
