@@ -214,7 +214,11 @@ def test_a_real_recording_is_scored_and_replayed_by_students_of_both_worlds(driv
     assert offline["udacity-hard_nac"]["pooled"]["frames"] == STEPS
     # without --checkpoint a real recording is scored by the student made for real frames
     default = evaluate(EvalArgs(data=[str(rec)], out=str(tmp_path / "default"), progress=False))
-    assert set(default) == {"udacity_sim2real_nac"} and default["udacity_sim2real_nac"]["pooled"]["frames"] == STEPS
+    assert set(default) == {"udacity_real_nac"} and default["udacity_real_nac"]["pooled"]["frames"] == STEPS
+    # and the replay of a person's recording drives it without --checkpoint too
+    loop = evaluate(EvalArgs(replay=str(rec), out=str(tmp_path / "default_loop"), workers=1, video_episodes=0,
+                             progress=False, tensorboard=False))
+    assert set(loop) == {"udacity_real_nac"}
     closed = evaluate(EvalArgs(replay=str(rec), checkpoint=[hard], out=str(tmp_path / "loop"), workers=1,
                                video_episodes=0, progress=False, tensorboard=False))
     saved = json.loads((tmp_path / "loop" / "metrics.json").read_text())
