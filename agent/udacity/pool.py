@@ -124,13 +124,20 @@ def import_pool(entries: Sequence[Entry], root: Path, out: Path, role: str, say=
         say(f"{len(missing)} of {len(chosen)} {role} recordings are not under {root}, going on without them: "
             + ", ".join(missing))
     out.mkdir(parents=True, exist_ok=True)
-    members = []
+    members, refused = [], {}
     for e, path in found:
-        import_recordings([path], [out / e.name], warn=lambda m, n=e.name: say(f"{n}: {m}"))
+        try:
+            import_recordings([path], [out / e.name], warn=lambda m, n=e.name: say(f"{n}: {m}"))
+        except ValueError as err:  # a recording the import refuses (impossible data) is left out, not the pool
+            say(f"{e.name}: left out of the pool: {err}")
+            refused[e.name] = str(err)
+            continue
         ds = open_dataset(out / e.name)
         members.append({"name": e.name, "repo": e.repo, "commit": e.commit, "folder": e.folder, "track": e.track,
                         "steering": e.steering, "licence": e.licence, "sessions": len(ds), "steps": ds.num_steps})
-    card = {"role": role, "weight": POOL_WEIGHT, "recordings": members, "missing": missing,
+    if not members:
+        raise ValueError(f"the import refused every {role} recording found under {str(root)!r}")
+    card = {"role": role, "weight": POOL_WEIGHT, "recordings": members, "missing": missing, "refused": refused,
             "steps": sum(m["steps"] for m in members)}
     write_json(out / POOL_NAME, card)
     return card

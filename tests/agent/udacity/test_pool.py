@@ -143,3 +143,13 @@ def test_bad_pool_training_values_are_one_line(tmp_path, capsys, flag, value):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0], err
+
+
+def test_a_recording_the_import_refuses_is_left_out_with_one_line(tmp_path):
+    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("bad")])
+    _sim_recording(tmp_path / "rec" / "a")
+    _sim_recording(tmp_path / "rec" / "bad", rows=lambda lines: [ln.rsplit(",", 1)[0] + ", 500.5" for ln in lines])
+    said = []
+    card = pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=said.append)
+    assert [m["name"] for m in card["recordings"]] == ["a"] and list(card["refused"]) == ["bad"]
+    assert any(line.startswith("bad: left out of the pool:") for line in said)
