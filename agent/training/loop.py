@@ -97,8 +97,7 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
         from policies.policy import check_frame_shape
 
         check_frame_shape(trained_frame_shape(c), data.frame_shape, f"--init {path!r}", "this dataset's frames")
-    c.env = data.env.gym_id
-    c.frame_shape = list(data.frame_shape) if data.frame_shape else c.frame_shape  # what it is trained on from now
+    c.env = data.env.gym_id  # its frame_shape stays: the data's frames are that size (checked above)
     return policy
 
 

@@ -520,3 +520,11 @@ def test_a_full_disk_ends_training_in_one_line_and_resume_continues_from_the_las
     assert resumed["train_state"]["epoch"] == 3
     for k, v in ref["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][k], v, atol=1e-5, rtol=1e-4)
+
+
+def test_a_checkpoint_records_its_frames_and_is_fine_tuned_on_those_only(data_dir, tmp_path):
+    run(tiny_args(data_dir, tmp_path / "first", policy="mlp", epochs=1))
+    assert load_checkpoint(tmp_path / "first" / "best.pt").config.frame_shape == [SIZE, SIZE, 3]
+    smaller = write_synthetic(tmp_path / "small", episodes=3, size=24)
+    with pytest.raises(ValueError, match=f"was trained on {SIZE}x{SIZE}x3 frames; this dataset's frames are 24x24x3"):
+        run(tiny_args(smaller, tmp_path / "tuned", epochs=1, init=str(tmp_path / "first" / "best.pt")))
