@@ -444,7 +444,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
 
     tuned = replace(lin, init="checkpoints/udacity_sim2real_nac.pt", out=str(tmp_path / "ft"), data=None)
     plans = plan_rounds(tuned, recipe["replay"], log=lambda m: None)
-    assert plans[0].train.init == "checkpoints/udacity_sim2real_nac.pt" and plans[0].collect is None
+    assert plans[0].train.init == "checkpoints/udacity_sim2real_nac.pt" and plans[0].collects == []
     assert plans[1].train.init == str(tmp_path / "ft" / "r0" / "best.pt")
     assert tuned.name == "rec_from-udacity_sim2real_nac_s1" and plans[1].data == Path("data/dagger") / tuned.name / "r1"
     # --rounds: a finished lineage goes on with the recipe's last round repeated; fewer rounds stop early
@@ -455,9 +455,9 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     assert len(plan_rounds(replace(lin, rounds=1), recipe["replay"], log=lambda m: None)) == 2
     # --noise: the rounds' students drive with DART noise on their steering (held 3 frames); round 0 collects nothing
     noisy = plan_rounds(replace(lin, noise=0.1), recipe["replay"], log=lambda m: None)
-    assert (noisy[1].collect.noise, noisy[1].collect.noise_hold) == (0.1, 3) and noisy[0].collect is None
-    assert "--noise 0.1 --noise-hold 3" in _command("collect.py", noisy[2].collect)
-    assert plan_rounds(lin, recipe["replay"], log=lambda m: None)[1].collect.noise is None
+    assert (noisy[1].collects[0][0].noise, noisy[1].collects[0][0].noise_hold) == (0.1, 3) and noisy[0].collects == []
+    assert "--noise 0.1 --noise-hold 3" in _command("collect.py", noisy[2].collects[0][0])
+    assert plan_rounds(lin, recipe["replay"], log=lambda m: None)[1].collects[0][0].noise is None
 
     for argv, needle in ([["--replay", str(rec), "--recipe", "long"], "give --recipe replay with --replay"],
                          [["--replay", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
