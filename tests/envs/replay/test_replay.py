@@ -446,7 +446,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     plans = plan_rounds(tuned, recipe["replay"], log=lambda m: None)
     assert plans[0].train.init == "checkpoints/udacity_sim2real_nac.pt" and plans[0].collects == []
     assert plans[1].train.init == str(tmp_path / "ft" / "r0" / "best.pt")
-    assert tuned.name == "rec_from-udacity_sim2real_nac_s1" and plans[1].data == Path("data/dagger") / tuned.name / "r1"
+    assert tuned.name == "rec_from-udacity_sim2real_nac_s1" and Path(plans[1].collects[0][0].out) == Path("data/dagger") / tuned.name / "r1"
     # --rounds: a finished lineage goes on with the recipe's last round repeated; fewer rounds stop early
     longer = plan_rounds(replace(lin, rounds=4), recipe["replay"], log=lambda m: None)
     assert [p.run_dir.name for p in longer] == ["r0", "r1", "r2", "r3", "r4"]
