@@ -125,7 +125,7 @@ def test_impossible_values_are_refused_in_one_line_naming_the_row_and_the_rule(c
     with pytest.raises(ValueError, match=message):
         uf.import_udacity(tmp_path / "rec", tmp_path / "data")
     assert not (tmp_path / "data").exists()
-    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data")]) == 2
+    assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "data")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
 
@@ -223,7 +223,7 @@ def test_an_empty_image_is_skipped_like_a_cut_off_one_whatever_the_jpeg_quality(
     back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", jpeg_quality=quality,
                                           warn=warnings.append))
     assert back.num_steps == 19 and f"line 10, '{victim.name}', is empty (0 bytes)" in warnings[0]
-    argv = ["import", str(tmp_path / "rec"), str(tmp_path / "strict"), "--strict-images"]
+    argv = ["import", str(tmp_path / "rec"), "--out", str(tmp_path / "strict"), "--strict-images"]
     assert uf.main(argv + (["--jpeg-quality", str(quality)] if quality else [])) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is empty (0 bytes)" in err[0], err
@@ -233,7 +233,7 @@ def test_a_utf16_csv_says_its_encoding_is_not_supported(tmp_path, capsys):
     _sim_recording(tmp_path / "rec", offsets_s=OFFSETS)
     log = tmp_path / "rec" / "driving_log.csv"
     log.write_bytes(log.read_text().encode("utf-16"))
-    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data")]) == 2
+    assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "data")]) == 2
     assert capsys.readouterr().err == (f"error: {str(log)!r} is encoded in UTF-16, which the importer does not support; "
                                        "save it as UTF-8, as the simulator writes it\n")
 
@@ -286,7 +286,7 @@ def test_a_full_disk_during_the_import_is_one_line_and_leaves_nothing(tmp_path, 
 
     _sim_recording(tmp_path / "rec", offsets_s=OFFSETS)
     full_disk(monkeypatch, ".dataset.json.")
-    assert uf.main(["import", str(tmp_path / "rec"), str(tmp_path / "data")]) == 2
+    assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "data")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: no space left on the disk while writing ") and \
         err[0].endswith("dataset.json'; free some space and run the command again"), err

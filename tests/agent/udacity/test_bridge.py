@@ -203,7 +203,6 @@ def _one_line_error(capsys) -> str:
     (["{ckpt}", "--speed-limit", "0"], "> 0"),
     (["{ckpt}", "--speed-limit", "nan"], "> 0"),
     (["{ckpt}", "--extra-latency-ms", "-5"], "--extra-latency-ms must be in [0, 10000]"),
-    ([], "CKPT"),
 ])
 def test_cli_errors_are_one_line(tmp_path, capsys, checkpoint, argv, words):
     (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint")
@@ -214,6 +213,16 @@ def test_cli_errors_are_one_line(tmp_path, capsys, checkpoint, argv, words):
         raise SystemExit(ub.main(argv))
     assert e.value.code == 2
     assert words in _one_line_error(capsys)
+
+
+def test_without_a_checkpoint_the_shipped_real_frame_student_drives():
+    """No CKPT is the common case (a person's simulator): the student made for real frames, which exists."""
+    from agent.controllers import RECORDING_STUDENT
+    from common.cli import parse
+
+    args = parse(ub.BridgeArgs, [], prog="bridge")
+    assert args.checkpoint == RECORDING_STUDENT
+    ub.load_policy(args.checkpoint)
 
 
 def test_help_shows_defaults(capsys):
