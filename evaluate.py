@@ -19,23 +19,24 @@ Episodes use track seeds SEED, SEED+1, ... (default 1000: unseen by expert train
 Timing conditions (--drop-prob, --jitter, --latency-steps; agent/evaluation/timing.py) apply to every driver,
 the expert of --expert-drives / --with-expert included; the policy gets the true timestamp of every frame it sees,
 draws are seeded by the track seed, and metrics.json records them in its "timing" block.
-Every flag is a field of agent.evaluation.evaluate.EvalArgs (--expert-drives is the field policy); one episode's loop
-lives in agent/evaluation/episode.py.
+Every flag is a field of agent.evaluation.args.EvalArgs; one episode's loop lives in agent/evaluation/episode.py.
 """
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame for the rendered env
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
-from agent.controllers import shipped_checkpoint
 from agent.data.out_folder import clear_results, run_folder
-from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate, run_names, safe_name
+from agent.evaluation.args import EvalArgs, check_args, default_out
+from agent.evaluation.evaluate import evaluate
+from agent.evaluation.report import Interrupted
 from agent.runtime import cli_exit_code
-from common.cli import CliParser
+from common.cli import CliParser, parse
 from common.cli import build_parser as parser_of
 
 PROG = "python evaluate.py"
@@ -46,7 +47,7 @@ def build_parser() -> CliParser:
 
 
 def parse_args(argv: list[str] | None = None) -> EvalArgs:
-    return EvalArgs(**vars(build_parser().parse_args(argv)))
+    return parse(EvalArgs, argv, PROG, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,23 +58,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _evaluate_in_folder(args: EvalArgs, command: str) -> None:
     """The evaluation, with its --out checked writable and locked first; a re-run's results replace the last's."""
-    args.validate()  # a bad flag is the likelier mistake: say that before anything about the folder
-    args.out = str(_default_out(args)) if args.out is None else args.out
-    with run_folder(Path(args.out), "evaluate.py"):
-        clear_results(Path(args.out))
-        evaluate(args, command=command)
-
-
-def _default_out(args: EvalArgs) -> Path:
-    """eval/offline for --data; else eval/<name> of the one policy that drives, eval/compare for several."""
-    if args.data:
-        return Path("eval") / "offline"
-    if args.replay:
-        return Path("eval") / "replay"
-    names = [] if args.expert_drives else (
-        [safe_name(n) for n in args.name] if args.name else run_names(list(args.checkpoint) or [str(shipped_checkpoint(args.env))]))
-    names += ["expert"] if args.expert_drives or args.with_expert else []
-    return Path("eval") / (names[0] if len(names) == 1 else "compare")
+    check_args(args)  # a bad flag is the likelier mistake: say that before anything about the folder
+    out = Path(args.out) if args.out is not None else default_out(args)
+    with run_folder(out, "evaluate.py"):
+        clear_results(out)
+        evaluate(replace(args, out=str(out)), command=command)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,8 @@ def collection_rows(root: Path, episodes: int, steps: int, repeats: int) -> tupl
 
 
 def evaluation_rows(root: Path, episodes: int, steps: int, repeats: int) -> list[tuple[str, str, float]]:
-    from agent.evaluation.evaluate import EvalArgs, evaluate
+    from agent.evaluation.args import EvalArgs
+    from agent.evaluation.evaluate import evaluate
 
     rows = []
     for renderer in ("pygame", "fast"):

@@ -15,7 +15,8 @@ import torch
 import collect
 import evaluate
 import train
-from agent.evaluation.evaluate import EvalArgs
+from agent.evaluation.args import EvalArgs, check_args
+from agent.evaluation.config import resolve
 from agent.runtime import show_progress
 from policies.policy import read_checkpoint
 
@@ -108,17 +109,17 @@ def test_evaluate_expert_drives(capsys):
     assert evaluate.parse_args([]).expert_drives is False
     assert capsys.readouterr().err == ""
     with pytest.raises(ValueError, match="--expert-drives, not both"):
-        EvalArgs(expert_drives=True, checkpoint=["x.pt"]).validate()
+        check_args(EvalArgs(expert_drives=True, checkpoint=["x.pt"]))
 
 
 def test_evaluate_device_defaults_to_auto(monkeypatch):
     assert evaluate.parse_args([]).device == "auto"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert EvalArgs().validate().device == "cpu"
+    assert resolve(EvalArgs()).runtime.device == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert EvalArgs().validate().device == "cuda"
+    assert resolve(EvalArgs()).runtime.device == "cuda"
     with pytest.raises(ValueError, match="auto, cpu, cuda"):
-        EvalArgs(device="tpu").validate()
+        check_args(EvalArgs(device="tpu"))
 
 
 # ----------------------------------------------------------------------------- checkpoint errors

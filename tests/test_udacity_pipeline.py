@@ -12,7 +12,8 @@ import pytest
 
 import collect as collect_cli
 from agent.data.dataset import open_dataset
-from agent.evaluation.evaluate import EvalArgs, evaluate
+from agent.evaluation.args import EvalArgs
+from agent.evaluation.evaluate import evaluate
 from agent.experts.expert import Expert
 from agent.training.config import TrainArgs
 from agent.training.experiment import run

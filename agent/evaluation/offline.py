@@ -20,12 +20,16 @@ from typing import Any, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, open_datasets
+from agent.controllers import RECORDING_STUDENT, load_policy, shipped_checkpoint
+from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, is_recording, open_datasets
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
+from agent.evaluation.config import EvalPlan
+from agent.evaluation.drivers import check_action_options
 from agent.evaluation.plots import steering_plot
-from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio
-from common.files import write_json
+from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, show_progress
+from common.files import atomic_write_text, write_json
 from policies.actions import at_temperature
+from policies.precision import resolve as resolve_precision
 
 PREDICTORS = ("policy", "straight", "mean")
 
@@ -232,3 +236,46 @@ def _discrete_markdown(results: dict[str, dict[str, Any]]) -> str:
                  f"{first['commonest_label_accuracy']:.3f} | - | " + " | ".join(f"{x:.3f}" for x in first["label_shares"]) + " |")
     return ("\n".join(lines) + f"\n\n{first['frames']} frames in {first['sessions']} episode(s); p(action): the mean "
             "probability of each action under the softmax at the temperature the student samples at.\n")
+
+
+def evaluate_offline(plan: EvalPlan, made: list[Path] | None = None) -> dict[str, dict[str, Any]]:
+    """evaluate.py --data: score every checkpoint on recorded driving: steering, or a discrete student's actions at
+    the temperature it samples at (its own, or --action-temperature). ``made``: the imports made now."""
+    d, root = plan.drivers, plan.outputs.out
+    data = recorded_data(list(plan.track.data), root, made=made)
+    env = dataset_env(data.card, data.episodes)
+    # a person's recording of the real simulator: the student made for its frames
+    real = any(is_recording(m) for m in data.episodes)
+    paths = list(d.checkpoints) or [str(RECORDING_STUDENT if real else shipped_checkpoint(env.name))]
+    device = plan.runtime.device
+    precision = resolve_precision(plan.runtime.precision, device)
+    policies = [load_policy(p, env.name, None, device, camera_students(data), recorded_frame_shape(data),
+                            recorded=True).use_precision(precision)
+                for p in paths]
+    names = d.names_of(paths)
+    for path, policy in zip(paths, policies):
+        check_action_options(d, path, policy.config)
+    results = {}
+    for name, policy in zip(names, policies):
+        temperature = (d.action_temperature if d.action_temperature is not None
+                       else policy.config.temperature_for(d.discrete_actions))
+        results[name] = evaluate_recorded(policy, data, root if len(paths) == 1 else root / name, name,
+                                          progress=show_progress(plan.outputs.progress), temperature=temperature,
+                                          spared=d.spared, span=plan.track.data_span)
+        p = results[name]["pooled"]
+        if "accuracy" in p:
+            tqdm.write(f"{name}: agrees with the recorded action on {p['accuracy']:.3f} of {p['frames']} frames "
+                       f"(always {p['commonest_label']}: {p['commonest_label_accuracy']:.3f}); mean probabilities at "
+                       f"temperature {temperature:g}: " + ", ".join(
+                           f"{a} {x:.3f}" for a, x in zip(p["action_names"], p["mean_probs"])))
+        else:
+            tqdm.write(f"{name}: steering MSE {p['policy_avg']['mse']:.4f} vs the 0.5 s average "
+                       f"{vs_straight(p)}, "
+                       f"{p['policy_raw']['mse']:.4f} vs the recorded values ({p['straight_raw']['mse']:.4f} straight), "
+                       f"{p['frames']} frames")
+    discrete = "accuracy" in next(iter(results.values()))["pooled"]
+    table = offline_markdown(results)
+    atomic_write_text(root / "offline.md", f"# Offline {'action' if discrete else 'steering'} scores on "
+                                           f"{', '.join(plan.track.data)}\n\n{table}")
+    tqdm.write(f"outputs in {root}/: offline.md, offline.json" + ("" if discrete else ", steering_<session>.png"))
+    return results

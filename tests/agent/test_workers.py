@@ -18,7 +18,10 @@ import collect as collect_cli
 from agent.data.collection import collect
 from agent.data.config import DEFAULT_SEED, CollectConfig, CollectError, shard_range
 from agent.data.dataset import open_dataset, temp_files
-from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate
+from agent.evaluation.args import EvalArgs
+from agent.evaluation.config import resolve
+from agent.evaluation.evaluate import evaluate
+from agent.evaluation.report import Interrupted
 from agent.workers import default_workers
 from envs.carracing import make_carracing
 from tests.helpers import constant_policy_checkpoint
@@ -307,8 +310,8 @@ def test_evaluate_renderer_and_workers_errors(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert not (tmp_path / "o").exists()
-    assert EvalArgs(expert_drives=True, episodes=1).validate().workers == 1
-    assert EvalArgs(expert_drives=True).validate().renderer == "pygame"
+    assert resolve(EvalArgs(expert_drives=True, episodes=1)).runtime.workers == 1
+    assert resolve(EvalArgs(expert_drives=True)).track.renderer == "pygame"
 
 
 def test_a_worker_stops_on_the_first_sigint_and_ignores_the_next():

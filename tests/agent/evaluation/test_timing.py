@@ -18,7 +18,9 @@ import torch
 import evaluate as cli
 from agent.controllers import shipped_checkpoint
 from agent.evaluation.episode import run_episode
-from agent.evaluation.evaluate import EvalArgs, evaluate
+from agent.evaluation.args import EvalArgs, check_args
+from agent.evaluation.config import resolve
+from agent.evaluation.evaluate import evaluate
 from agent.evaluation.timing import STREAM, TimingConditions, parse_jitter
 from envs.registry import neutral_action
 from agent.experts.expert import Expert
@@ -350,8 +352,8 @@ def test_bad_timing_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys)
 
 def test_timing_options_are_refused_offline():
     with pytest.raises(ValueError, match="closed loop"):
-        EvalArgs(data=["recording"], jitter="1:2", progress=False, workers=1).validate()
-    assert EvalArgs(drop_prob=0, progress=False, workers=1).validate().timing.regular  # all off: regular timing
+        check_args(EvalArgs(data=["recording"], jitter="1:2", progress=False, workers=1))
+    assert resolve(EvalArgs(drop_prob=0, progress=False, workers=1)).conditions.timing.regular  # all off: regular timing
 
 
 # ----------------------------------------------------------------------------- a student told its latency
@@ -371,4 +373,4 @@ def test_a_latency_aware_student_is_told_the_latency_or_the_belief_given(tiny, t
     assert set(told) == {0.0}
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="--told-latency-steps must be an integer"):
-            EvalArgs(told_latency_steps=bad).validate()
+            check_args(EvalArgs(told_latency_steps=bad))

@@ -13,7 +13,8 @@ import pytest
 import collect as collect_cli
 import evaluate as evaluate_cli
 from agent.data.dataset import open_dataset
-from agent.evaluation.evaluate import EvalArgs, evaluate
+from agent.evaluation.args import EvalArgs
+from agent.evaluation.evaluate import evaluate
 from envs.registry import get_spec
 from envs.replay.camera import Reprojector
 from envs.replay.spec import SIM_V0, geometry_of, parse_span

@@ -1,0 +1,305 @@
+"""What evaluate.py is asked to do: EvalArgs, one flag per field (common.cli builds the parser), and its checks
+(``check_args``: a user's mistake is one ValueError line). agent.evaluation.config turns the checked arguments into the
+small configs the rest of evaluation takes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from agent.controllers import shipped_checkpoint
+from agent.data.dataset import is_recording
+from agent.evaluation.timing import TimingConditions, parse_jitter
+from agent.evaluation.video import SALIENCY_METHODS
+from agent.workers import MAX_WORKERS, check_workers
+from common.checks import is_int
+from common.cli import option
+from envs.registry import ENV_NAMES, REPLAY_PREFIX, get_spec
+from policies.actions import DISCRETE_ACTION_RULES, check_temperature, spared_ids
+from policies.policy import WINDOW_CLOCKS
+from policies.precision import PRECISIONS
+from policies.precision import check as check_precision
+
+
+@dataclass
+class EvalArgs:
+    """Closed-loop evaluation arguments: one evaluate.py flag per field (common.cli builds the parser)."""
+
+    env: str = option("carracing",
+        f"environment: {' | '.join(ENV_NAMES)}", group="where it drives", choices=ENV_NAMES)
+    checkpoint: list[str] = option([],
+        "policy checkpoint(s) (.pt from train.py) that drive; several -> one sub-folder each + comparison.md "
+        "(default: the env's shipped student, checkpoints/<env>_nac.pt; --data on a real simulator recording: "
+        "checkpoints/udacity_sim2real_nac.pt, the one made for its frames)", group="what drives", metavar="CKPT")
+    name: list[str] = option([],
+        "display names of the --checkpoint policies, in order, in comparison.md and as folder names (default:"
+        " the file stems)", group="what drives", metavar="NAME")
+    expert_drives: bool = option(False, "the PPO expert drives instead of a policy checkpoint: the baseline",
+                                 group="what drives")
+    action_space: str | None = option(None,
+        "continuous | discrete (carracing); must match the checkpoint (default: the checkpoint's; expert: "
+        "continuous)", group="what drives", choices=("continuous", "discrete"))
+    episodes: int | None = option(None,
+        "episodes (= consecutive track seeds) per policy (default: 5; --replay: every session)", group="where it drives")
+    seed: int | None = option(None,
+        "first track seed: episodes run on seeds SEED..SEED+EPISODES-1 (default: 1000, unseen by training; "
+        "--replay: 0, its first session)", group="where it drives")
+    max_steps: int | None = option(None,
+        "env steps per episode (default: the env's limit, carracing 1000)", group="where it drives")
+    video: bool = option(True, help="record mp4 videos (OUT/videos/seed_K.mp4)", group="output")
+    video_episodes: int = option(1, help="record the first N episodes of each policy", group="output")
+    saliency: bool = option(False, help="overlay a CNN saliency map on the videos", group="output")
+    saliency_method: str = option("gradcam",
+        "gradcam (paper fig. 6) | visualbackprop", group="output", choices=("gradcam", "visualbackprop"))
+    with_expert: bool = option(False,
+        "also evaluate the expert on the same seeds (a row of comparison.md)", group="what drives")
+    expert: str | None = option(None,
+        "expert .zip that shadows the policy (steering MAE) and drives with --expert-drives (default: the "
+        "env's shipped one in checkpoints/)", group="what drives")
+    out: str | None = option(None,
+        "output folder (default: eval/<name>, or eval/compare for several)", group="output")
+    device: str = option("auto", help="auto (cuda if available) | cpu | cuda | cuda:N", group="runtime")
+    threads: int = option(1, help="torch threads (single-frame latency: 1 is fastest on a 2-core CPU)", group="runtime")
+    precision: str = option("auto",
+        "the encoder's arithmetic when --data is scored (every recorded frame, in batches): auto (bf16 where the "
+        "hardware runs it natively: a CPU with AMX or AVX-512-BF16, a CUDA GPU with bf16; else fp32) | bf16 | "
+        "fp32; a drive encodes one frame per step, which runs fp32 under every precision (bf16 is slower on "
+        "one frame: policies/precision.py)", group="runtime", choices=PRECISIONS)
+    tensorboard: bool = option(True, help="write TensorBoard scalars to OUT/tb", group="output")
+    progress: bool = option(True,
+        "progress bars on stderr when it is a terminal (else one line per episode)", group="runtime")
+    renderer: str | None = option(None,
+        "who draws the camera frames: carracing pygame (gymnasium's, the reference the shipped students were "
+        "trained on) | fast (OpenCV, about 12x faster); udacity: native (default: the env's first)", group="where it drives")
+    workers: int | None = option(None,
+        "episodes driven at the same time, one process each; metrics and videos are those of a single process "
+        f"(default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; 1 = everything in "
+        "this process)", group="runtime")
+    data: list[str] = option([],
+        "score the checkpoints offline on recorded driving instead of driving: a real simulator recording "
+        "(driving_log.csv + IMG/) or a dataset; steering MSE/MAE against the recorded values and their 0.5 s "
+        "average, beside always-straight and the training mean, per session, with a PNG of predicted vs "
+        "recorded steering (writes OUT/offline.md, offline.json, steering_<k>.png; default OUT: "
+        "eval/offline). A discrete student is scored on the recorded (expert's) action ids: agreement of its "
+        "likeliest action beside always the commonest, and the mean probability of each action at its "
+        "sampling temperature", group="data", metavar="DATA")
+    drop_prob: float = option(0.0,
+        "timing: probability P in [0, 1) that the policy gets no new frame at a step; its stream is not "
+        "stepped and its last action is held (the first frame of an episode always arrives)", group="evaluation conditions", metavar="P")
+    jitter: str | None = option(None,
+        "timing: K1:K2, the policy gets a frame every k env steps, k drawn from K1..K2 at each frame; the env"
+        " keeps its own dt and the action is held in between (default: every step)", group="evaluation conditions", metavar="K1:K2")
+    latency_steps: int = option(0,
+        "timing: each action reaches the env this many env steps after the policy decided it; the first ones "
+        "apply the neutral action (zeros: no steering, no gas)", group="evaluation conditions", metavar="D")
+    told_latency_steps: int | None = option(
+        None, "what a latency-aware student (train.py --latency-input) is told its latency is, in env steps: set it "
+        "away from --latency-steps to measure a wrong belief (default: --latency-steps, the truth)",
+        group="evaluation conditions", metavar="D")
+    window_clock: str = option("time",
+        "how a policy picks its window from the frames it got: steps (the last frames received, every "
+        "frame_stride-th) | time (the newest frames at or before the trained offsets in seconds, so under "
+        "dropped or irregular frames the window spans the time it was trained on; identical under regular "
+        "timing)", group="evaluation conditions", choices=WINDOW_CLOCKS)
+    discrete_actions: str | None = option(None,
+        "discrete students: argmax (the likeliest action) | sample (drawn from the policy's softmax, seeded "
+        "by the track seed; the discrete expert pulses gas and steering, which argmax turns into gas wherever"
+        " the next pulse is not visible) | dither (error diffusion: over consecutive steps each action is "
+        "taken as often as its probability says, deterministically) (default: the rule the checkpoint was "
+        "trained to drive with, train.py --discrete-actions; argmax if it names none)", group="what drives", choices=DISCRETE_ACTION_RULES)
+    action_temperature: float | None = option(None,
+        "discrete students that sample or dither: the softmax temperature T (probabilities raised to 1/T): "
+        "above 1 the less likely actions (brake, the other steering pulse) come more often and the student "
+        "drives more cautiously (default: the checkpoint's, 1 unless it names one or --discrete-actions "
+        "overrides its rule)", group="what drives", metavar="T")
+    temperature_spares: str | None = option(None,
+        "discrete students that sample or dither: comma-separated actions (e.g. brake) that keep their "
+        "probability at temperature 1 while the others share the rest at --action-temperature; with brake "
+        "spared a student at 1.5 drives as fast as at 1 and spins as often (measured in docs/results.md: the "
+        "readier brake is what prevents the spins)", group="what drives", metavar="ACTIONS")
+    theme: str | None = option(None,
+        "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each "
+        "reported apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never "
+        "trained on)", group="where it drives")
+    condition: str | None = option(None,
+        "envs with scenes: comma-separated lighting/weather conditions, reported apart (by_condition) "
+        "(default: all, clear,overcast,dusk,fog; fog is never trained on)", group="where it drives")
+    pi_speed: bool = option(False,
+        "udacity-hard: the env's PI controller holds the speed limit and the policy steers only (for students"
+        " trained with train.py --head steer)", group="what drives")
+    replay: str | None = option(None,
+        "drive the checkpoints in closed loop through a recording: REC is a real simulator recording "
+        "(driving_log.csv + IMG/) or a dataset of the udacity envs. Each recorded center frame is reprojected"
+        " to the car's pose off the recorded path, a bicycle model at the recorded speed integrates the "
+        "policy's steering, and more than 1 m (or 30 degrees) off the recorded driver's line is an "
+        "intervention. Seeds are the recording's sessions (--seed, --episodes pick some); --expert-drives "
+        "replays the recorded steering; metrics.json gives autonomy and interventions per 100 s beside "
+        "always-straight's, paths/part_K.png the driven path (default OUT: eval/replay)", group="where it drives", metavar="REC")
+    replay_span: str | None = option(None,
+        "with --replay: A:B, the part of every session that is replayed, as fractions (0.8:1 = its last 20 %,"
+        " what train.py holds out of a recording) (default: 0:1)", group="where it drives", metavar="A:B")
+    data_span: str | None = option(None,
+        "with --data: A:B, the part of every session whose steering is scored, as fractions (0.8:1 = what "
+        "train.py --split blocks holds out); the policy still streams through the whole session (default: 0:1)",
+        group="where it drives", metavar="A:B")
+    replay_max_offset: float = option(1.0,
+        "with --replay: metres from the recorded driver's line beyond which the car is put back (an "
+        "intervention; NVIDIA's rule is 1 m)", group="where it drives", metavar="M")
+    replay_reference: str = option("driver",
+        "with --replay: where the car may be: driver (within --replay-max-offset of the recorded driver's line) or "
+        "driver-or-middle (within it of that line or of the road's or lane's middle, measured on the recorded "
+        "frames by envs/replay/road.py: a student keeping the middle behind a driver who kept to one side is not "
+        "counted off; docs/udacity.md)", group="where it drives", metavar="driver|driver-or-middle")
+
+
+def is_person_recording(path: str | Path) -> bool:
+    """Whether ``path`` is a person's recording of the real simulator: as recorded (driving_log.csv, or the folder
+    holding it), or its import."""
+    from agent.data.dataset import CARD_NAME, open_dataset
+    from agent.udacity.recordings import CSV_NAME, is_raw_recording
+
+    path = Path(path).parent if Path(path).name == CSV_NAME else Path(path)
+    if is_raw_recording(path):
+        return True
+    return (path / CARD_NAME).is_file() and any(is_recording(m) for m in open_dataset(path).episodes)
+
+
+
+def check_args(a: EvalArgs) -> None:
+    """Every flag's value, before anything is read or written (a ValueError, one line, names the flag). With
+    --replay before its recording is imported, only the replay's own flags: the rest needs the env the import
+    makes (agent.evaluation.config.resolve checks again once it is made)."""
+    if a.replay is not None and not a.env.startswith(REPLAY_PREFIX):
+        return _check_replay_flags(a)
+    if a.replay is None and (a.replay_span is not None or a.replay_max_offset != EvalArgs.replay_max_offset
+                             or a.replay_reference != EvalArgs.replay_reference):
+        raise ValueError("--replay-span, --replay-max-offset and --replay-reference are options of a --replay "
+                         "recording; give --replay REC")
+    if a.data_span is not None:
+        if not a.data:
+            raise ValueError("--data-span is the scored part of recorded sessions; give --data REC")
+        from envs.replay.spec import parse_span
+
+        parse_span(a.data_span, "--data-span")
+    spec = get_spec(a.env)  # ValueError naming the valid envs
+    if a.data and a.replay:
+        raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
+    if a.action_space is not None and a.action_space not in spec.action_spaces:
+        raise ValueError(f"--action-space must be one of {spec.action_spaces} for {a.env}, got {a.action_space!r}")
+    if a.expert_drives and a.checkpoint:
+        raise ValueError("give either --checkpoint or --expert-drives, not both (use --with-expert to compare)")
+    if a.data and (a.expert_drives or a.with_expert):
+        raise ValueError("--data scores policy checkpoints against recorded driving; the expert needs an env "
+                         "(drop --expert-drives / --with-expert)")
+    if a.expert_drives and a.saliency:
+        raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
+    for name, low in (("episodes", 1), ("max_steps", 1), ("video_episodes", 0), ("threads", 1), ("seed", 0)):
+        value = getattr(a, name)
+        if value is not None and not is_int(value, low):
+            raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
+    if a.saliency_method not in SALIENCY_METHODS:
+        raise ValueError(f"--saliency-method must be one of {SALIENCY_METHODS}, got {a.saliency_method!r}")
+    if a.device not in ("auto", "cpu", "cuda") and not a.device.startswith("cuda:"):
+        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {a.device!r}")
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {a.device} was requested but CUDA is not available")
+    check_precision(a.precision)
+    if a.name and len(a.name) != len(a.checkpoint or [None]):
+        raise ValueError(f"--name needs one name per --checkpoint ({len(a.checkpoint or [None])}), got {len(a.name)}")
+    if len(set(a.name)) != len(a.name):
+        raise ValueError(f"--name lists a name twice: {a.name}")
+    if len(set(a.checkpoint)) != len(a.checkpoint):
+        raise ValueError(f"--checkpoint lists a file twice: {a.checkpoint}")
+    spec.check_renderer(a.renderer)
+    if a.workers is not None:
+        check_workers(a.workers)
+    if a.window_clock not in WINDOW_CLOCKS:
+        raise ValueError(f"--window-clock must be one of {WINDOW_CLOCKS}, got {a.window_clock!r}")
+    if a.discrete_actions is not None and a.discrete_actions not in DISCRETE_ACTION_RULES:
+        raise ValueError(f"--discrete-actions must be one of {DISCRETE_ACTION_RULES}, got {a.discrete_actions!r}")
+    if a.action_temperature is not None:
+        try:
+            check_temperature(a.action_temperature, a.discrete_actions or "sample")
+        except ValueError as e:
+            raise ValueError(f"--action-temperature: {e}") from None
+    spared(a.temperature_spares)
+    spec.scene(a.theme, a.condition)  # ValueError on unknown names or an env without scenes
+    if a.pi_speed and not spec.pi_speed:
+        raise ValueError(f"--pi-speed is for envs whose drivers control the speed; {a.env}'s speed is always "
+                         "held by its PI controller")
+    if a.pi_speed and (a.expert_drives or a.with_expert):
+        raise ValueError("--pi-speed drives steering-only students; the expert drives with throttle (drop "
+                         "--expert-drives / --with-expert, or --pi-speed)")
+    if a.told_latency_steps is not None and not is_int(a.told_latency_steps, 0, 10_000):
+        raise ValueError(f"--told-latency-steps must be an integer in [0, 10000], got {a.told_latency_steps!r}")
+    timing = timing_of(a.drop_prob, a.jitter, a.latency_steps).check(a.max_steps or spec.default_max_steps)
+    if a.data and not timing.regular:
+        raise ValueError("--drop-prob, --jitter and --latency-steps are conditions of driving in closed loop; "
+                         "--data scores recorded frames offline (drop one or the other)")
+
+
+def _check_replay_flags(a: EvalArgs) -> None:
+    if a.env != EvalArgs.env:
+        raise ValueError(f"--replay builds its env from the recording; drop --env {a.env}")
+    if a.data:
+        raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
+    if not Path(a.replay).exists():
+        raise FileNotFoundError(f"--replay {a.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
+                                "or a dataset of the udacity envs)")
+    if not a.checkpoint and not a.expert_drives and not is_person_recording(a.replay):
+        raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
+                         "best.pt that train.py --data REC made), or --expert-drives to replay the recorded "
+                         "steering")
+    from envs.replay.road import check_reference
+    from envs.replay.spec import parse_span
+
+    parse_span(a.replay_span)
+    if isinstance(a.replay_max_offset, bool) or not a.replay_max_offset > 0:
+        raise ValueError(f"--replay-max-offset must be a distance > 0 in metres, got {a.replay_max_offset!r}")
+    check_reference(a.replay_reference, "--replay-reference")
+
+
+def timing_of(drop_prob: float, jitter: str | None, latency_steps: int) -> TimingConditions:
+    """The timing conditions of a run (ValueError on a malformed --jitter)."""
+    return TimingConditions(drop_prob, parse_jitter(jitter), latency_steps)
+
+
+def spared(temperature_spares: str | None) -> tuple[int, ...]:
+    """The ids of --temperature-spares (ValueError on names that are no discrete actions)."""
+    try:
+        return spared_ids(temperature_spares)
+    except ValueError as e:
+        raise ValueError(f"--temperature-spares: {e}") from None
+
+
+def default_out(a: EvalArgs) -> Path:
+    """eval/offline for --data, eval/replay for --replay; else eval/<name> of the one policy that drives,
+    eval/compare for several."""
+    if a.data:
+        return Path("eval") / "offline"
+    if a.replay:
+        return Path("eval") / "replay"
+    names = [] if a.expert_drives else (
+        [safe_name(n) for n in a.name] if a.name else run_names(list(a.checkpoint) or [str(shipped_checkpoint(a.env))]))
+    names += ["expert"] if a.expert_drives or a.with_expert else []
+    return Path("eval") / (names[0] if len(names) == 1 else "compare")
+
+
+def safe_name(text: str) -> str:
+    """A display name usable as a folder name: runs of anything but letters, digits, '-', '.' become '_'."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9.\-]+", "_", text.strip()).strip("_") or "policy"
+
+
+def run_names(paths: Sequence[str]) -> list[str]:
+    """Short unique names for checkpoints: the file stem, with parent folders added until unique."""
+    parts = [Path(p).with_suffix("").parts for p in paths]
+    depth = 1
+    while True:
+        names = ["_".join(pp[-depth:]) for pp in parts]
+        if len(set(names)) == len(names) or depth >= max(len(pp) for pp in parts):
+            return names
+        depth += 1
