@@ -24,7 +24,7 @@ from agent.runtime import cli_exit_code
 from agent.training.config import TrainArgs
 from agent.training.experiment import run
 from agent.training.loop import Interrupted
-from common.cli import CliParser
+from common.cli import CliParser, parse
 from common.cli import build_parser as parser_of
 
 PROG = "python train.py"
@@ -35,8 +35,8 @@ def build_parser() -> CliParser:
 
 
 def parse_args(argv: list[str] | None = None) -> TrainArgs:
-    args = TrainArgs(**vars(build_parser().parse_args(argv)))
-    if isinstance(args.data, list) and len(args.data) == 1:  # one folder: the plain string it always was
+    args = parse(TrainArgs, argv, PROG, __doc__)
+    if isinstance(args.data, list) and len(args.data) == 1:  # one folder: a plain string (args.json, the run label)
         args.data = args.data[0]
     return args
 

@@ -1,9 +1,10 @@
 """What train.py is asked to do (TrainArgs, one flag per field), its checks, the arguments whose defaults come
 from the dataset's env or from a checkpoint (--init), and the small typed configs the training modules take once
-the arguments are resolved (DataOptions, SplitOptions, Windows, Augmentation, RecoveryOptions, Optimisation)."""
+the arguments are resolved (plan_of: RunOptions, Model, DataOptions, SplitOptions, Windows, Augmentation,
+RecoveryOptions, Optimisation, bundled as a TrainPlan)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -274,24 +275,24 @@ def check_args(a: TrainArgs) -> None:
     if not 0.2 <= a.recovery_return <= 5:
         raise ValueError(f"--recovery-return must be in [0.2, 5] seconds (where the label rejoins the path), "
                          f"got {a.recovery_return}")
-    check_latency_queue(a)
+    check_latency_queue(a.latency_steps, a.latency_queue, a.latency_input)
     if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
         raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
 
 
-def check_latency_queue(a: TrainArgs) -> None:
+def check_latency_queue(latency_steps: str, queue: int | None, latency_input: str | None) -> None:
     """--latency-steps parses; --latency-queue K needs the latency input and room for every latency trained."""
-    latency = parse_latency_steps(a.latency_steps)
-    if a.latency_queue is None:
+    latency = parse_latency_steps(latency_steps)
+    if queue is None:
         return
-    if not is_int(a.latency_queue, 0, 1000):
-        raise ValueError(f"--latency-queue must be an integer in [0, 1000] (actions), got {a.latency_queue!r}")
-    if a.latency_queue and a.latency_input not in (None, "input"):
+    if not is_int(queue, 0, 1000):
+        raise ValueError(f"--latency-queue must be an integer in [0, 1000] (actions), got {queue!r}")
+    if queue and latency_input not in (None, "input"):
         raise ValueError(f"--latency-queue shows the actions on their way beside the latency input; it needs "
-                         f"--latency-input input, not {a.latency_input}")
-    if a.latency_queue and latency != "recorded" and latency[1] > a.latency_queue:
-        raise ValueError(f"--latency-queue {a.latency_queue} shows fewer actions than the {latency[1]} on their "
-                         f"way under --latency-steps {a.latency_steps}")
+                         f"--latency-input input, not {latency_input}")
+    if queue and latency != "recorded" and latency[1] > queue:
+        raise ValueError(f"--latency-queue {queue} shows fewer actions than the {latency[1]} on their "
+                         f"way under --latency-steps {latency_steps}")
 
 
 def parse_latency_steps(text: str) -> tuple[int, int] | str:
@@ -315,17 +316,12 @@ def parse_image_size(text: str) -> list[int]:
     return [h, w]
 
 
-def core_options(a: TrainArgs, spec: str) -> tuple[str, dict[str, Any]]:
-    """(core, its options) for a policy name: policies.cores.policy_core_options with this run's settings.
-
-    ``--hidden`` overrides the recurrent/MLP width only when it differs from its default; otherwise every
-    core is ``--d-model`` wide (an explicit ``--hidden`` equal to the default reads as "not given")."""
+def core_options(m: "Model", spec: str) -> tuple[str, dict[str, Any]]:
+    """(core, its options) for a policy name: policies.cores.policy_core_options with this run's settings."""
     from policies.cores import policy_core_options
 
-    default_hidden = next(f.default for f in fields(TrainArgs) if f.name == "hidden")
-    return policy_core_options(spec, d_model=a.d_model, heads=a.heads, topk=a.topk, sparsity=a.sparsity,
-                               nac_mode=a.nac_mode, hidden=None if a.hidden == default_hidden else a.hidden,
-                               seed=22222 + a.seed)
+    return policy_core_options(spec, d_model=m.d_model, heads=m.heads, topk=m.topk, sparsity=m.sparsity,
+                               nac_mode=m.nac_mode, hidden=m.hidden, seed=m.core_seed)
 
 
 def parse_crop(text: str | None) -> list[int] | None:
@@ -405,8 +401,9 @@ def steady_steering_bias(dataset: DemoDataset) -> bool:
     return bool(steer.mean() ** 2 > STEADY_BIAS * steer.var())
 
 
-def default_out(a: TrainArgs) -> str:
-    return str(Path("runs/train") / a.policy.replace(",", "_"))
+def default_out(policy: str) -> str:
+    """runs/train/<core>, several cores joined by _."""
+    return str(Path("runs/train") / policy.replace(",", "_"))
 
 
 def data_paths(data: str | list[str]) -> list[str]:
@@ -431,11 +428,6 @@ class DataOptions:
     loading: str  # auto | memory | lazy
     progress: bool
 
-    @classmethod
-    def of(cls, a: TrainArgs) -> "DataOptions":
-        return cls(a.data, a.crop, a.image_size, (a.side_correction or 0) > 0, a.recovery_views > 0, a.smooth_labels,
-                   a.data_loading, a.progress)
-
 
 @dataclass(frozen=True)
 class SplitOptions:
@@ -445,10 +437,6 @@ class SplitOptions:
     val_fraction: float
     folds: int
     seed: int
-
-    @classmethod
-    def of(cls, a: TrainArgs) -> "SplitOptions":
-        return cls(a.split, a.val_fraction, a.folds, a.seed if a.split_seed is None else a.split_seed)
 
 
 @dataclass(frozen=True)
@@ -465,11 +453,6 @@ class Windows:
     latency: tuple[int, int] | str = (0, 0)  # steps from a window's last frame to its label (--latency-steps)
     dataset_weight: str = "frames"  # how the --data folders share an epoch (resolved: never auto)
 
-    @classmethod
-    def of(cls, a: TrainArgs) -> "Windows":
-        return cls(a.window, a.frame_stride, a.window_gaps, a.segment, a.batch_size, a.oversample_turns, a.seed,
-                   parse_latency_steps(a.latency_steps), "frames" if a.dataset_weight == "auto" else a.dataset_weight)
-
 
 @dataclass(frozen=True)
 class Augmentation:
@@ -482,11 +465,6 @@ class Augmentation:
     shadows: bool
     color_jitter: float
 
-    @classmethod
-    def of(cls, a: TrainArgs) -> "Augmentation":
-        return cls(a.augment, a.side_correction or 0.0, a.shift_steer or 0.0, a.flip is not False, a.shadows,
-                   a.color_jitter or 0.0)
-
 
 @dataclass(frozen=True)
 class RecoveryOptions:
@@ -496,10 +474,6 @@ class RecoveryOptions:
     offset_m: float
     yaw_deg: float
     return_s: float
-
-    @classmethod
-    def of(cls, a: TrainArgs) -> "RecoveryOptions | None":
-        return cls(a.recovery_views, a.recovery_offset, a.recovery_yaw, a.recovery_return) if a.recovery_views > 0 else None
 
 
 @dataclass(frozen=True)
@@ -516,18 +490,57 @@ class Optimisation:
     log_every: int
     seed: int
 
-    @classmethod
-    def of(cls, a: TrainArgs) -> "Optimisation":
-        return cls(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every, a.seed)
+
+@dataclass(frozen=True)
+class Model:
+    """The policy to train: a new one's shape, inputs and action rule, or the --init checkpoint it starts from
+    (agent.training.loop.build_policy)."""
+
+    init: str | None
+    head: str  # auto | continuous | discrete | steer
+    encoder: str
+    feature_dim: int
+    window: int
+    frame_stride: int
+    time_input: str | None
+    color: str  # rgb | yuv | auto (the env's)
+    d_model: int
+    heads: int
+    topk: int
+    sparsity: float
+    nac_mode: str
+    hidden: int | None  # None: --hidden left at its default, every core --d-model wide
+    core_seed: int
+    discrete_actions: str | None
+    action_temperature: float | None
+    latency_input: str | None
+    latency_queue: int | None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where a run is written and how it runs: its folder, --resume / --overwrite, device, precision, progress."""
+
+    out: str
+    resume: bool
+    overwrite: bool
+    device: str
+    precision: str
+    progress: bool
+    seed: int
+    folds: int
 
 
 @dataclass(frozen=True)
 class TrainPlan:
-    """A run's arguments once resolved (--resume, the recording's import, --init, the env's defaults) and the
-    small configs cut from them: what agent.training.loop and the modules under it are given."""
+    """A run's arguments once resolved (--resume, the recording's import, --init, the env's defaults) cut into the
+    small configs agent.training.loop and the modules under it are given; ``record``: the resolved arguments as
+    args.json, the checkpoints' metadata and comparison.json keep them."""
 
-    args: TrainArgs  # as resolved: args.json, the checkpoints' metadata, and the policy's shape
+    record: dict[str, Any]
     specs: list[str]  # the cores, in --core's order
+    run: RunOptions
+    model: Model
     data: DataOptions
     split: SplitOptions
     windows: Windows
@@ -535,7 +548,24 @@ class TrainPlan:
     recovery: RecoveryOptions | None
     optimisation: Optimisation
 
-    @classmethod
-    def of(cls, a: TrainArgs) -> "TrainPlan":
-        return cls(a, core_names(a.policy), DataOptions.of(a), SplitOptions.of(a), Windows.of(a), Augmentation.of(a),
-                   RecoveryOptions.of(a), Optimisation.of(a))
+
+def plan_of(a: TrainArgs) -> TrainPlan:
+    """The small configs of the resolved arguments ``a``: the one place they are cut from TrainArgs."""
+    default_hidden = next(f.default for f in fields(TrainArgs) if f.name == "hidden")
+    return TrainPlan(
+        asdict(a), core_names(a.policy),
+        RunOptions(str(a.out), a.resume, a.overwrite, a.device, a.precision, a.progress, a.seed, a.folds),
+        Model(a.init, a.head, a.encoder, a.feature_dim, a.window, a.frame_stride, a.time_input, a.color, a.d_model,
+              a.heads, a.topk, a.sparsity, a.nac_mode, None if a.hidden == default_hidden else a.hidden,
+              22222 + a.seed, a.discrete_actions, a.action_temperature, a.latency_input, a.latency_queue),
+        DataOptions(a.data, a.crop, a.image_size, (a.side_correction or 0) > 0, a.recovery_views > 0,
+                    a.smooth_labels, a.data_loading, a.progress),
+        SplitOptions(a.split, a.val_fraction, a.folds, a.seed if a.split_seed is None else a.split_seed),
+        Windows(a.window, a.frame_stride, a.window_gaps, a.segment, a.batch_size, a.oversample_turns, a.seed,
+                parse_latency_steps(a.latency_steps), "frames" if a.dataset_weight == "auto" else a.dataset_weight),
+        Augmentation(a.augment, a.side_correction or 0.0, a.shift_steer or 0.0, a.flip is not False, a.shadows,
+                     a.color_jitter or 0.0),
+        RecoveryOptions(a.recovery_views, a.recovery_offset, a.recovery_yaw, a.recovery_return)
+        if a.recovery_views > 0 else None,
+        Optimisation(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every,
+                     a.seed))

@@ -26,7 +26,7 @@ from agent.data.dataset import (
 from agent.data.frames import FrameFile, FrameRows
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
-from agent.training.config import DataOptions, TrainArgs, data_paths, parse_crop, parse_image_size
+from agent.training.config import DataOptions, TrainPlan, data_paths, parse_crop, parse_image_size
 from agent.training.distributed import SINGLE, World, barrier
 from agent.training.recovery import dataset_geometry
 from envs.registry import EnvSpec
@@ -229,45 +229,49 @@ def lazy_cache(dataset: DemoDataset, crop: list[int] | None, size: list[int], ou
     return cache
 
 
-def use_recording(a: TrainArgs, out: Path, made: list[Path] | None = None) -> TrainArgs:
+def use_recording(data: str | list[str], dataset_weight: str, strict_images: bool, out: Path,
+                  made: list[Path] | None = None) -> tuple[str | list[str], str]:
     """``--data`` may name folders as the real Udacity simulator records them (``driving_log.csv`` + ``IMG/``, or
     that CSV): each is imported once into ``OUT/imported_data`` (``imported_data/<k>`` for the k-th of several; JPEG
     bytes kept as recorded) and trained from there, so ``--resume`` and later runs read the same datasets. Data
     named twice is taken once, said in one line. ``made``: the imports made now (import_recordings). A pool stands
-    for its recordings, and --dataset-weight auto becomes the pool's rule."""
+    for its recordings, and --dataset-weight auto becomes the pool's rule. Returns (--data, --dataset-weight)."""
     from agent.udacity.recordings import import_recordings, once_each
 
-    pools = [card for p in data_paths(a.data) if (card := pool_card(p)) is not None]
-    if a.dataset_weight == "auto":
-        a = replace(a, dataset_weight=pools[0].get("weight", "sqrt") if pools else "frames")
+    pools = [card for p in data_paths(data) if (card := pool_card(p)) is not None]
+    if dataset_weight == "auto":
+        dataset_weight = pools[0].get("weight", "sqrt") if pools else "frames"
     if pools:
-        a = replace(a, data=expand_pools(data_paths(a.data)))
-    paths = once_each(data_paths(a.data), tqdm.write)
-    targets = [out / "imported_data"] if isinstance(a.data, str) else [out / "imported_data" / str(k) for k in range(len(paths))]
-    data = import_recordings(paths, targets, strict_images=a.strict_images, warn=tqdm.write, made=made)
-    return a if data == data_paths(a.data) else replace(a, data=data[0] if isinstance(a.data, str) else data)
+        data = expand_pools(data_paths(data))
+    paths = once_each(data_paths(data), tqdm.write)
+    targets = [out / "imported_data"] if isinstance(data, str) else [out / "imported_data" / str(k) for k in range(len(paths))]
+    imported = import_recordings(paths, targets, strict_images=strict_images, warn=tqdm.write, made=made)
+    if imported != data_paths(data):
+        data = imported[0] if isinstance(data, str) else imported
+    return data, dataset_weight
 
 
-def resolve_head(a: TrainArgs, data: Data) -> tuple[str, list[str] | None, slice | None]:
+def resolve_head(plan: TrainPlan, data: Data) -> tuple[str, list[str] | None, slice | None]:
     """(head, continuous action names, target columns) for --head and the dataset's action space."""
-    head = a.head if a.head != "auto" else data.action_space
-    if a.recovery_views > 0 and (head == "discrete" or data.action_space == "discrete"
+    m, label, oversample_turns = plan.model, plan.data.paths, plan.windows.oversample_turns
+    head = m.head if m.head != "auto" else data.action_space
+    if plan.recovery is not None and (head == "discrete" or data.action_space == "discrete"
                                  or data.action_names[:1] != ["steer"]):
         raise ValueError(f"--recovery-views relabels the steering: it needs continuous labels whose first column is "
-                         f"'steer'; {a.data!r} has {data.action_space} actions {data.action_names}")
+                         f"'steer'; {label!r} has {data.action_space} actions {data.action_names}")
     if head == "discrete":
         if data.action_space != "discrete":
-            raise ValueError(f"--head discrete needs a discrete dataset; {a.data!r} is {data.action_space}")
-        if a.oversample_turns > 1:
+            raise ValueError(f"--head discrete needs a discrete dataset; {label!r} is {data.action_space}")
+        if oversample_turns > 1:
             raise ValueError("--oversample-turns reads the steering labels: a discrete head has none")
         return "discrete", None, None
     if data.action_space == "discrete":
-        raise ValueError(f"--head {head} needs continuous actions; {a.data!r} holds discrete actions")
-    check_discrete_options(head, "argmax", a.discrete_actions, a.action_temperature, False,
-                           f"the student of {a.data!r}", ("--discrete-actions", "--action-temperature", ""))
+        raise ValueError(f"--head {head} needs continuous actions; {label!r} holds discrete actions")
+    check_discrete_options(head, "argmax", m.discrete_actions, m.action_temperature, False,
+                           f"the student of {label!r}", ("--discrete-actions", "--action-temperature", ""))
     names = data.action_names
-    if a.oversample_turns > 1 and "steer" not in names[:1]:
-        raise ValueError(f"--oversample-turns reads the steering labels; {a.data!r} has no 'steer' action")
+    if oversample_turns > 1 and "steer" not in names[:1]:
+        raise ValueError(f"--oversample-turns reads the steering labels; {label!r} has no 'steer' action")
     if head == "steer":
         return "continuous", names[:1], slice(0, 1)
     return "continuous", names, slice(0, len(names))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import MISSING, asdict, fields, replace
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from agent.training import distributed
 from agent.training.config import (
     TrainArgs,
     TrainPlan,
+    plan_of,
     check_args,
     data_label,
     data_paths,
@@ -67,7 +68,7 @@ def comparison_table(summaries: list[dict[str, Any]]) -> str:
     for s in summaries:
         try:
             block = block_of(s["policy"]) or "-"
-        except ValueError:  # a name this version no longer parses (an old comparison.json)
+        except ValueError:  # a core name policies.cores does not parse (a comparison.json written elsewhere)
             block = "?"
         row = [s["policy"], block] + [fmt(s.get(k), 3 if k.startswith("attn_") else 4) for k in keys] + [
             f"{s['param_count']:,}", fmt(s.get("train_time_s"), 0), fmt(s.get("samples_per_sec"), 0)]
@@ -120,7 +121,7 @@ def run(a: TrainArgs) -> dict[str, Any]:
 def resumed_args(a: TrainArgs) -> TrainArgs:
     """--out filled in; with --resume, the arguments the run in --out started with (only where it runs and how it
     reports are taken from this command)."""
-    out = Path(a.out or default_out(a))
+    out = Path(a.out or default_out(a.policy))
     a = replace(a, out=str(out))
     if a.resume and a.overwrite:
         raise ValueError("--resume and --overwrite exclude each other")
@@ -165,14 +166,15 @@ def resolve(a: TrainArgs, out: Path, world: distributed.World,
     --init's architecture, the defaults of the dataset's env. Returns the plan and the opened dataset. ``made``:
     the imports made now."""
     if world.main:
-        a = use_recording(a, out, made)
+        data, weight = use_recording(a.data, a.dataset_weight, a.strict_images, out, made)
     barrier(world)
     if not world.main:
-        a = use_recording(a, out)
+        data, weight = use_recording(a.data, a.dataset_weight, a.strict_images, out)
+    a = replace(a, data=data, dataset_weight=weight)
     if a.init is not None and not a.resume:
         a = init_architecture(a)  # the run's label is the checkpoint's core, not --core's default
     dataset = open_datasets(a.data)
-    return TrainPlan.of(resolve_env_defaults(a, dataset)), dataset
+    return plan_of(resolve_env_defaults(a, dataset)), dataset
 
 
 def _run_in(out: Path, a: TrainArgs, made: list[Path]) -> dict[str, Any]:
@@ -182,9 +184,9 @@ def _run_in(out: Path, a: TrainArgs, made: list[Path]) -> dict[str, Any]:
         barrier(world)  # every rank has read and checked the folder before rank 0 writes into it
         torch.set_num_threads(a.threads or auto_threads(world.local_size))
         plan, dataset = resolve(a, out, world, made)
-        a = plan.args
+        folds = plan.run.folds
         data = load_data(plan.data, world, out, dataset)
-        head = resolve_head(a, data)  # fail early on a head the data cannot feed
+        head = resolve_head(plan, data)  # fail early on a head the data cannot feed
         held = validation_candidates(data)
         if len(held) < data.num_episodes and world.main:
             print(f"real recordings with other episodes (a simulator's, or a replay's DAgger rounds): validation is "
@@ -195,7 +197,7 @@ def _run_in(out: Path, a: TrainArgs, made: list[Path]) -> dict[str, Any]:
             print(describe_blocks(data, splits[0]))
         if world.main:
             out.mkdir(parents=True, exist_ok=True)
-            write_json(out / "args.json", asdict(a))
+            write_json(out / "args.json", plan.record)
         made.clear()  # the run has begun: its imports are its data from now on (--resume reads them)
 
         summaries = []
@@ -203,27 +205,28 @@ def _run_in(out: Path, a: TrainArgs, made: list[Path]) -> dict[str, Any]:
             spec_dir = out / spec if len(plan.specs) > 1 else out
             runs = []
             for k, (train_eps, val_eps) in enumerate(splits):
-                run_dir = spec_dir / f"fold_{k}" if a.folds else spec_dir
-                desc = f"{spec} fold {k + 1}/{a.folds}" if a.folds else spec
+                run_dir = spec_dir / f"fold_{k}" if folds else spec_dir
+                desc = f"{spec} fold {k + 1}/{folds}" if folds else spec
                 runs.append(train_run(plan, spec, data, head, train_eps, val_eps, run_dir, desc, world, device))
             summary = summarize(runs)
             summaries.append(summary)
-            if a.folds and world.main:
+            if folds and world.main:
                 write_json(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
             if world.main:
-                print(one_line(summary, runs, a))
-        if (len(plan.specs) > 1 or a.folds) and world.main:
+                print(one_line(summary, runs))
+        if (len(plan.specs) > 1 or folds) and world.main:
             table = comparison_table(summaries)
+            w = plan.windows
             (out / "comparison.md").write_text(
-                f"Behaviour cloning on `{data_label(a.data)}` (seed {a.seed}, window {a.window}, stride {a.frame_stride}, "
-                f"{a.epochs} epochs{f', {a.folds} folds' if a.folds else ''}); validation metrics at the best epoch.\n\n"
-                + table)
-            write_json(out / "comparison.json", {"args": asdict(a), "summaries": summaries})
+                f"Behaviour cloning on `{data_label(plan.data.paths)}` (seed {plan.run.seed}, window {w.window}, "
+                f"stride {w.frame_stride}, {plan.optimisation.epochs} epochs{f', {folds} folds' if folds else ''}); "
+                "validation metrics at the best epoch.\n\n" + table)
+            write_json(out / "comparison.json", {"args": plan.record, "summaries": summaries})
             print("\n" + table)
     return {"out": str(out), "summaries": summaries}
 
 
-def one_line(summary: dict[str, Any], runs: list[dict[str, Any]], a: TrainArgs) -> str:
+def one_line(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     metrics = " ".join(f"{k} {fmt(summary[k])}" for k in SUMMARY_KEYS if k in summary)
     where = runs[0]["run_dir"] + "/best.pt" if len(runs) == 1 else f"{len(runs)} folds"
     if "val_steer_mse" in summary and "val_steer_vs_straight" not in summary:

@@ -16,7 +16,6 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from tqdm import tqdm
 from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, show_progress
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
-from agent.training.config import Optimisation, TrainArgs, TrainPlan, core_options
+from agent.training.config import Model, Optimisation, TrainPlan, core_options
 from agent.training.data import Data, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
@@ -253,8 +252,8 @@ def train_run(plan: TrainPlan, spec: str, data: Data, head: tuple[str, list[str]
     Under torchrun every rank runs this with the same arguments: each step's segments are shared out among
     the ranks (agent.training.distributed), gradients are averaged by DistributedDataParallel, validation is
     scored by all and reduced in episode order, and rank 0 alone writes checkpoints, TensorBoard and metrics.json."""
-    device = device or device_for(plan.args.device, world)
-    resumed = open_run_folder(plan.args.resume, plan.args.overwrite, run_dir, world)
+    device = device or device_for(plan.run.device, world)
+    resumed = open_run_folder(plan.run.resume, plan.run.overwrite, run_dir, world)
     if resumed and resumed["train_state"].get("done"):
         metrics_path = run_dir / "metrics.json"
         if metrics_path.exists():
@@ -282,31 +281,31 @@ def open_run_folder(resume: bool, overwrite: bool, run_dir: Path, world: World) 
     return None
 
 
-def build_policy(a: TrainArgs, spec: str, data: Data, head: str, names: list[str] | None,
+def build_policy(m: Model, spec: str, data: Data, head: str, names: list[str] | None,
                  train_targets: np.ndarray, resumed: dict[str, Any] | None, where: Path) -> DrivingPolicy:
     """The policy to train: the resumed one, the --init checkpoint's, or a new one whose continuous targets are
     normalised with the training split's statistics."""
     if resumed:
         return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
-    if a.init is not None:
-        return initial_policy(a.init, data, head, names, a.time_input, a.discrete_actions, a.action_temperature,
-                              a.latency_input, a.latency_queue)
-    if a.action_temperature not in (None, 1.0) and not a.discrete_actions:
+    if m.init is not None:
+        return initial_policy(m.init, data, head, names, m.time_input, m.discrete_actions, m.action_temperature,
+                              m.latency_input, m.latency_queue)
+    if m.action_temperature not in (None, 1.0) and not m.discrete_actions:
         raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
                          "temperature (add --discrete-actions sample)")
-    core, options = core_options(a, spec)
+    core, options = core_options(m, spec)
     extra: dict[str, Any] = {}
     if head == "continuous":
         extra = {"target_mean": train_targets.mean(0).astype(float).tolist(),
                  "target_std": np.maximum(train_targets.std(0), 1e-2).astype(float).tolist()}
     config = PolicyConfig.for_actions(
-        head, names, encoder=a.encoder, feature_dim=a.feature_dim, core=core, core_options=options,
-        window=a.window, frame_stride=a.frame_stride, frame_period=data.frame_period, time_input=a.time_input or "seconds",
+        head, names, encoder=m.encoder, feature_dim=m.feature_dim, core=core, core_options=options,
+        window=m.window, frame_stride=m.frame_stride, frame_period=data.frame_period, time_input=m.time_input or "seconds",
         image_size=data.image_size, crop=data.crop, frame_shape=list(data.frame_shape) if data.frame_shape else None,
-        color=a.color if a.color != "auto" else data.env.default_color,
-        action_space=data.action_space, env=data.env.gym_id, discrete_actions=a.discrete_actions or "argmax",
-        action_temperature=a.action_temperature or 1.0, latency_input=a.latency_input or "none",
-        queue_steps=a.latency_queue or 0, **extra)
+        color=m.color if m.color != "auto" else data.env.default_color,
+        action_space=data.action_space, env=data.env.gym_id, discrete_actions=m.discrete_actions or "argmax",
+        action_temperature=m.action_temperature or 1.0, latency_input=m.latency_input or "none",
+        queue_steps=m.latency_queue or 0, **extra)
     return DrivingPolicy(config)
 
 
@@ -326,18 +325,18 @@ class Trainer:
                  resumed: dict[str, Any] | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        a, opt = plan.args, plan.optimisation
+        run, opt = plan.run, plan.optimisation
         self.plan, self.opt, self.spec, self.data, self.run_dir, self.desc, self.world, self.device = (
             plan, opt, spec, data, run_dir, desc, world, device)
         self.train_eps, self.val_eps = split
         head_kind, names, self.cols = head
         self.resumed = resumed
         self.last_path, self.best_path = run_dir / "last.pt", run_dir / "best.pt"
-        seed_everything(a.seed)
+        seed_everything(run.seed)
         targets = {e: episode_targets(data, e, self.cols) for e in self.train_eps}
         train_targets = np.concatenate(list(targets.values()))
-        self.policy = build_policy(a, spec, data, head_kind, names, train_targets, resumed, self.last_path)
-        self.policy.to(device).use_precision(resolve_precision(a.precision, device))
+        self.policy = build_policy(plan.model, spec, data, head_kind, names, train_targets, resumed, self.last_path)
+        self.policy.to(device).use_precision(resolve_precision(run.precision, device))
         self.class_weight = (inverse_frequency_weights(train_targets, device)
                              if head_kind == "discrete" and opt.class_weights else None)
         r = plan.recovery
@@ -358,8 +357,8 @@ class Trainer:
                       "epoch_samples": 0}
         if resumed:
             self.restore(resumed["train_state"])
-        self.metadata = {"data": a.data, "policy": spec, "train_episodes": self.train_eps, "val_episodes": self.val_eps,
-                         "precision": self.policy.precision, "args": asdict(a)}
+        self.metadata = {"data": plan.data.paths, "policy": spec, "train_episodes": self.train_eps,
+                         "val_episodes": self.val_eps, "precision": self.policy.precision, "args": plan.record}
         if world.main:
             run_dir.mkdir(parents=True, exist_ok=True)
         # a resumed run hides what a killed process logged after its last checkpoint (TensorBoard's purge_step),
@@ -367,7 +366,7 @@ class Trainer:
         purge = self.state["global_step"] + 1 if resumed else None
         self.writer = SummaryWriter(str(run_dir), purge_step=purge) if world.main else _NoWriter()
         if not resumed:
-            self.writer.add_text("config", "```\n" + json.dumps({"args": asdict(a), "policy": self.policy.config.to_dict()},
+            self.writer.add_text("config", "```\n" + json.dumps({"args": plan.record, "policy": self.policy.config.to_dict()},
                                                               indent=2) + "\n```")
         self.forward: torch.nn.Module = WindowsForward(self.policy)
         if world.active:  # also makes every rank start from rank 0's weights
@@ -424,7 +423,7 @@ class Trainer:
         self.policy.train()
         bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{opt.epochs}", initial=state["batch"],
                    leave=False, dynamic_ncols=True,
-                   disable=not show_progress(self.plan.args.progress) or not self.world.main)
+                   disable=not show_progress(self.plan.run.progress) or not self.world.main)
         window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
         for segments in plan[state["batch"]:]:
             raise_if_stopped()
@@ -530,7 +529,7 @@ class Trainer:
         except OSError as e:
             if disk_full(e):
                 e.add_note(f"epoch {epoch + 1} finished but is not saved; python train.py --resume --out "
-                           f"{self.plan.args.out} " + ("continues from the last.pt saved before it"
+                           f"{self.plan.run.out} " + ("continues from the last.pt saved before it"
                                                        if self.last_path.exists() else "starts the run again"))
             raise
         if self.world.main:
@@ -545,11 +544,11 @@ class Trainer:
         why = "interrupted" if isinstance(e, KeyboardInterrupt) else "another process of the run stopped"
         saved = f"saved {self.last_path}" if self.world.main else f"rank 0 saves {self.last_path}"
         raise Interrupted(f"{why} at epoch {self.state['epoch'] + 1}, batch {self.state['batch']}; "
-                          f"{saved}; continue with --resume --out {self.plan.args.out}") from None
+                          f"{saved}; continue with --resume --out {self.plan.run.out}") from None
 
     def final_metrics(self) -> dict[str, Any]:
         """metrics.json: the best epoch's validation scores, the history, costs and the run's settings."""
-        state, a = self.state, self.plan.args
+        state = self.state
         best = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
         metrics = {
             "policy": self.spec, "run_dir": str(self.run_dir), "best_epoch": state["best_epoch"],
@@ -561,7 +560,7 @@ class Trainer:
             "train_windows": sum(self.lengths.values()), "val_windows": best["val_windows"], "device": str(self.device),
             "precision": self.policy.precision, "threads": torch.get_num_threads(), "processes": self.world.size,
             "data_loading": "lazy" if self.data.lazy else "memory",
-            "history": state["history"], "args": asdict(a), "policy_config": self.policy.config.to_dict(),
+            "history": state["history"], "args": self.plan.record, "policy_config": self.policy.config.to_dict(),
             "train_episodes": self.train_eps, "val_episodes": self.val_eps,
             **({"time_blocks": [list(p) for p in self.data.pieces]} if self.data.pieces is not None else {}),
         }

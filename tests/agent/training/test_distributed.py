@@ -18,7 +18,7 @@ from agent.data.dataset import CACHE_DIR, open_dataset, open_datasets
 from agent.data.frames import FrameFile
 from agent.data.merge import merge_datasets
 from agent.data.out_folder import inspect_out
-from agent.training.config import DataOptions, resolve_env_defaults
+from agent.training.config import plan_of, resolve_env_defaults
 from agent.training.data import load_data, resolve_head, use_lazy_loading
 from agent.training.distributed import World, from_env, step_seed
 from agent.training.experiment import run
@@ -93,11 +93,11 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     assert last["train_state"]["global_step"] == 3 * metrics["train_windows"]
     # the ranks scored one validation episode each and reduced them in episode order: one process's numbers
     a = resolve_env_defaults(tiny_args(data_dir, out, policy="gru", val_fraction=0.34))
-    data = load_data(DataOptions.of(a))
+    data = load_data(plan_of(a).data)
     from policies.policy import policy_from_checkpoint
 
     val = evaluate(policy_from_checkpoint(last).use_precision(metrics["precision"]), data, metrics["val_episodes"], a.loss,
-                           resolve_head(a, data)[2])
+                           resolve_head(plan_of(a), data)[2])
     assert val["val_loss"] == pytest.approx(metrics["last"]["val_loss"], rel=1e-6)
     assert metrics["best"]["val_loss"] < 0.8 * metrics["initial"]["val_loss"], metrics["history"]
 
@@ -160,9 +160,9 @@ def test_lazy_loading_trains_identically_and_the_folder_still_takes_appends(data
 
 def test_auto_loading_goes_lazy_when_frames_would_crowd_memory(data_dir, tmp_path, monkeypatch):
     a = replace(resolve_env_defaults(tiny_args(data_dir, tmp_path)), data_loading="auto")
-    assert not load_data(DataOptions.of(a)).lazy  # a few MB: memory
+    assert not load_data(plan_of(a).data).lazy  # a few MB: memory
     monkeypatch.setattr(training_data, "available_memory", lambda: 1_000_000)  # 1 MB free
-    assert load_data(DataOptions.of(a)).lazy
+    assert load_data(plan_of(a).data).lazy
     monkeypatch.setattr(training_data, "available_memory", lambda: None)
     dataset = open_dataset(data_dir)  # two ranks on one machine would each hold a copy:
     assert use_lazy_loading(a.data_loading, dataset, [32, 32], [], World(1, 2, 1, 2))
@@ -172,7 +172,7 @@ def test_auto_loading_goes_lazy_when_frames_would_crowd_memory(data_dir, tmp_pat
 MEASURE = r"""
 import sys
 import cv2, tqdm  # imported by loading in either mode: not part of what is measured
-from agent.training.config import DataOptions, TrainArgs, resolve_env_defaults
+from agent.training.config import TrainArgs, plan_of, resolve_env_defaults
 from agent.training.data import load_data
 from agent.training.windows import gather_segments
 
@@ -183,7 +183,7 @@ def rss(key):
 
 a = resolve_env_defaults(TrainArgs(data=sys.argv[1], data_loading=sys.argv[2], progress=False))  # imports the env
 before = rss("VmRSS")
-data = load_data(DataOptions.of(a))
+data = load_data(plan_of(a).data)
 for e in range(data.num_episodes):  # read every window once, as an epoch does
     n = len(data.frames[e])
     for s in range(0, n, 64):

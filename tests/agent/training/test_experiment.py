@@ -220,7 +220,7 @@ def test_defaults_are_the_shipped_recipe():
     assert (a.d_model, a.heads) == (64, 16) and a.window >= 4 and a.frame_stride == 0
     # "auto" resolves from the dataset's env: the shipped CarRacing recipe
     assert (CARRACING.default_encoder, CARRACING.default_frame_stride) == ("carracing", 3)
-    assert default_out(a) == str(Path("runs/train/nac-focus"))
+    assert default_out(a.policy) == str(Path("runs/train/nac-focus"))
 
 
 def cli(*args, cwd=ROOT):
@@ -414,7 +414,7 @@ def test_irregular_training_windows_keep_true_timestamps(tmp_path):
     and the times the core gets are the frames' true timestamps relative to the last one."""
     from agent.data.dataset import open_dataset
     from agent.training.config import resolve_env_defaults
-    from agent.training.config import DataOptions
+    from agent.training.config import plan_of
     from agent.training.data import load_data
     from agent.training.windows import gather_segments, irregular_window_indices
 
@@ -424,7 +424,7 @@ def test_irregular_training_windows_keep_true_timestamps(tmp_path):
     assert (idx[:, -1] == np.arange(30, 60)).all() and set(np.unique(gaps)) == {2, 4, 6}
     data_dir = write_synthetic(tmp_path / "d", episodes=2, length=50)
     a = resolve_env_defaults(tiny_args(data_dir, tmp_path / "o", window=4, frame_stride=2))
-    data = load_data(DataOptions.of(a))
+    data = load_data(plan_of(a).data)
     torch.manual_seed(1)
     frames, _, index, times, _ = gather_segments(data, [(1, 20, 36)], 4, 2, None, max_gap=3)
     ts = open_dataset(data_dir).load(1, keys=["time"])["time"]

@@ -9,7 +9,7 @@ import pytest
 
 import train
 from agent.data.dataset import open_dataset, write_episode
-from agent.training.config import DataOptions, TrainArgs, resolve_env_defaults
+from agent.training.config import TrainArgs, plan_of, resolve_env_defaults
 from agent.training.data import load_data
 from agent.training.experiment import run
 from agent.training.windows import gather_segments, label_shifts, latency_shifts
@@ -29,7 +29,7 @@ def drive(tmp_path_factory):
 
 def test_hindsight_labels_are_the_experts_action_when_the_action_lands(drive):
     a = resolve_env_defaults(TrainArgs(data=str(drive), progress=False))
-    data = load_data(DataOptions.of(a))
+    data = load_data(plan_of(a).data)
     expert = open_dataset(drive).load(0, keys=["expert_action"])["expert_action"]
     n = len(expert)
     for d in (0, 3, 7):
@@ -126,7 +126,7 @@ def test_windows_show_the_actions_applied_over_the_next_d_steps(tmp_path):
     from agent.training.windows import window_queues
 
     a = resolve_env_defaults(TrainArgs(data=str(_queue_data(tmp_path / "q", episodes=1)), progress=False))
-    data = load_data(DataOptions.of(a))
+    data = load_data(plan_of(a).data)
     applied = data.applied[0]
     segments = [(0, 5, 12), (0, 55, 60)]
     told = latency_shifts(segments, "recorded", recorded=data.latency_steps)

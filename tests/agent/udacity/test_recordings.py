@@ -307,7 +307,7 @@ def test_real_recordings_train_with_simulator_data_and_only_the_recordings_valid
     stay off as for recordings alone."""
     import json
 
-    from agent.training.config import DataOptions, TrainArgs, resolve_env_defaults
+    from agent.training.config import TrainArgs, plan_of, resolve_env_defaults
     from agent.training.data import load_data
     from agent.training.experiment import run
 
@@ -318,7 +318,7 @@ def test_real_recordings_train_with_simulator_data_and_only_the_recordings_valid
                                        segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4,
                                        threads=1, progress=False, seed=3))
     assert (a.side_correction, a.shift_steer) == (0.0, 0.0)
-    data = load_data(DataOptions.of(a))
+    data = load_data(plan_of(a).data)
     assert data.recorded == [True, True, True, False, False, False]
     raw = open_dataset(sim).load(0, keys=["expert_action"])["expert_action"]
     np.testing.assert_array_equal(data.targets[3], raw)  # the expert's labels are not averaged
@@ -330,7 +330,7 @@ def test_real_recordings_train_with_simulator_data_and_only_the_recordings_valid
     # a recording joined with another env's data: one clear error
     other = _write_dataset(tmp_path / "other", lengths=(3,), meta={"env": "carracing", "action_space": "continuous"}).root
     with pytest.raises(ValueError, match="differs from .* in its env"):
-        load_data(DataOptions.of(TrainArgs(data=[str(rec), str(other)])))
+        load_data(plan_of(TrainArgs(data=[str(rec), str(other)])).data)
 
 
 def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors(tmp_path, capsys):
