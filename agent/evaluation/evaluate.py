@@ -59,7 +59,6 @@ import torch
 from tqdm import tqdm
 
 from agent.controllers import RECORDING_STUDENT, ExpertController, PolicyController, load_policy, shipped_checkpoint
-from agent.data.dataset import dataset_env, is_recording
 from agent.evaluation import video as vid
 from agent.evaluation.episode import run_episode
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
@@ -70,7 +69,8 @@ from common.checks import is_int
 from common.cli import option
 from common.files import atomic_write_text, write_json
 from common.stops import stop_handled
-from envs.registry import ENV_NAMES, REPLAY_PREFIX, SeedRanges, get_spec
+from driving_data.dataset import REPLAY_PREFIX, is_recording
+from envs.registry import ENV_NAMES, SeedRanges, dataset_env, get_spec
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
                               spared_ids)
 from policies.policy import WINDOW_CLOCKS
@@ -372,8 +372,9 @@ class EvalArgs:
 def is_person_recording(path: str | Path) -> bool:
     """Whether ``path`` is a person's recording of the real simulator: as recorded (driving_log.csv, or the folder
     holding it), or its import."""
-    from agent.data.dataset import CARD_NAME, open_dataset
-    from agent.udacity.recordings import CSV_NAME, is_raw_recording
+    from driving_data.dataset import CARD_NAME, open_dataset
+    from driving_data.udacity_import import is_raw_recording
+    from driving_data.udacity_log import CSV_NAME
 
     path = Path(path).parent if Path(path).name == CSV_NAME else Path(path)
     if is_raw_recording(path):
@@ -601,7 +602,7 @@ def _preload(env: str) -> list[str]:
 def replay_env(args: EvalArgs, made: list[Path] | None = None) -> None:
     """--replay REC: a raw simulator recording is imported once into OUT/imported_data (a dataset is used as it
     is), and the run's env becomes the replay of that dataset (envs/replay). ``made``: the import made now."""
-    from agent.udacity.recordings import import_recordings
+    from driving_data.udacity_import import import_recordings
 
     if args.replay is None or args.env.startswith(REPLAY_PREFIX):
         return
@@ -614,7 +615,7 @@ def replay_env(args: EvalArgs, made: list[Path] | None = None) -> None:
 def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[str, Any]]:
     """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}. A recording
     imported for it is removed again when the run is refused (a bad checkpoint, frames of another size)."""
-    from agent.udacity.recordings import removed_if_refused
+    from driving_data.udacity_import import removed_if_refused
 
     made: list[Path] = []
     with removed_if_refused(made):

@@ -20,11 +20,12 @@ from typing import Any, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, open_datasets
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.evaluation.plots import steering_plot
 from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio
 from common.files import write_json
+from driving_data.dataset import DemoDataset, dataset_action_spaces, open_datasets
+from envs.registry import dataset_env
 from policies.actions import at_temperature
 
 PREDICTORS = ("policy", "straight", "mean")
@@ -33,7 +34,7 @@ PREDICTORS = ("policy", "straight", "mean")
 def recorded_data(paths: list[str], out: Path, warn: Any = tqdm.write, made: list[Path] | None = None) -> DemoDataset:
     """The datasets, each once, with raw simulator recordings (driving_log.csv + IMG/) imported once into
     OUT/imported_data/<k>. ``made``: the imports made now."""
-    from agent.udacity.recordings import import_recordings, once_each
+    from driving_data.udacity_import import import_recordings, once_each
 
     paths = once_each(paths, warn)
     roots = import_recordings(paths, [out / "imported_data" / str(k) for k in range(len(paths))], warn=warn, made=made)
@@ -139,7 +140,7 @@ def recorded_frame_shape(data: Any) -> tuple[int, ...]:
 def camera_students(data: Any) -> tuple[str, ...]:
     """Gym ids of the envs whose students can steer a real recording's frames: every first-person env whose camera
     frames have the recording's shape (a recording imports as `udacity`, but a udacity-hard student reads it too)."""
-    from agent.data.dataset import is_recording
+    from driving_data.dataset import is_recording
     from envs.registry import camera_envs
 
     if not any(is_recording(m) for m in data.episodes):

@@ -17,9 +17,9 @@ import pytest
 import collect as collect_cli
 from agent.data.collection import collect
 from agent.data.config import DEFAULT_SEED, CollectConfig, CollectError, shard_range
-from agent.data.dataset import open_dataset, temp_files
 from agent.evaluation.evaluate import EvalArgs, Interrupted, evaluate
 from agent.workers import default_workers
+from driving_data.dataset import open_dataset, temp_files
 from envs.carracing import make_carracing
 from tests.helpers import constant_policy_checkpoint
 

@@ -1,9 +1,9 @@
 """The fine-tune benchmark's pieces: a recording's first frames as a recording, and the paired table."""
 import pytest
 
-from agent.data.dataset import open_dataset
-from agent.udacity.recordings import import_udacity
+from driving_data.udacity_import import import_udacity
 from benchmarks import pool_fine_tune
+from driving_data.dataset import open_dataset
 from tests.agent.udacity.test_recordings import _sim_recording
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 import collect
+from driving_data.dataset import open_dataset
 import evaluate
 import train
 from tests.helpers import steering_checkpoint
-from agent.data.dataset import open_dataset
 from agent.data.out_folder import folder_lock
 from tests.agent.udacity.test_recordings import _sim_recording
 

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from agent.data.dataset import open_datasets
 from agent.udacity import pool
+from driving_data.dataset import open_datasets
 from tests.agent.udacity.test_recordings import _sim_recording
 
 HEADER = ",".join(pool.COLUMNS)

@@ -6,11 +6,13 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from agent.data.dataset import open_dataset, write_episode
-from agent.data.frames import encode_jpeg
 from agent.training.windows import WindowDataset
 from agent.udacity import recordings as uf
-from tests.agent.data.test_dataset import _road
+from driving_data import udacity_import as ui
+from driving_data import udacity_log as ul
+from driving_data.dataset import open_dataset, write_episode
+from driving_data.frames import encode_jpeg
+from tests.driving_data.test_dataset import _road
 
 
 def _write_dataset(root, lengths=(5, 4), jpeg_quality=95, cameras=True, meta=None):
@@ -54,7 +56,7 @@ def test_export_import_round_trip(tmp_path):
     assert float(rows[0][6]) == pytest.approx(first["speed"][0] * 2.23694, rel=1e-6), "speed in mph"
     assert ds.jpeg_frames(0, "frames")[0] == (tmp_path / "log" / "IMG" / names[0]).read_bytes(), "JPEG bytes copied"
 
-    out = uf.import_udacity(tmp_path / "log", tmp_path / "back")
+    out = ui.import_udacity(tmp_path / "log", tmp_path / "back")
     back = open_dataset(out)
     assert [m["length"] for m in back.episodes] == [5, 4], "episodes split where the exporter left a gap"
     assert back.card["counts"]["episodes"] == 2 and back.card["counts"]["steps"] == 9
@@ -75,7 +77,7 @@ def test_export_import_round_trip(tmp_path):
     w = WindowDataset(back, window=3)  # trainable as is
     assert len(w) == 9 and w[0]["target"].shape == (1,)
     # what the replay needs and the format cannot say travels beside the CSV and stays in the import's card
-    exported = json.loads((tmp_path / "log" / uf.EXPORT_CARD).read_text())
+    exported = json.loads((tmp_path / "log" / ul.EXPORT_CARD).read_text())
     assert exported["env"] == "udacity" and exported["steering"] == "action" and exported["steering_moved_the_car"]
     assert exported["geometry"]["cam_height_m"] == 1.5 and exported["dart_noise"] == 0.0
     assert back.card["import"]["exported"] == exported
@@ -85,10 +87,10 @@ def test_export_expert_labels_and_raw_frames(tmp_path):
     ds = _write_dataset(tmp_path / "data", lengths=(3,), jpeg_quality=None, meta={"noise": 0.1})
     rows = _read_csv(uf.export_udacity(tmp_path / "data", tmp_path / "log", label="expert_action"))
     np.testing.assert_array_equal(np.float32([r[3] for r in rows]), ds.load(0)["expert_action"][:, 0])
-    exported = json.loads((tmp_path / "log" / uf.EXPORT_CARD).read_text())
+    exported = json.loads((tmp_path / "log" / ul.EXPORT_CARD).read_text())
     assert exported["steering"] == "expert_action" and not exported["steering_moved_the_car"]
     assert exported["dart_noise"] == 0.1
-    back = open_dataset(uf.import_udacity(tmp_path / "log", tmp_path / "back"))
+    back = open_dataset(ui.import_udacity(tmp_path / "log", tmp_path / "back"))
     err = np.abs(back.load(0)["frames_right"].astype(int) - ds.load(0)["frames_right"]).mean()
     assert err < 2.0, "raw frames are JPEG-encoded once on export"
 
@@ -139,7 +141,7 @@ def _sim_recording(root, offsets_s=(0, 0.1, 0.2, 0.3, 5.0, 5.1), header=False, r
 
 def test_import_real_simulator_layout(tmp_path):
     _sim_recording(tmp_path / "rec")
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data"))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data"))
     assert [m["length"] for m in back.episodes] == [4, 2], "the 4.7 s pause starts a new episode"
     assert back.episodes[0]["start_time"] == "2016-12-01T13:30:48.287" and back.episodes[1]["csv_lines"] == [5, 6]
     ep = back.load(1)
@@ -154,7 +156,7 @@ def test_import_real_simulator_layout(tmp_path):
 
 def test_import_accepts_header_csv_path_and_reencodes(tmp_path):
     frames = _sim_recording(tmp_path / "rec", header=True, windows=False)
-    back = open_dataset(uf.import_udacity(tmp_path / "rec" / "driving_log.csv", tmp_path / "data", jpeg_quality=90))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec" / "driving_log.csv", tmp_path / "data", jpeg_quality=90))
     assert back.num_steps == 6 and back.episodes[0]["csv_lines"] == [2, 5]
     assert back.episodes[0]["frame_codec"]["frames"] == "jpeg90"
     assert np.abs(back.load(0, keys=["frames"])["frames"].astype(int) - frames[:4]).mean() < 3
@@ -166,7 +168,7 @@ def test_import_without_timestamps_uses_the_frame_period(tmp_path):
         f.rename(f.with_name(f.name.replace("2016_12_01_", "x")))
     log = tmp_path / "rec" / "driving_log.csv"
     log.write_text(log.read_text().replace("2016_12_01_", "x"))
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", frame_period=0.05))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", frame_period=0.05))
     assert len(back) == 1 and back.num_steps == 6
     np.testing.assert_allclose(back.load(0, keys=["time"])["time"], np.arange(6) * 0.05)
 
@@ -189,22 +191,22 @@ def test_malformed_logs_name_the_line(tmp_path, case):
     _sim_recording(tmp_path / "rec", rows=edit)
     error = FileNotFoundError if case == "image" else ValueError
     with pytest.raises(error, match=message):  # a missing image is an error only when asked (see below)
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data", strict_images=case == "image")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data", strict_images=case == "image")
     assert not (tmp_path / "data").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_missing_logs_and_empty_csv(tmp_path):
     (tmp_path / "rec" / "IMG").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="has no driving_log.csv"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data")
     (tmp_path / "rec" / "driving_log.csv").write_text("\n\n")
     with pytest.raises(ValueError, match="holds no usable rows"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data")
     (tmp_path / "rec" / "IMG").rmdir()
     with pytest.raises(FileNotFoundError, match="has no IMG/ folder"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data")
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        uf.import_udacity(tmp_path / "nope", tmp_path / "data")
+        ui.import_udacity(tmp_path / "nope", tmp_path / "data")
 
 
 def test_import_refuses_non_jpeg_without_quality(tmp_path):
@@ -212,7 +214,7 @@ def test_import_refuses_non_jpeg_without_quality(tmp_path):
     victim = sorted((tmp_path / "rec" / "IMG").glob("right_*"))[2]
     victim.write_bytes(b"\x89PNG not really")
     with pytest.raises(ValueError, match=f"line 3: image '{victim.name}' is not a JPEG"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data")
 
 
 def test_cli(tmp_path, capsys):
@@ -239,7 +241,7 @@ def test_rows_with_missing_images_are_skipped_and_counted(tmp_path):
     for name in ("center_2016_12_01_13_30_48_487.jpg", "right_2016_12_01_13_30_53_387.jpg"):
         (tmp_path / "rec" / "IMG" / name).unlink()
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 4 and [m["csv_lines"] for m in back.episodes] == [[1, 4], [5, 5]]
     assert len(warnings) == 2 and warnings[0].startswith("warning: skipped 2 of 6 rows") and "line 3" in warnings[0]
     assert "1 of the 2 sessions of driving_log.csv are a single frame" in warnings[1], "said, not silent"
@@ -248,7 +250,7 @@ def test_rows_with_missing_images_are_skipped_and_counted(tmp_path):
     for f in (tmp_path / "rec" / "IMG").iterdir():
         f.unlink()
     with pytest.raises(ValueError, match="all 6 name images missing"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "none", warn=warnings.append)
+        ui.import_udacity(tmp_path / "rec", tmp_path / "none", warn=warnings.append)
 
 
 def test_center_only_recordings_and_the_bridge_s_own_recordings_import(tmp_path):
@@ -260,7 +262,7 @@ def test_center_only_recordings_and_the_bridge_s_own_recordings_import(tmp_path)
     for k in range(5):
         rec.add(encode_jpeg(frames[k], 90), steering=0.1 * k, throttle=0.3, speed_mph=8.02615e-05 if k == 0 else 12.0)
     rec.close()
-    back = open_dataset(uf.import_udacity(tmp_path / "bridge", tmp_path / "data"))
+    back = open_dataset(ui.import_udacity(tmp_path / "bridge", tmp_path / "data"))
     assert back.num_steps == 5 and back.card["cameras"] == {"frames": "center"}
     assert sorted(back.array_names(0)) == sorted(["frames", "action", "expert_action", "reward", "speed", "throttle",
                                                   "brake", "privileged", "time"])
@@ -268,7 +270,7 @@ def test_center_only_recordings_and_the_bridge_s_own_recordings_import(tmp_path)
                                atol=1e-6)
     # a recording whose side columns are logged for some rows and not for others: center only, for every row
     _sim_recording(tmp_path / "mixed", rows=lambda ls: [", ".join([ls[0].split(", ")[0], "", "", *ls[0].split(", ")[3:]])] + ls[1:])
-    assert open_dataset(uf.import_udacity(tmp_path / "mixed", tmp_path / "m")).card["cameras"] == {"frames": "center"}
+    assert open_dataset(ui.import_udacity(tmp_path / "mixed", tmp_path / "m")).card["cameras"] == {"frames": "center"}
 
 
 def test_a_one_session_recording_trains_with_the_default_command(tmp_path):
@@ -312,7 +314,7 @@ def test_real_recordings_train_with_simulator_data_and_only_the_recordings_valid
     from agent.training.experiment import run
 
     _sim_recording(tmp_path / "rec", offsets_s=(0, 0.1, 0.2, 0.3, 5.0, 5.1, 5.2, 9.0, 9.1, 9.2))
-    rec = uf.import_udacity(tmp_path / "rec", tmp_path / "rec_data")
+    rec = ui.import_udacity(tmp_path / "rec", tmp_path / "rec_data")
     sim = _write_dataset(tmp_path / "sim", lengths=(6, 5, 7), meta={"action_space": "continuous"}).root
     a = resolve_env_defaults(TrainArgs(data=[str(rec), str(sim)], out=str(tmp_path / "run"), epochs=1, batch_size=8,
                                        segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4,
@@ -410,28 +412,28 @@ def _turnaround(lines):
 def test_reversing_is_cut_and_the_session_split_there(tmp_path):
     _sim_recording(tmp_path / "rec", offsets_s=tuple(round(0.1 * k, 1) for k in range(200)), rows=_turnaround)
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     # events: the stop at row 84 to the standing at row 104; 5 s either side: rows 34..154 go
     assert [m["csv_lines"] for m in back.episodes] == [[1, 34], [156, 200]] and back.num_steps == 79
     assert back.card["import"]["reversing"]["cut"] == [{"csv_lines": [35, 155], "frames": 121, "seconds": 12.0}]
     assert len(warnings) == 1 and warnings[0].startswith("cut 1 stretch(es)") and "--keep-reversing" in warnings[0]
     np.testing.assert_allclose(back.load(1)["time"][0], 0.0)  # each piece is an episode of its own
-    kept = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "kept", keep_reversing=True))
+    kept = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "kept", keep_reversing=True))
     assert kept.num_steps == 200 and len(kept) == 1 and kept.card["import"]["reversing"] == {"rule": "kept", "cut": []}
 
 
 def test_slow_driving_and_braking_downhill_are_not_reversing():
     t = np.arange(60) * 0.1
     hairpin = np.r_[np.full(20, 12.0), np.linspace(12, 0.3, 10), np.full(5, 0.3), np.linspace(1, 12, 25)]
-    assert uf.reversing_spans(hairpin, np.r_[np.zeros(20), np.ones(15), np.zeros(25)], t) == [], \
+    assert ui.reversing_spans(hairpin, np.r_[np.zeros(20), np.ones(15), np.zeros(25)], t) == [], \
         "a stop without reversing (a hairpin at walking pace) stays"
     downhill = np.r_[np.full(30, 4.0), [4.2, 4.4], np.full(28, 4.4)]
-    assert uf.reversing_spans(downhill, np.ones(60), t) == [], "the brake held while the speed creeps up two rows"
+    assert ui.reversing_spans(downhill, np.ones(60), t) == [], "the brake held while the speed creeps up two rows"
     fast = np.r_[np.full(30, 8.0), np.linspace(8, 12, 10), np.full(20, 12.0)]
-    assert uf.reversing_spans(fast, np.ones(60), t) == [], "rising under the brake from well above walking pace"
+    assert ui.reversing_spans(fast, np.ones(60), t) == [], "rising under the brake from well above walking pace"
     t = np.arange(200) * 0.1  # backing off a wall: standing at rows 60-66, reversing 65-74, then on; 5 s either side
     backing = np.r_[np.full(60, 10.0), np.full(5, 0.2), np.linspace(0.5, 4, 10), np.full(125, 10.0)]
-    assert uf.reversing_spans(backing, np.r_[np.zeros(65), np.ones(10), np.zeros(125)], t) == [(10, 125)]
+    assert ui.reversing_spans(backing, np.r_[np.zeros(65), np.ones(10), np.zeros(125)], t) == [(10, 125)]
 
 
 def test_a_recording_of_nothing_but_reversing_says_so(tmp_path, capsys):
@@ -449,13 +451,13 @@ def test_an_import_cut_by_another_rule_is_imported_again(tmp_path, capsys):
     rec, target = tmp_path / "rec", tmp_path / "data"
     _sim_recording(rec)
     said = []
-    uf.import_recordings([rec], [target], warn=said.append)
+    ui.import_recordings([rec], [target], warn=said.append)
     card = json.loads((target / "dataset.json").read_text())
     del card["import"]["reversing"]  # an import made before stretches of reversing were cut
     (target / "dataset.json").write_text(json.dumps(card))
-    uf.import_recordings([rec], [target], warn=said.append)
+    ui.import_recordings([rec], [target], warn=said.append)
     assert "is cut by another rule (stops and reversing) than the import" in said[-1]
-    assert json.loads((target / "dataset.json").read_text())["import"]["reversing"]["rule"] == uf.REVERSING_RULE
+    assert json.loads((target / "dataset.json").read_text())["import"]["reversing"]["rule"] == ui.REVERSING_RULE
 
 
 def test_an_export_card_is_part_of_what_an_import_was_made_from(tmp_path, capsys):
@@ -464,12 +466,12 @@ def test_an_export_card_is_part_of_what_an_import_was_made_from(tmp_path, capsys
     _write_dataset(tmp_path / "data")
     uf.export_udacity(tmp_path / "data", tmp_path / "log")
     said, target = [], tmp_path / "imported"
-    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
-    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    ui.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    ui.import_recordings([tmp_path / "log"], [target], warn=said.append)
     assert len(said) == 1  # the same export: reused
-    card = tmp_path / "log" / uf.EXPORT_CARD
+    card = tmp_path / "log" / ul.EXPORT_CARD
     card.write_text(card.read_text().replace('"dart_noise": 0.0', '"dart_noise": 0.2'))
-    uf.import_recordings([tmp_path / "log"], [target], warn=said.append)
+    ui.import_recordings([tmp_path / "log"], [target], warn=said.append)
     assert "has changed since the import" in said[-1]
     assert json.loads((target / "dataset.json").read_text())["import"]["exported"]["dart_noise"] == 0.2
     card.write_text("{not json")
