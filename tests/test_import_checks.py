@@ -12,7 +12,7 @@ from agent.udacity import recordings as uf
 from driving_data import udacity_import as ui
 from driving_data.dataset import open_dataset
 from tests.agent.data.test_out_folder import TINY
-from tests.agent.udacity.test_recordings import _sim_recording
+from tests.driving_data.test_udacity_import import _sim_recording
 
 OFFSETS = tuple(round(0.1 * k, 1) for k in range(20))
 

@@ -5,7 +5,7 @@ import pytest
 
 from driving_data.udacity_import import import_udacity
 from benchmarks import heldout_drivers
-from tests.agent.udacity.test_recordings import _sim_recording
+from tests.driving_data.test_udacity_import import _sim_recording
 from tests.helpers import steering_checkpoint
 
 

@@ -4,7 +4,7 @@ import pytest
 from driving_data.udacity_import import import_udacity
 from benchmarks import pool_fine_tune
 from driving_data.dataset import open_dataset
-from tests.agent.udacity.test_recordings import _sim_recording
+from tests.driving_data.test_udacity_import import _sim_recording
 
 
 def test_the_first_frames_of_a_recording_are_a_recording_of_their_own(tmp_path):

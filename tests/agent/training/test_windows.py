@@ -175,7 +175,7 @@ def test_mirroring_is_off_by_default_only_for_a_recording_with_a_steady_steering
     """--flip's default: on, except for a person's recording whose steering holds a steady bias (mirrored
     segments would teach the opposite bias half the time)."""
     from driving_data.udacity_import import import_udacity
-    from tests.agent.udacity.test_recordings import _sim_recording
+    from tests.driving_data.test_udacity_import import _sim_recording
 
     def symmetric(lines):  # steering +-0.1 in turn: no bias
         out = []

@@ -6,7 +6,7 @@ import pytest
 
 from agent.udacity import pool
 from driving_data.dataset import open_datasets
-from tests.agent.udacity.test_recordings import _sim_recording
+from tests.driving_data.test_udacity_import import _sim_recording
 
 HEADER = ",".join(pool.COLUMNS)
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
