@@ -299,7 +299,7 @@ def in_time_order(rows: list[LogRow], where: str, say: Callable[[str], None]) ->
 
 
 def usable_rows(csv_path: Path, img_dir: Path, jpeg_quality: int | None, strict_images: bool,
-                 say: Callable[[str], None]) -> tuple[Log, list[LogRow], list[tuple[str, str]]]:
+                say: Callable[[str], None]) -> tuple[Log, list[LogRow], list[tuple[str, str]]]:
     """The log, its rows whose images exist and decode, in time order (one warning for each repair), and the
     cameras every logged row has."""
     log = read_log(csv_path, img_dir, strict_images=strict_images)
