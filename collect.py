@@ -13,7 +13,7 @@ time, one compressed file per episode plus a dataset card (dataset.json).
     python collect.py --episodes 100 --shard 2/4        # episodes 25..49 of that run -> data/carracing_continuous-shard-2-of-4
 
 The run lives in agent/data/collection.py (seeds, resume rules, workers), one episode in agent/data/recorder.py
-(DART noise, DAgger), the format in agent/data/dataset.py; the Minari exporter in agent/data/minari_export.py
+(DART noise, DAgger), the format in driving_data/dataset.py; the Minari exporter in agent/data/minari_export.py
 (also `python -m agent.data.minari_export DATA ID`).
 
 Episode k uses track seed SEED+k. The default seed 3000000 is disjoint from the expert's training [100000, 2000000),

@@ -40,7 +40,7 @@ EPISODE = 1000
 
 def make_dataset(out: Path, frames: int, seed: int = 0, episode: int = EPISODE) -> Path:
     """``frames`` steps of synthetic driving in ``episode``-step episodes (the last one shorter), one card."""
-    from agent.data.dataset import write_episode
+    from driving_data.dataset import write_episode
     from common.files import write_json
 
     if out.exists() and any(out.iterdir()):

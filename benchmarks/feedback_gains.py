@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agent.data.dataset import open_dataset
-    from agent.udacity.recordings import import_recordings
+    from driving_data.dataset import open_dataset
+    from driving_data.udacity_import import import_recordings
     from envs.replay.spec import geometry_of
     from policies.policy import load_checkpoint
 

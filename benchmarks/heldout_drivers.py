@@ -43,7 +43,7 @@ class Args:
 
 
 def recordings_of(paths: list[str]) -> dict[str, Path]:
-    from agent.data.dataset import expand_pools
+    from driving_data.dataset import expand_pools
 
     found = {Path(p).name: Path(p) for p in expand_pools(paths)}
     missing = [str(p) for p in found.values() if not (p / "dataset.json").is_file()]

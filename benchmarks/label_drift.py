@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         from pathlib import Path
 
-        from agent.data.dataset import open_dataset
-        from agent.udacity.recordings import import_recordings
+        from driving_data.dataset import open_dataset
+        from driving_data.udacity_import import import_recordings
 
         if any(d <= 0 for d in a.shift_steps):
             raise ValueError(f"--shift-steps takes whole rows >= 1, got {a.shift_steps}")

@@ -14,10 +14,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.data.dataset import open_dataset
 from agent.experts.expert import Expert
 from agent.experts.latency import queued_actions
 from benchmarks import one_line_errors, run_main
+from driving_data.dataset import open_dataset
 
 
 def queue_dependence(expert: Any, dataset: Any, states: int = 20, every: int = 3, seed: int = 0) -> dict[str, float]:

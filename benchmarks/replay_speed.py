@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = str(Path(tempfile.mkdtemp()) / "drive")
         collect.main(["--env", "udacity", "--episodes", "1", "--max-steps", str(a.steps), "--noise", "0",
                       "--workers", "1", "--out", folder, "--no-progress"])
-        from agent.data.dataset import open_dataset
+        from driving_data.dataset import open_dataset
         open_dataset(folder)
     warp, whole = bench(folder, a.steps, a.repeats)
     print("| what | frames/s (median of %d x %d steps, one core) | target |" % (a.repeats, a.steps))

@@ -16,8 +16,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.data.dataset import dataset_env, is_recording, open_dataset
 from benchmarks import one_line_errors, run_main
+from driving_data.dataset import is_recording, open_dataset
+from envs.registry import dataset_env
 from envs.replay.camera import CameraGeometry
 from envs.replay.road import (MEASURED_SIDE_M, UNMEASURED, RoadEstimator, frames_of, measure_frames, one_sided,
                               plausible, smooth_middle)

@@ -161,3 +161,14 @@ def resolve_path(path: str | Path) -> Path:
     if path.is_absolute() or path.exists():
         return path
     return REPO_ROOT / path if (REPO_ROOT / path).exists() else path
+
+
+def check_room(out: Path, need_bytes: int, what: str) -> None:
+    """ValueError in one line when the disk under ``out`` has less free space than ``what`` will write."""
+    where = Path(out).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if need_bytes > free:
+        raise ValueError(f"not enough disk space for {what}: it writes about {need_bytes / 1e6:,.0f} MB into "
+                         f"{str(out)!r}, and {str(where)!r} has {free / 1e6:,.0f} MB free")

@@ -18,6 +18,8 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from driving_data.dataset import REPLAY_PREFIX, dataset_env_name
+
 # env name -> module that defines SPEC (imported on first use: each pulls its own dependencies)
 _MODULES: dict[str, str] = {"carracing": "envs.carracing", "udacity": "envs.udacity.spec",
                              "udacity-hard": "envs.udacity.hard_spec", "udacity-real": "envs.udacity.real_spec"}
@@ -180,9 +182,6 @@ class EnvSpec:
         return Path(f"data/{self.name}_{action_space}")
 
 
-REPLAY_PREFIX = "replay:"  # "replay:FOLDER": the recording in FOLDER as an env (envs/replay)
-
-
 def get_spec(name: str) -> EnvSpec:
     """The spec of env `name` (a --env value, or "replay:FOLDER"); ValueError listing the valid names otherwise."""
     if name.startswith(REPLAY_PREFIX):  # built from the folder's dataset, like the named envs imported on first use
@@ -191,6 +190,11 @@ def get_spec(name: str) -> EnvSpec:
         raise ValueError(f"--env must be one of {list(ENV_NAMES)} or {REPLAY_PREFIX}FOLDER (a dataset replayed), got "
                          f"{name!r}")
     return importlib.import_module(_MODULES[name]).SPEC
+
+
+def dataset_env(card: dict, episodes: list[dict]) -> EnvSpec:
+    """The spec of the env a dataset was recorded in (``driving_data.dataset.dataset_env_name``)."""
+    return get_spec(dataset_env_name(card, episodes))
 
 
 def camera_envs(frame_shape: Any) -> tuple[str, ...]:

@@ -1,8 +1,8 @@
 """Interventions per 100 s of drivers that need no frames, on the held-out 20 % of each recording: the recorded
 steering, its centred 0.5 s average (what the student is trained to predict), its trailing 0.5 s average, straight."""
 import sys, numpy as np
-from agent.data.dataset import open_dataset
 from agent.data.labels import centred_average
+from driving_data.dataset import open_dataset
 from envs.replay.spec import replay_parts, geometry_of
 from envs.replay.vehicle import PathVehicle, count_interventions, DEFAULT_MAX_OFFSET_M, DEFAULT_MAX_YAW_RAD
 from envs.replay.road import part_middle

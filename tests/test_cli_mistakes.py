@@ -5,7 +5,7 @@ import evaluate
 import train
 from tests.helpers import constant_policy_checkpoint
 from tests.agent.data.test_out_folder import TINY
-from tests.agent.udacity.test_recordings import _sim_recording
+from tests.driving_data.test_udacity_import import _sim_recording
 
 
 def _err_line(capsys):

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import train
-from agent.data.dataset import open_dataset
 from agent.udacity import recordings as uf
+from driving_data import udacity_import as ui
+from driving_data.dataset import open_dataset
 from tests.agent.data.test_out_folder import TINY
-from tests.agent.udacity.test_recordings import _sim_recording
+from tests.driving_data.test_udacity_import import _sim_recording
 
 OFFSETS = tuple(round(0.1 * k, 1) for k in range(20))
 
@@ -22,7 +23,7 @@ def test_rows_out_of_time_order_are_sorted_with_one_warning(tmp_path):
 
     _sim_recording(tmp_path / "rec", offsets_s=OFFSETS, rows=shuffle)
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert len(back) == 1 and back.num_steps == 20, "one session, as recorded"
     np.testing.assert_allclose(back.load(0, keys=["time"])["time"], np.arange(20) * 0.1, atol=1e-6)
     np.testing.assert_allclose(back.load(0, keys=["expert_action"])["expert_action"][:, 0], -0.05 * np.arange(20),
@@ -41,12 +42,12 @@ def test_a_truncated_jpeg_is_skipped_and_counted_by_line_and_file(tmp_path, caps
     victim = sorted((tmp_path / "rec" / "IMG").glob("left_*"))[12]
     victim.write_bytes(victim.read_bytes()[: len(victim.read_bytes()) // 2])  # the header survives
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 19 and back.card["import"]["skipped_rows"] == 1
     assert back.card["import"]["skipped_examples"][0]["line"] == 13
     assert warnings[0].startswith("warning: skipped 1 of 20 rows") and f"line 13, '{victim.name}', is cut off" in warnings[0]
     with pytest.raises(ValueError, match=f"driving_log.csv line 13: image '{victim.name}' is cut off"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "strict", strict_images=True)
+        ui.import_udacity(tmp_path / "rec", tmp_path / "strict", strict_images=True)
     assert not (tmp_path / "strict").exists()
     # train.py --strict-images: one line, exit 2, and no import left behind
     assert train.main(["--data", str(tmp_path / "rec"), "--out", str(tmp_path / "run"), "--strict-images", *TINY]) == 2
@@ -60,7 +61,7 @@ def test_an_image_that_does_not_decode_is_skipped_and_counted(tmp_path):
     victim = sorted((tmp_path / "rec" / "IMG").glob("center_*"))[4]
     victim.write_bytes(b"\xff\xd8" + bytes(range(256)) * 4 + b"\xff\xd9")  # a JPEG's first and last bytes only
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 19 and "line 5" in warnings[0] and victim.name in warnings[0]
 
 
@@ -70,7 +71,7 @@ def test_a_dangling_image_link_is_skipped_like_a_missing_image(tmp_path):
     victim.unlink()
     victim.symlink_to(tmp_path / "gone.jpg")
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 19 and f"line 8, '{victim.name}', cannot be read" in warnings[0]
 
 
@@ -78,7 +79,7 @@ def test_a_non_jpeg_image_names_the_command_that_converts_it(tmp_path):
     _sim_recording(tmp_path / "rec")
     sorted((tmp_path / "rec" / "IMG").glob("right_*"))[2].write_bytes(b"\x89PNG not really")
     with pytest.raises(ValueError, match="python -m agent.udacity.recordings import --jpeg-quality Q"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data")
 
 
 
@@ -90,7 +91,7 @@ def test_an_import_the_disk_cannot_hold_is_refused_in_one_line(tmp_path, monkeyp
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9, 1000))
     with pytest.raises(ValueError, match=r"not enough disk space for the import of .* MB free$"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "out")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -123,7 +124,7 @@ def test_impossible_values_are_refused_in_one_line_naming_the_row_and_the_rule(c
     edit, message = IMPOSSIBLE[case]
     _sim_recording(tmp_path / "rec", offsets_s=OFFSETS, rows=edit)
     with pytest.raises(ValueError, match=message):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data")
     assert not (tmp_path / "data").exists()
     assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "data")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -139,7 +140,7 @@ def test_what_real_recordings_hold_still_imports(tmp_path):
 
     _sim_recording(tmp_path / "rec", offsets_s=OFFSETS, rows=real, header=True)
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 20 and warnings == []
     np.testing.assert_allclose(back.load(0, keys=["speed"])["speed"][:3], np.array([30.63, 30.2, 0]) / 2.23694, rtol=1e-6)
 
@@ -147,7 +148,7 @@ def test_what_real_recordings_hold_still_imports(tmp_path):
 def test_every_row_twice_is_taken_once_with_one_warning(tmp_path):
     _sim_recording(tmp_path / "rec", offsets_s=OFFSETS, rows=lambda ls: [line for line in ls for _ in (0, 1)])
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 20 and back.card["import"]["repeated_rows_dropped"] == 20
     assert (np.diff(back.load(0, keys=["time"])["time"]) > 0).all(), "no step of 0 s"
     assert warnings == [f"warning: dropped 20 rows of {tmp_path / 'rec' / 'driving_log.csv'} that repeat an earlier row "
@@ -157,7 +158,7 @@ def test_every_row_twice_is_taken_once_with_one_warning(tmp_path):
 def test_rows_that_disagree_about_one_frame_or_share_a_time_are_refused(tmp_path):
     _sim_recording(tmp_path / "rec", offsets_s=OFFSETS, rows=lambda ls: ls + [ls[4].replace(", 0.9, ", ", 0.5, ")])
     with pytest.raises(ValueError, match="lines 5 and 21 name the same center image .* with other steering, throttle"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data")
     # two images dated to the same millisecond (a hand-renamed copy)
     _sim_recording(tmp_path / "twin", offsets_s=OFFSETS)
     img = tmp_path / "twin" / "IMG"
@@ -168,7 +169,7 @@ def test_rows_that_disagree_about_one_frame_or_share_a_time_are_refused(tmp_path
     lines = log.read_text().splitlines()
     log.write_text("\n".join(lines + [lines[6].replace(".jpg", ".JPEG")]) + "\n")
     with pytest.raises(ValueError, match=r"lines 7 and 21 are both dated 2016-12-01 13:30:48\.887"):
-        uf.import_udacity(tmp_path / "twin", tmp_path / "data")
+        ui.import_udacity(tmp_path / "twin", tmp_path / "data")
     assert not (tmp_path / "data").exists()
 
 
@@ -184,13 +185,13 @@ def _big_frames_recording(root, n=20):
 
 def test_frames_of_another_size_are_refused_by_the_import_training_and_offline_scores(tmp_path, capsys):
     import evaluate
-    from agent.data.dataset import CARD_NAME, FORMAT, write_episode
+    from driving_data.dataset import CARD_NAME, FORMAT, write_episode
     from tests.helpers import steering_checkpoint
 
     _big_frames_recording(tmp_path / "rec")
     with pytest.raises(ValueError, match=r"line 1: image 'center_.*' is 480x640 \(height x width\); the simulator "
                                          "records 160x320x3 frames"):
-        uf.import_udacity(tmp_path / "rec", tmp_path / "data")
+        ui.import_udacity(tmp_path / "rec", tmp_path / "data")
     assert train.main(["--data", str(tmp_path / "rec"), "--out", str(tmp_path / "run"), *TINY]) == 2
     assert "is 480x640" in capsys.readouterr().err and not (tmp_path / "run").exists()
     # a dataset holding such frames (made by hand, or imported before the import checked sizes)
@@ -220,7 +221,7 @@ def test_an_empty_image_is_skipped_like_a_cut_off_one_whatever_the_jpeg_quality(
     victim = sorted((tmp_path / "rec" / "IMG").glob("center_*"))[9]
     victim.write_bytes(b"")
     warnings = []
-    back = open_dataset(uf.import_udacity(tmp_path / "rec", tmp_path / "data", jpeg_quality=quality,
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", jpeg_quality=quality,
                                           warn=warnings.append))
     assert back.num_steps == 19 and f"line 10, '{victim.name}', is empty (0 bytes)" in warnings[0]
     argv = ["import", str(tmp_path / "rec"), "--out", str(tmp_path / "strict"), "--strict-images"]
@@ -245,7 +246,7 @@ def test_names_without_time_say_the_period_they_are_given(tmp_path):
     log = tmp_path / "rec" / "driving_log.csv"
     log.write_text(log.read_text().replace("2016_12_01_", "frame"))
     warnings = []
-    uf.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append)
+    ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append)
     assert warnings == [f"warning: the image names of {log} carry no time (line 1: 'center_frame13_30_48_287.jpg'): "
                         "its rows are taken 0.1 s apart, as one episode (python -m agent.udacity.recordings import "
                         "--frame-period S sets the seconds per row)"]

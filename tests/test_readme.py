@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# repository paths the README names in backticks or links: checkpoints/x.pt, docs/nac.md, agent/data/dataset.py, ...
+# repository paths the README names in backticks or links: checkpoints/x.pt, docs/nac.md, driving_data/dataset.py, ...
 TRACKED_DIRS = ("agent", "policies", "envs", "benchmarks", "checkpoints", "docs", "tests")
 
 

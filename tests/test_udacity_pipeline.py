@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 
 import collect as collect_cli
-from agent.data.dataset import open_dataset
+from driving_data.dataset import open_dataset
 from agent.evaluation.args import EvalArgs
 from agent.evaluation.evaluate import evaluate
 from agent.experts.expert import Expert
 from agent.training.config import TrainArgs
 from agent.training.experiment import run
-from agent.udacity.recordings import export_udacity, import_udacity
+from agent.udacity.recordings import export_udacity
+from driving_data.udacity_import import import_udacity
+from driving_data.dataset import open_dataset
 from envs.registry import get_spec
 from tests.helpers import steering_checkpoint
 

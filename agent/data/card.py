@@ -8,8 +8,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from agent.data.dataset import FORMAT
 from agent.data.recorder import steer_bins
+from driving_data.dataset import FORMAT
 from envs.registry import EnvSpec
 
 

@@ -33,7 +33,6 @@ import numpy as np
 from agent.controllers import load_driver
 from agent.data.card import build_card, expert_summary, file_sha256
 from agent.data.config import CollectConfig, CollectError, shard_range
-from agent.data.dataset import CARD_NAME, temp_files, write_episode
 from agent.data.out_folder import Existing, check_compatible, folder_lock, inspect_out
 from agent.data.recorder import (
     OFF_ROAD_SECONDS,
@@ -46,6 +45,7 @@ from agent.data.recorder import (
 from agent.workers import default_workers, warm_up
 from common.files import write_json
 from common.stops import sigterm_as_interrupt
+from driving_data.dataset import CARD_NAME, temp_files, write_episode
 from envs.registry import EnvSpec, get_spec
 from envs.replay.spec import parse_span
 

@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.data.dataset import CARD_NAME
 from agent.workers import MAX_WORKERS, check_workers
 from common.cli import option
-from envs.registry import ENV_NAMES, REPLAY_PREFIX, EnvSpec, SeedRanges, get_spec
+from driving_data.dataset import CARD_NAME, REPLAY_PREFIX
+from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.data.dataset import CARD_NAME, DemoDataset, episode_path, join_datasets, open_dataset, read_episode_meta
 from common.cli import option, parse
 from common.files import StagingFolder, atomic_write, write_json
+from driving_data.dataset import CARD_NAME, DemoDataset, episode_path, join_datasets, open_dataset, read_episode_meta
 
 PROG = "python -m agent.data.merge"
 

@@ -39,8 +39,8 @@ from typing import Iterator, Sequence
 import gymnasium as gym
 import numpy as np
 
-from agent.data.dataset import FINAL_PREFIX, DemoDataset, open_dataset
 from common.cli import option, parse
+from driving_data.dataset import FINAL_PREFIX, DemoDataset, open_dataset
 from envs.registry import EnvSpec, get_spec
 
 INFO_KEYS = ("expert_action", "speed", "privileged", "time", "expert_probs")

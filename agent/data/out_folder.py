@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Iterator
 
 from agent.data.config import CollectConfig, CollectError
-from agent.data.dataset import CARD_NAME, EPISODE_DIR, open_dataset
 from common.files import check_writable, remove_stale_temp
+from driving_data.dataset import CARD_NAME, EPISODE_DIR, open_dataset
 
 
 @dataclass
@@ -162,14 +162,3 @@ def clear_results(out: Path) -> None:
                 shutil.rmtree(folder / name)
         for f in folder.glob(RESULT_FILES):
             f.unlink()
-
-
-def check_room(out: Path, need_bytes: int, what: str) -> None:
-    """ValueError in one line when the disk under ``out`` has less free space than ``what`` will write."""
-    where = Path(out).absolute()
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    free = shutil.disk_usage(where).free
-    if need_bytes > free:
-        raise ValueError(f"not enough disk space for {what}: it writes about {need_bytes / 1e6:,.0f} MB into "
-                         f"{str(out)!r}, and {str(where)!r} has {free / 1e6:,.0f} MB free")

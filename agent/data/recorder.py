@@ -206,7 +206,7 @@ def record_episode(
     start: dict | None = None,
     latency_steps: int = 0,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Drive one episode on track `track_seed`; returns the episode's arrays and meta (agent.data.dataset).
+    """Drive one episode on track `track_seed`; returns the episode's arrays and meta (driving_data.dataset).
 
     Without `driver` the expert drives. With one (an ``agent.controllers.PolicyController``) the student
     drives, except on steps where a coin with probability `beta` picks the expert; the label is always

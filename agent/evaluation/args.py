@@ -10,7 +10,7 @@ from typing import Sequence
 import torch
 
 from agent.controllers import shipped_checkpoint
-from agent.data.dataset import is_recording
+from driving_data.dataset import is_recording
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.evaluation.video import SALIENCY_METHODS
 from agent.workers import MAX_WORKERS, check_workers
@@ -157,8 +157,9 @@ class EvalArgs:
 def is_person_recording(path: str | Path) -> bool:
     """Whether ``path`` is a person's recording of the real simulator: as recorded (driving_log.csv, or the folder
     holding it), or its import."""
-    from agent.data.dataset import CARD_NAME, open_dataset
-    from agent.udacity.recordings import CSV_NAME, is_raw_recording
+    from driving_data.dataset import CARD_NAME, open_dataset
+    from driving_data.udacity_import import is_raw_recording
+    from driving_data.udacity_log import CSV_NAME
 
     path = Path(path).parent if Path(path).name == CSV_NAME else Path(path)
     if is_raw_recording(path):

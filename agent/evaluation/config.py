@@ -99,7 +99,7 @@ def resolve(a: EvalArgs, made: list[Path] | None = None) -> EvalPlan:
     check_args(a)
     out = Path(a.out) if a.out else default_out(a)
     if a.replay is not None and not a.env.startswith(REPLAY_PREFIX):
-        from agent.udacity.recordings import import_recordings
+        from driving_data.udacity_import import import_recordings
 
         student = [] if a.checkpoint or a.expert_drives else [str(RECORDING_STUDENT)]  # made for real frames
         [folder] = import_recordings([a.replay], [out / "imported_data"], warn=tqdm.write, made=made)

@@ -71,7 +71,7 @@ from common.stops import stop_handled
 def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[str, Any]]:
     """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}. A recording
     imported for it is removed again when the run is refused (a bad checkpoint, frames of another size)."""
-    from agent.udacity.recordings import removed_if_refused
+    from driving_data.udacity_import import removed_if_refused
 
     made: list[Path] = []
     with removed_if_refused(made):

@@ -21,7 +21,8 @@ import numpy as np
 from tqdm import tqdm
 
 from agent.controllers import RECORDING_STUDENT, load_policy, shipped_checkpoint
-from agent.data.dataset import DemoDataset, dataset_action_spaces, dataset_env, is_recording, open_datasets
+from driving_data.dataset import DemoDataset, dataset_action_spaces, is_recording, open_datasets
+from envs.registry import dataset_env
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.evaluation.config import EvalPlan
 from agent.evaluation.drivers import check_action_options
@@ -37,7 +38,7 @@ PREDICTORS = ("policy", "straight", "mean")
 def recorded_data(paths: list[str], out: Path, warn: Any = tqdm.write, made: list[Path] | None = None) -> DemoDataset:
     """The datasets, each once, with raw simulator recordings (driving_log.csv + IMG/) imported once into
     OUT/imported_data/<k>. ``made``: the imports made now."""
-    from agent.udacity.recordings import import_recordings, once_each
+    from driving_data.udacity_import import import_recordings, once_each
 
     paths = once_each(paths, warn)
     roots = import_recordings(paths, [out / "imported_data" / str(k) for k in range(len(paths))], warn=warn, made=made)
@@ -143,7 +144,7 @@ def recorded_frame_shape(data: Any) -> tuple[int, ...]:
 def camera_students(data: Any) -> tuple[str, ...]:
     """Gym ids of the envs whose students can steer a real recording's frames: every first-person env whose camera
     frames have the recording's shape (a recording imports as `udacity`, but a udacity-hard student reads it too)."""
-    from agent.data.dataset import is_recording
+    from driving_data.dataset import is_recording
     from envs.registry import camera_envs
 
     if not any(is_recording(m) for m in data.episodes):

@@ -419,7 +419,7 @@ def _expert_card(args: TrainArgs, venv: Any, model: Any, teacher: Any, callback:
                        "reward": "true env reward, deterministic policy"},
         "shaping": _shaping_of(spec, args.action_space),
         "latency_steps": None if args.latency is None else list(args.latency),  # drawn per episode; shown to it
-        # the expert it was fine-tuned from: a latency expert's data may join that expert's (agent.data.dataset)
+        # the expert it was fine-tuned from: a latency expert's data may join that expert's (driving_data.dataset)
         "init_sha256": None if args.init is None else file_sha256(resolve_path(args.init)),
         "hyperparameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
     }

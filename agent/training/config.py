@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.data.dataset import DemoDataset, dataset_env, is_recording, open_datasets
 from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
 from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
 from common.checks import is_int
 from common.cli import option
+from driving_data.dataset import DemoDataset, is_recording, open_datasets
+from envs.registry import dataset_env
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
 from policies.policy import LATENCY_INPUTS, TIME_INPUTS, PolicyConfig, read_checkpoint

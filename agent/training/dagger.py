@@ -162,7 +162,7 @@ class Lineage:
 
 
 def _episodes_in(data: Path) -> int:
-    from agent.data.dataset import open_dataset
+    from driving_data.dataset import open_dataset
 
     return len(open_dataset(data).episodes) if (data / "dataset.json").exists() else 0
 
@@ -203,8 +203,8 @@ def _recording_datasets(lin: Lineage, log: Callable[[str], None]) -> tuple[str, 
     """(what trains: the recording as a dataset folder, or the pool; the datasets whose replays the rounds drive). A
     raw simulator recording is imported once into OUT/recording; a pool (python -m agent.udacity.pool import) is
     driven in the replay of each of its recordings."""
-    from agent.data.dataset import expand_pools, pool_card
-    from agent.udacity.recordings import import_recordings
+    from driving_data.dataset import expand_pools, pool_card
+    from driving_data.udacity_import import import_recordings
 
     if pool_card(lin.recording) is not None:
         return str(Path(lin.recording).resolve()), [str(Path(m).resolve()) for m in expand_pools([lin.recording])]

@@ -13,23 +13,22 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.dataset import (
-    CACHE_DIR,
-    DemoDataset,
-    dataset_action_spaces,
-    dataset_env,
-    expand_pools,
-    is_recording,
-    open_datasets,
-    pool_card,
-)
-from agent.data.frames import FrameFile, FrameRows
 from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
 from agent.training.config import DataOptions, TrainPlan, data_paths, parse_crop, parse_image_size
 from agent.training.distributed import SINGLE, World, barrier
 from agent.training.recovery import dataset_geometry
-from envs.registry import EnvSpec
+from driving_data.dataset import (
+    CACHE_DIR,
+    DemoDataset,
+    dataset_action_spaces,
+    expand_pools,
+    is_recording,
+    open_datasets,
+    pool_card,
+)
+from driving_data.frames import FrameFile, FrameRows
+from envs.registry import EnvSpec, dataset_env
 from envs.replay.camera import CameraGeometry
 from policies.actions import check_discrete_options
 from policies.policy import prepare_frames
@@ -236,7 +235,7 @@ def use_recording(data: str | list[str], dataset_weight: str, strict_images: boo
     bytes kept as recorded) and trained from there, so ``--resume`` and later runs read the same datasets. Data
     named twice is taken once, said in one line. ``made``: the imports made now (import_recordings). A pool stands
     for its recordings, and --dataset-weight auto becomes the pool's rule. Returns (--data, --dataset-weight)."""
-    from agent.udacity.recordings import import_recordings, once_each
+    from driving_data.udacity_import import import_recordings, once_each
 
     pools = [card for p in data_paths(data) if (card := pool_card(p)) is not None]
     if dataset_weight == "auto":

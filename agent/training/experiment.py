@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.data.dataset import DemoDataset, open_datasets
 from agent.data.out_folder import run_folder
 from agent.runtime import NO_STRAIGHT_RATIO
 from agent.training import distributed
@@ -32,6 +31,7 @@ from agent.training.loop import train_run
 from agent.training.windows import describe_blocks, make_splits, validation_candidates
 from common.cli import flag_of
 from common.files import write_json
+from driving_data.dataset import DemoDataset, open_datasets
 
 SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse", "val_steer_vs_straight",
                 "val_steer_vs_mean",
@@ -104,14 +104,14 @@ def run(a: TrainArgs) -> dict[str, Any]:
     out = Path(a.out)
     with run_folder(out, "train.py", lock=int(os.environ.get("RANK", "0")) == 0):
         if not a.resume and (out / "args.json").exists() and not a.overwrite:
-            from agent.udacity.recordings import is_raw_recording
+            from driving_data.udacity_import import is_raw_recording
 
             datasets = [d for d in data_paths(a.data) if not is_raw_recording(d)]  # a recording is imported, not opened
             if datasets:
                 open_datasets(datasets)  # a mistyped --data is the likelier mistake: say that first
             raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
                              f"start again, or another --out")
-        from agent.udacity.recordings import removed_if_refused
+        from driving_data.udacity_import import removed_if_refused
 
         made: list[Path] = []
         with removed_if_refused(made):  # a run refused after importing its recording leaves no import behind
@@ -155,7 +155,7 @@ def _same_value(name: str, given: Any, saved: Any) -> bool:
     (after a JSON round trip), and for --data the same folders, a recording being the run's import of it."""
     if name != "data":
         return json.loads(json.dumps(given)) == saved
-    from agent.udacity.recordings import imported_from
+    from driving_data.udacity_import import imported_from
 
     return [imported_from(p) for p in data_paths(given)] == [imported_from(p) for p in data_paths(saved)]
 

@@ -41,7 +41,7 @@ def dataset_geometry(dataset: Any, env: Any, crop: list[int] | None) -> CameraGe
     """The one camera geometry of a training dataset for --recovery-views (the replay's, ``envs.replay.spec``);
     ValueError (one line) for a dataset that is not first-person, mixes geometries, or whose frames or crop
     do not fit it."""
-    from agent.data.dataset import is_recording
+    from driving_data.dataset import is_recording
     from envs.replay.spec import GEOMETRIES, REAL_UDACITY
 
     if not env.first_person:

@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from agent.data.dataset import DemoDataset
 from agent.experts.latency import queued_actions
 from agent.training.config import SplitOptions, Windows
 from agent.training.data import Data, episode_targets, take_pieces
+from driving_data.dataset import DemoDataset
 
 
 def make_splits(split: SplitOptions, w: Windows, data: Data) -> tuple[Data, list[tuple[list[int], list[int]]]]:

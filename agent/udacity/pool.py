@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from agent.data.dataset import POOL_NAME, open_dataset
-from agent.udacity.recordings import CSV_NAME, IMG_DIR, import_recordings
 from common.cli import option, parse_command
 from common.files import write_json
+from driving_data.dataset import POOL_NAME, open_dataset
+from driving_data.udacity_import import import_recordings
+from driving_data.udacity_log import CSV_NAME, IMG_DIR
 
 MANIFEST = Path(__file__).with_name("pool.csv")
 COLUMNS = ("name", "repo", "commit", "folder", "track", "steering", "rows", "licence", "role", "note")

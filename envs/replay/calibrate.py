@@ -73,7 +73,7 @@ def fit_pair(rp: Reprojector, first: np.ndarray, second: np.ndarray, forward: fl
 
 def calibrate(dataset: Any, geometry: CameraGeometry, *, frames: int = 60, pairs: int = 120,
               min_speed: float = 3.0) -> dict[str, Any]:
-    """The three checks of the module docstring on an open dataset (agent.data.dataset.DemoDataset)."""
+    """The three checks of the module docstring on an open dataset (driving_data.dataset.DemoDataset)."""
     rp = Reprojector(geometry)
     picks = _rows(dataset, frames, min_speed)
     out: dict[str, Any] = {"geometry": geometry.to_dict(), "frames": len(picks)}
@@ -162,8 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse(CalibrateArgs, argv, prog="python -m envs.replay.calibrate", doc=__doc__)
     from pathlib import Path
 
-    from agent.data.dataset import open_dataset
-    from agent.udacity.recordings import import_recordings
+    from driving_data.dataset import open_dataset
+    from driving_data.udacity_import import import_recordings
     from envs.replay.spec import geometry_of
 
     try:

@@ -61,7 +61,7 @@ class ReplayPart:
 
 
 class ReplayEnv(gym.Env):
-    """See the module docstring. ``dataset``: an open agent.data.dataset.DemoDataset; ``parts``: what each
+    """See the module docstring. ``dataset``: an open driving_data.dataset.DemoDataset; ``parts``: what each
     seed replays; ``geometry``: the recorded camera and car."""
 
     metadata = {"render_modes": ["rgb_array"]}

@@ -41,6 +41,7 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
+from driving_data.dataset import open_dataset
 from envs.replay.camera import CameraGeometry
 
 
@@ -259,7 +260,7 @@ def smooth_middle(middle: np.ndarray, window: int = 5, max_gap: int = 10) -> np.
 
 
 def measure_frames(estimator: RoadEstimator, frames: Any, rows: Sequence[int]) -> np.ndarray:
-    """[len(rows), 4] readings (middle, width, left, right) of ``frames.decode`` (agent.data.frames.JpegFrames)
+    """[len(rows), 4] readings (middle, width, left, right) of ``frames.decode`` (driving_data.frames.JpegFrames)
     or an array of frames, at ``rows``."""
     out = np.full((len(rows), 4), np.nan)
     for j, t in enumerate(rows):
@@ -286,8 +287,6 @@ def check_reference(reference: str, flag: str = "reference") -> str:
 
 @functools.lru_cache(maxsize=32)
 def _cached_middle(root: str, episode: int, start: int, stop: int, geometry: CameraGeometry) -> np.ndarray:
-    from agent.data.dataset import open_dataset
-
     return episode_middle(open_dataset(root), episode, geometry, slice(start, stop))
 
 

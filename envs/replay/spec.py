@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from envs.registry import REPLAY_PREFIX as PREFIX
-from envs.registry import EnvSpec, SeedRanges, camera_envs, get_spec
+from driving_data.dataset import REPLAY_PREFIX as PREFIX
+from driving_data.dataset import is_recording, open_dataset
+from envs.registry import EnvSpec, SeedRanges, camera_envs, dataset_env, get_spec
 from envs.replay.camera import CameraGeometry
 from envs.udacity.real_look import (REAL_CAMERA_HEIGHT_M, REAL_CAMERA_PITCH_DEG, REAL_CAMERA_VFOV_DEG, REAL_WHEELBASE_M,
                                     hfov_from_vfov)
@@ -104,8 +105,6 @@ def exported_from(dataset: Any) -> dict:
 def geometry_of(dataset: Any) -> CameraGeometry:
     """The camera and car of a dataset: this project's simulators by their gym id (an export of one of their datasets
     by what the export says), anything else the real one."""
-    from agent.data.dataset import dataset_env, is_recording
-
     exported = exported_from(dataset)
     if exported.get("geometry"):
         return CameraGeometry(**exported["geometry"])
@@ -136,8 +135,6 @@ def check_replayable_steering(dataset: Any, folder: str) -> None:
 @functools.lru_cache(maxsize=8)
 def replay_spec(folder: str) -> EnvSpec:
     """The EnvSpec of the dataset in ``folder`` (see the module docstring); ValueError for what cannot be replayed."""
-    from agent.data.dataset import open_dataset
-
     ds = open_dataset(folder)
     check_replayable_steering(ds, folder)
     shapes = {tuple(ds.array_shape(i, "frames")[1:]) for i in range(len(ds))}

@@ -17,12 +17,13 @@ import pytest
 import collect as collect_cli
 from agent.data.collection import collect
 from agent.data.config import DEFAULT_SEED, CollectConfig, CollectError, shard_range
-from agent.data.dataset import open_dataset, temp_files
+from driving_data.dataset import open_dataset, temp_files
 from agent.evaluation.args import EvalArgs
 from agent.evaluation.config import resolve
 from agent.evaluation.evaluate import evaluate
 from agent.evaluation.report import Interrupted
 from agent.workers import default_workers
+from driving_data.dataset import open_dataset, temp_files
 from envs.carracing import make_carracing
 from tests.helpers import constant_policy_checkpoint
 

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from agent.udacity.recordings import import_udacity
+from driving_data.udacity_import import import_udacity
 from benchmarks import heldout_drivers
-from tests.agent.udacity.test_recordings import _sim_recording
+from tests.driving_data.test_udacity_import import _sim_recording
 from tests.helpers import steering_checkpoint
 
 

@@ -1,10 +1,10 @@
 """The fine-tune benchmark's pieces: a recording's first frames as a recording, and the paired table."""
 import pytest
 
-from agent.data.dataset import open_dataset
-from agent.udacity.recordings import import_udacity
+from driving_data.udacity_import import import_udacity
 from benchmarks import pool_fine_tune
-from tests.agent.udacity.test_recordings import _sim_recording
+from driving_data.dataset import open_dataset
+from tests.driving_data.test_udacity_import import _sim_recording
 
 
 def test_the_first_frames_of_a_recording_are_a_recording_of_their_own(tmp_path):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from agent.data.dataset import open_dataset, write_episode
 from agent.training.windows import WindowDataset, window_indices
+from driving_data.dataset import open_dataset, write_episode
 from policies.actions import DISCRETE_ACTIONS, DiscreteChooser, at_temperature, check_discrete_options, spared_ids
 from policies.cores import CORES, policy_core_options
 from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint, save_checkpoint

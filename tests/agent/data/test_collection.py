@@ -15,10 +15,10 @@ import pytest
 import collect as collect_cli
 from agent.data.collection import collect
 from agent.data.config import DEFAULT_SEED, CollectConfig, CollectError
-from agent.data.dataset import CARD_NAME, open_dataset, temp_files
 from agent.data.recorder import DartNoise, record_episode
 from agent.experts.expert import Expert
 from common.files import REPO_ROOT
+from driving_data.dataset import CARD_NAME, open_dataset, temp_files
 from envs.carracing import FEATURE_NAMES, N_FEATURES, make_carracing
 from envs.carracing import SPEC as CARRACING
 from tests.helpers import constant_policy_checkpoint
@@ -540,7 +540,7 @@ def test_datasets_of_the_older_format_name_open_and_unknown_formats_are_refused(
     """The card's format string changed its name, not its layout: old datasets still open; a foreign one is named."""
     import json
 
-    from agent.data.dataset import FORMAT, READABLE_FORMATS, open_dataset
+    from driving_data.dataset import FORMAT, READABLE_FORMATS, open_dataset
     from tests.envs.replay.test_replay import _carracing_like
 
     root = _carracing_like(tmp_path)
@@ -556,7 +556,7 @@ def test_latency_steps_apply_each_chosen_action_that_many_steps_later(tmp_path):
     """Under --latency-steps D the recorded (applied) action at step t is the one chosen at t - D (the expert's
     label there, without noise); the first D apply the neutral action, and the label stays the expert's."""
     import collect
-    from agent.data.dataset import open_dataset
+    from driving_data.dataset import open_dataset
 
     out = tmp_path / "late"
     assert collect.main(["--episodes", "1", "--max-steps", "40", "--noise", "0", "--latency-steps", "3", "--renderer",
@@ -573,7 +573,7 @@ def test_a_latency_experts_labels_are_its_answers_to_the_recorded_queue(tmp_path
     (agent.experts.latency.queued_actions), and not the same shown them one step later: the queue it was shown is
     recoverable from the recorded actions, which is what a student told its actions on their way trains on."""
     import collect
-    from agent.data.dataset import open_dataset
+    from driving_data.dataset import open_dataset
     from agent.experts.latency import queued_actions
 
     expert_zip = REPO_ROOT / "checkpoints/expert_carracing_latency.zip"
@@ -595,7 +595,7 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
     their way, which are the ones applied over the next D steps; the episode says its labels need no hindsight."""
     import collect
     from agent.data.card import file_sha256
-    from agent.data.dataset import join_datasets, open_dataset
+    from driving_data.dataset import join_datasets, open_dataset
     from agent.experts.ppo import TrainArgs, train
     from benchmarks.latency_labels import queue_dependence
     from envs.carracing import SPEC

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 import collect
+from driving_data.dataset import open_dataset
 import evaluate
 import train
 from tests.helpers import steering_checkpoint
-from agent.data.dataset import open_dataset
 from agent.data.out_folder import folder_lock
-from tests.agent.udacity.test_recordings import _sim_recording
+from tests.driving_data.test_udacity_import import _sim_recording
 
 TINY = ["--epochs", "1", "--batch-size", "8", "--segment", "8", "--window", "2", "--frame-stride", "1",
         "--feature-dim", "8", "--d-model", "16", "--heads", "4", "--threads", "1", "--no-progress"]

@@ -408,7 +408,7 @@ def test_offline_scores_of_a_discrete_student_on_recorded_expert_actions(tmp_pat
     ids; agreement, the recorded action's NLL and the mean probabilities at its temperature are checked against
     values computed here. A continuous checkpoint on discrete data, or --action-temperature for it, is one line."""
     import evaluate as cli
-    from agent.data.dataset import write_episode
+    from driving_data.dataset import write_episode
 
     labels = [np.array([3, 3, 1, 2, 3, 4]), np.array([3, 0, 3, 3])]
     for k, y in enumerate(labels):
@@ -471,7 +471,7 @@ def test_precision_scores_recorded_frames_in_bf16_and_drives_exactly_as_fp32(tmp
     """--precision bf16 encodes --data's frames in bfloat16 (scores within round-off of fp32's); a drive steps one
     frame at a time, in fp32 under every precision, so the shipped student drives the same episode under both."""
     import evaluate as cli
-    from agent.data.dataset import write_episode
+    from driving_data.dataset import write_episode
 
     for k in range(2):
         T = 40

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from agent.data.dataset import open_dataset
 from agent.training.dagger import Lineage, Recipe, Round, main, run_lineage
+from driving_data.dataset import open_dataset
 from policies.policy import load_checkpoint
 
 TINY_RECIPE = {"tiny": Recipe(expert_episodes=2, epochs=1, episodes=1, rounds=(Round(0.5, 1, 5e-4),),

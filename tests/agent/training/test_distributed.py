@@ -14,8 +14,6 @@ import agent.training.data as training_data
 import agent.training.loop as loop
 from agent.data.collection import collect
 from agent.data.config import CollectConfig
-from agent.data.dataset import CACHE_DIR, open_dataset, open_datasets
-from agent.data.frames import FrameFile
 from agent.data.merge import merge_datasets
 from agent.data.out_folder import inspect_out
 from agent.training.config import plan_of, resolve_env_defaults
@@ -23,6 +21,8 @@ from agent.training.data import load_data, resolve_head, use_lazy_loading
 from agent.training.distributed import World, from_env, step_seed
 from agent.training.experiment import run
 from agent.training.loop import Interrupted, evaluate
+from driving_data.dataset import CACHE_DIR, open_dataset, open_datasets
+from driving_data.frames import FrameFile
 from tests.helpers import constant_policy_checkpoint
 from tests.agent.training.test_experiment import tiny_args, write_synthetic
 

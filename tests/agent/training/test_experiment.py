@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import agent.training.loop as loop
-from agent.data.dataset import write_episode
 from agent.training.config import TrainArgs, default_out
 from agent.training.experiment import run
 from agent.training.loop import Interrupted
+from driving_data.dataset import write_episode
 from envs.carracing import SPEC as CARRACING
 from policies.cores import CORES
 from policies.policy import load_checkpoint, read_checkpoint
@@ -412,7 +412,7 @@ def test_a_single_episode_cannot_be_split_by_episode_or_folded(tmp_path):
 def test_irregular_training_windows_keep_true_timestamps(tmp_path):
     """--window-gaps K: each gap between a window's frames is frame_stride x k, k in 1..K, ending at its step,
     and the times the core gets are the frames' true timestamps relative to the last one."""
-    from agent.data.dataset import open_dataset
+    from driving_data.dataset import open_dataset
     from agent.training.config import resolve_env_defaults
     from agent.training.config import plan_of
     from agent.training.data import load_data

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import collect as collect_cli
+from driving_data.dataset import RECORDING_SOURCE, open_dataset
 import train as train_cli
-from agent.data.dataset import RECORDING_SOURCE, open_dataset
 from agent.training.augment import augment_first_person
 from agent.training.config import TrainArgs, plan_of
 from agent.training.data import load_data

@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from driving_data.dataset import open_dataset, write_episode
 import train
-from agent.data.dataset import open_dataset, write_episode
+from driving_data.dataset import open_dataset, write_episode
 from agent.training.config import TrainArgs, plan_of, resolve_env_defaults
 from agent.training.data import load_data
 from agent.training.experiment import run
@@ -174,8 +175,8 @@ def test_bad_queue_flags_are_one_line(argv, says, tmp_path, capsys):
 def test_mirroring_is_off_by_default_only_for_a_recording_with_a_steady_steering_bias(tmp_path):
     """--flip's default: on, except for a person's recording whose steering holds a steady bias (mirrored
     segments would teach the opposite bias half the time)."""
-    from agent.udacity.recordings import import_udacity
-    from tests.agent.udacity.test_recordings import _sim_recording
+    from driving_data.udacity_import import import_udacity
+    from tests.driving_data.test_udacity_import import _sim_recording
 
     def symmetric(lines):  # steering +-0.1 in turn: no bias
         out = []

@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from agent.data.dataset import open_datasets
 from agent.udacity import pool
-from tests.agent.udacity.test_recordings import _sim_recording
+from driving_data.dataset import open_datasets
+from tests.driving_data.test_udacity_import import _sim_recording
 
 HEADER = ",".join(pool.COLUMNS)
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

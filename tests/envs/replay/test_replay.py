@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import collect as collect_cli
+from driving_data.dataset import open_dataset
 import evaluate as evaluate_cli
-from agent.data.dataset import open_dataset
+from driving_data.dataset import open_dataset
 from agent.evaluation.args import EvalArgs
 from agent.evaluation.evaluate import evaluate
 from envs.registry import get_spec
@@ -177,7 +178,7 @@ def test_bad_replay_flags_are_one_line_errors(drive, tmp_path, capsys, argv, nee
 
 
 def test_a_recording_of_other_frames_is_refused(drive, tmp_path):
-    from agent.data.dataset import open_dataset
+    from driving_data.dataset import open_dataset
     from envs.replay.spec import replay_spec
 
     ds = open_dataset(drive)
@@ -189,7 +190,7 @@ def test_a_recording_of_other_frames_is_refused(drive, tmp_path):
 
 
 def _carracing_like(tmp_path):
-    from agent.data.dataset import CARD_NAME, FORMAT, write_episode
+    from driving_data.dataset import CARD_NAME, FORMAT, write_episode
 
     root = tmp_path / "cr"
     T = 12
@@ -338,7 +339,7 @@ def test_dagger_data_is_recorded_in_the_replay(drive, tmp_path):
     env = "replay:" + str(drive.resolve())
     assert collect_cli.main(["--env", env, "--episodes", "1", "--seed", "0", "--max-steps", "40", "--driver",
                              "checkpoints/udacity_nac.pt", "--out", str(out), "--workers", "1", "--no-progress"]) == 0
-    from agent.data.dataset import open_dataset
+    from driving_data.dataset import open_dataset
 
     ds = open_dataset(out)
     ep = ds.load(0, keys=["action", "expert_action", "privileged"])
@@ -360,7 +361,7 @@ def test_calibration_recovers_the_simulators_side_cameras_and_forward_scale(driv
 
 def test_dagger_in_a_replay_drives_only_the_span_it_is_given(drive, tmp_path, capsys):
     """--replay-span keeps DAgger rounds off the held-out end of a recording: an episode is one session's part."""
-    from agent.data.dataset import open_dataset
+    from driving_data.dataset import open_dataset
 
     env = "replay:" + str(drive.resolve())
     whole = open_dataset(drive).episodes[0]["length"]
@@ -371,10 +372,10 @@ def test_dagger_in_a_replay_drives_only_the_span_it_is_given(drive, tmp_path, ca
     # the whole half is driven: a replay puts the car back on the path (counted) instead of ending the episode
     assert whole // 2 - 2 <= meta["length"] <= whole // 2 and "interventions" in meta
     # the DAgger episodes train with the recording they replay: their env is the recording's
-    from agent.data.dataset import dataset_env
+    from driving_data.dataset import dataset_env_name
 
     dagger = open_dataset(out)
-    assert dataset_env(dagger.card, dagger.episodes).name == open_dataset(drive).card["env"]
+    assert dataset_env_name(dagger.card, dagger.episodes) == open_dataset(drive).card["env"]
     assert collect_cli.main(["--replay-span", "0:0.5", "--out", str(tmp_path / "x")]) == 2
     assert "--replay-span is the driven part of a recording" in capsys.readouterr().err
 
@@ -410,7 +411,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(drive, tmp_path, capsys):
     on it, round 1's student drives the replay of the trained part only (0:0.8), the path controller labels it, and
     the next student fine-tunes on the recording plus those episodes; the summary names the command that judges
     every round on the held-out end."""
-    from agent.data.dataset import open_dataset
+    from driving_data.dataset import open_dataset
     from agent.training.dagger import Lineage, Recipe, Round, main, run_lineage
     from agent.udacity.recordings import export_udacity
 
@@ -516,7 +517,7 @@ def test_the_label_drift_benchmark_drives_the_labels_open_loop(drive, tmp_path, 
 
 def _speeds_dataset(root, speeds):
     """A replayable dataset (160x320 frames, the udacity env) with one episode per array of speeds (m/s)."""
-    from agent.data.dataset import CARD_NAME, FORMAT, write_episode
+    from driving_data.dataset import CARD_NAME, FORMAT, write_episode
 
     for e, speed in enumerate(speeds):
         T = len(speed)

@@ -95,7 +95,7 @@ def test_collect_records_the_real_look_with_the_hard_worlds_expert(tmp_path):
     import json
 
     import collect
-    from agent.data.dataset import CARD_NAME, open_dataset
+    from driving_data.dataset import CARD_NAME, open_dataset
 
     out = tmp_path / "real"
     assert collect.main(["--env", "udacity-real", "--episodes", "1", "--max-steps", "12", "--workers", "1",

@@ -58,18 +58,20 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from agent.data.frames import JPEG_SUFFIX, OFFSETS_SUFFIX, FrameFile, JpegFrames, check_jpeg_quality, npy_header
 from common.files import atomic_write
-from envs.registry import REPLAY_PREFIX, EnvSpec, get_spec
+from driving_data.frames import JPEG_SUFFIX, OFFSETS_SUFFIX, FrameFile, JpegFrames, check_jpeg_quality, npy_header
 
-FORMAT = "nac-drive dataset v1 (see the agent/data/dataset.py docstring)"  # the card's "format"
-READABLE_FORMATS = (FORMAT, "agent.demos v1 (see the agent/data/dataset.py docstring)")  # the same layout, older name
+FORMAT = "nac-drive dataset v1 (see the driving_data/dataset.py docstring)"  # the card's "format"
+# the same layout under the names cards written by earlier versions carry
+READABLE_FORMATS = (FORMAT, "nac-drive dataset v1 (see the agent/data/dataset.py docstring)",
+                    "agent.demos v1 (see the agent/data/dataset.py docstring)")
 CARD_NAME = "dataset.json"
 EPISODE_DIR = "episodes"
 REQUIRED_ARRAYS = ("frames", "action", "expert_action", "reward", "speed", "privileged", "time")
 FINAL_PREFIX = "final_"
 POOL_NAME = "pool.json"  # a folder of datasets that trains as one (agent.udacity.pool)
 CACHE_DIR = ".cache"  # prepared frames for training (DemoDataset.prepared); hidden: collect.py ignores dot entries
+REPLAY_PREFIX = "replay:"  # an env named "replay:FOLDER" replays the dataset in FOLDER (envs/replay)
 RESERVED_MARK = "__jpeg"  # user arrays may not contain it: it would collide with the stored JPEG members
 
 
@@ -329,7 +331,7 @@ RECORDING_SOURCE = "udacity-recording"  # the "source" of a real simulator recor
 
 
 def is_recording(meta: dict) -> bool:
-    """True for a session a person drove in the real simulator (agent.udacity.recordings imported it)."""
+    """True for a session a person drove in the real simulator (driving_data.udacity_import imported it)."""
     return meta.get("source") == RECORDING_SOURCE
 
 
@@ -427,9 +429,10 @@ def dataset_action_spaces(card: dict, episodes: list[dict]) -> set[str]:
     return spaces
 
 
-def dataset_env(card: dict, episodes: list[dict]) -> EnvSpec:
-    """The env a dataset was recorded in (card or episode meta; datasets older than the udacity env are CarRacing)."""
+def dataset_env_name(card: dict, episodes: list[dict]) -> str:
+    """The name of the env a dataset was recorded in (card or episode meta; datasets older than the udacity env are
+    CarRacing); ``envs.registry.dataset_env`` gives its EnvSpec."""
     names = {trained_env(n) for n in {card.get("env")} | {m.get("env") for m in episodes} if n is not None}
     if len(names) > 1:
         raise ValueError(f"the dataset mixes environments {sorted(names)}")
-    return get_spec(names.pop() if names else "carracing")
+    return names.pop() if names else "carracing"

@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from agent.data.dataset import open_dataset, temp_files, write_episode
-from agent.data.frames import JpegFrames, encode_jpeg
 from agent.training.windows import WindowDataset, kfold_episodes, split_episodes
 from common.files import write_json
+from driving_data.dataset import open_dataset, temp_files, write_episode
+from driving_data.frames import JpegFrames, encode_jpeg
 
 
 def _episode(T=12, discrete=False, seed=0):
