@@ -69,7 +69,7 @@ from agent.workers import MAX_WORKERS, EpisodePool, check_workers, default_worke
 from common.checks import is_int
 from common.cli import option
 from common.files import atomic_write_text, write_json
-from common.stops import stop_handled
+from common.stops import Interrupted, stop_handled
 from envs.registry import ENV_NAMES, REPLAY_PREFIX, SeedRanges, get_spec
 from policies.actions import (DISCRETE_ACTION_RULES, DISCRETE_ACTIONS, check_discrete_options, check_temperature,
                               spared_ids)
@@ -79,10 +79,6 @@ from policies.precision import check as check_precision
 from policies.precision import resolve as resolve_precision
 
 DEFAULT_SEED = SeedRanges().evaluate  # 1000
-
-
-class Interrupted(Exception):
-    """Ctrl-C during evaluation; the finished episodes were written."""
 
 
 @dataclass

@@ -59,8 +59,8 @@ import numpy as np
 from agent.data.dataset import CARD_NAME, FORMAT, DemoDataset, dataset_env, open_dataset, write_episode
 from agent.data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality, jpeg_shape
 from agent.data.out_folder import check_room
-from common.cli import option, parse_command
-from common.files import StagingFolder, disk_full, refuse_nonempty, write_json
+from common.cli import option, run_command
+from common.files import StagingFolder, refuse_nonempty, write_json
 
 CSV_NAME = "driving_log.csv"
 IMG_DIR = "IMG"
@@ -886,21 +886,9 @@ def _import(args: ImportArgs) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_command(COMMANDS, argv, PROG, __doc__)
-    try:
-        if isinstance(args, ExportArgs):
-            _export(args)
-        else:
-            _import(args)
-    except (ValueError, OSError) as e:  # a full disk too: the staging folder is removed, nothing half-written stays
-        from agent.runtime import disk_full_line
-
-        print(disk_full_line(e) if disk_full(e) else f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # the staging folder is already removed: nothing half-written stays
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    # a mistake, a full disk or Ctrl-C: the staging folder is already removed, nothing half-written stays
+    return run_command(COMMANDS, lambda args: _export(args) if isinstance(args, ExportArgs) else _import(args), argv,
+                       prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
 
 
 if __name__ == "__main__":
