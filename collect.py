@@ -30,17 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from agent.data.config import CollectConfig, CollectError
-from agent.runtime import disk_full_line, show_progress
-from common.cli import CliParser, option
-from common.cli import build_parser as parser_of
-from common.files import check_writable, disk_full
+from agent.data.config import CollectConfig
+from common.cli import option, run_command
+from common.files import check_writable
 
 PROG = "python collect.py"
 
 
 @dataclass
-class Args(CollectConfig):
+class CollectArgs(CollectConfig):
     """collect.py's arguments: the collection config plus the optional Minari export."""
 
     export_minari: str | None = option(None, "afterwards, export the whole dataset as Minari dataset ID (e.g. "
@@ -49,46 +47,32 @@ class Args(CollectConfig):
                                       group="output")
 
 
-def build_parser() -> CliParser:
-    return parser_of(Args, PROG, __doc__)
-
-
-def parse_args(argv: Sequence[str] | None = None) -> Args:
-    args = Args(**vars(build_parser().parse_args(argv)))
-    args.progress = show_progress(args.progress)  # a bar redrawn into a log file leaves debris there
-    return args
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no window: the env renders off-screen
-    try:
-        args = parse_args(argv)
-        args.validate()
-        check_writable(args.out_dir)  # at the start, not when the first episode is saved
-        from agent.data.collection import collect
+    command = f"{PROG} " + shlex.join(argv)
+    # a full disk keeps the episodes saved so far (a re-run appends to them); Ctrl-C before the collection or during
+    # the export leaves nothing half-written; the collection installs its own stop-signal handling
+    return run_command(CollectArgs, lambda args: _collect(args, command), argv, prog=PROG, doc=__doc__,
+                       mistakes=(ValueError, FileNotFoundError, ImportError), stop_signals=False)
 
-        result = collect(args, command="python collect.py " + shlex.join(argv), log=lambda m: print(m, file=sys.stderr))
-        print(result.summary())
-        if result.interrupted:
-            return 130
-        if args.export_minari:
-            from agent.data.minari_export import export_minari
 
-            path = export_minari(args.out_dir, args.export_minari, datasets_path=args.minari_path)
-            print(f"exported Minari dataset {args.export_minari!r} to {path} "
-                  f"(load with MINARI_DATASETS_PATH={path.parents[len(Path(args.export_minari).parts) - 1]})")
-    except (CollectError, ValueError, FileNotFoundError, ImportError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a full disk: the episodes saved so far stay (a re-run appends to them)
-        if not disk_full(e):
-            raise
-        print(disk_full_line(e), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # before collection started or during the export: nothing half-written stays
-        print("interrupted", file=sys.stderr)
+def _collect(args: CollectArgs, command: str) -> int:
+    """The collection (130 when it was stopped: its summary says what was kept), then the Minari export."""
+    args.validate()
+    check_writable(args.out_dir)  # at the start, not when the first episode is saved
+    from agent.data.collection import collect
+
+    result = collect(args, command=command, log=lambda m: print(m, file=sys.stderr))
+    print(result.summary())
+    if result.interrupted:
         return 130
+    if args.export_minari:
+        from agent.data.minari_export import export_minari
+
+        path = export_minari(args.out_dir, args.export_minari, datasets_path=args.minari_path)
+        print(f"exported Minari dataset {args.export_minari!r} to {path} "
+              f"(load with MINARI_DATASETS_PATH={path.parents[len(Path(args.export_minari).parts) - 1]})")
     return 0
 
 

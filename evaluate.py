@@ -34,26 +34,15 @@ os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 from agent.data.out_folder import clear_results, run_folder
 from agent.evaluation.args import EvalArgs, check_args, default_out
 from agent.evaluation.evaluate import evaluate
-from agent.evaluation.report import Interrupted
-from agent.runtime import cli_exit_code
-from common.cli import CliParser, parse
-from common.cli import build_parser as parser_of
+from common.cli import run_command
 
 PROG = "python evaluate.py"
 
 
-def build_parser() -> CliParser:
-    return parser_of(EvalArgs, PROG, __doc__)
-
-
-def parse_args(argv: list[str] | None = None) -> EvalArgs:
-    return parse(EvalArgs, argv, PROG, __doc__)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    command = " ".join(["python evaluate.py", *(argv if argv is not None else sys.argv[1:])])
-    return cli_exit_code(lambda: _evaluate_in_folder(args, command), Interrupted)  # kill keeps finished episodes
+    command = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
+    return run_command(EvalArgs, lambda args: _evaluate_in_folder(args, command), argv, prog=PROG,
+                       doc=__doc__)  # kill keeps finished episodes
 
 
 def _evaluate_in_folder(args: EvalArgs, command: str) -> None:

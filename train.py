@@ -20,31 +20,16 @@ from __future__ import annotations
 
 import sys
 
-from agent.runtime import cli_exit_code
 from agent.training.config import TrainArgs
 from agent.training.experiment import run
-from agent.training.loop import Interrupted
-from common.cli import CliParser, parse
-from common.cli import build_parser as parser_of
+from common.cli import run_command
 
 PROG = "python train.py"
 
 
-def build_parser() -> CliParser:
-    return parser_of(TrainArgs, PROG, __doc__)
-
-
-def parse_args(argv: list[str] | None = None) -> TrainArgs:
-    args = parse(TrainArgs, argv, PROG, __doc__)
-    if isinstance(args.data, list) and len(args.data) == 1:  # one folder: a plain string (args.json, the run label)
-        args.data = args.data[0]
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
     # the run installs its own stop-signal handling around the training (agent.training.distributed.joined)
-    return cli_exit_code(lambda: run(args), Interrupted, stop_signals=False)
+    return run_command(TrainArgs, run, argv, prog=PROG, doc=__doc__, stop_signals=False)
 
 
 if __name__ == "__main__":

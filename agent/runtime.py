@@ -1,14 +1,11 @@
-"""What the CLIs of every stage share: progress bars only on a terminal, ratios against a reference that may be
-zero, and one mapping from what ends a command to its exit code. Files and stop signals live below, in common/."""
+"""What the CLIs of every stage share: progress bars only on a terminal, the TensorBoard command, and ratios against a
+reference that may be zero. How a command parses and ends (exit codes) lives below, in common/cli.py."""
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
-
-from common.files import disk_full
-from common.stops import sigterm_as_interrupt
+from typing import Any
 
 
 def show_progress(requested: bool, stream: Any = None) -> bool:
@@ -42,39 +39,3 @@ NO_STRAIGHT_RATIO = ("no ratio to always-straight: the steering scored against i
 def mse_ratio(mse: float, reference_mse: float) -> float | None:
     """``mse / reference_mse``, or None when the reference's MSE is (near) zero and the quotient would be noise."""
     return None if reference_mse < MIN_REFERENCE_MSE else mse / reference_mse
-
-
-def disk_full_line(e: OSError) -> str:
-    """The one line a command ends with when the disk is full: where, what to do, and what the stage added to the
-    error (``add_note``: what was kept, how to go on)."""
-    where = f" while writing {e.filename!r}" if e.filename else ""
-    notes = " ".join(getattr(e, "__notes__", ()))
-    return (f"error: no space left on the disk{where}; free some space and run the command again"
-            + (f" ({notes})" if notes else ""))
-
-
-def cli_exit_code(work: Callable[[], Any], interrupted: type[BaseException], *, stop_signals: bool = True) -> int:
-    """Run a CLI's work and map what can end it to the exit code a user expects: 0 done; 130 after Ctrl-C or
-    SIGTERM (the stage's ``interrupted`` exception says what was kept); 2 with one line for a bad argument,
-    a missing file or a full disk (never a traceback for a user's mistake or the machine's)."""
-    try:
-        if stop_signals:
-            with sigterm_as_interrupt():  # `kill PID` stops like Ctrl-C
-                work()
-        else:
-            work()
-    except interrupted as e:
-        print(f"\n{e}", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:  # before the stage could say what it kept (e.g. while loading)
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        if not disk_full(e):
-            raise
-        print(disk_full_line(e), file=sys.stderr)
-        return 2
-    return 0

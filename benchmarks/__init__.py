@@ -1,26 +1,6 @@
 """Benchmark scripts that print tables (`python -m benchmarks.<name>`); see docs/benchmarks.md."""
-import sys
 import time
-from typing import Any, Callable, NoReturn
-
-
-def run_main(main: Callable[[], int]) -> NoReturn:
-    """Exit with main()'s code; Ctrl-C ends a long benchmark quietly with 130, as the CLIs do."""
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
-
-
-def one_line_errors(body: Callable[[], None]) -> int:
-    """Run a benchmark's ``body``: 0, or 2 with a user's mistake (ValueError, OSError: a wrong folder or file) told
-    in one line on stderr instead of a traceback."""
-    try:
-        body()
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+from typing import Any, Callable
 
 
 def timed_steps(env: Any, act: Callable[[dict], Any], info: dict, steps: int, seed: int) -> float:

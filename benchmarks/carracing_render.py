@@ -33,8 +33,8 @@ from dataclasses import dataclass  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import run_main, timed_steps
-from common.cli import CliParser, option, parse
+from benchmarks import timed_steps
+from common.cli import option, run_command
 
 PROG = "python -m benchmarks.carracing_render"
 
@@ -88,7 +88,7 @@ def _fidelity(seed: int, steps: int, noise: float) -> tuple[np.ndarray, int]:
 
 
 @dataclass
-class Args:
+class CarRacingRenderArgs:
     steps: int = option(1000, "timed env steps per run", group="runtime")
     repeats: int = option(5, "runs per figure; the median is reported", group="runtime")
     seed: int = option(0, "first track seed; run k uses seed + k", group="evaluation conditions")
@@ -100,11 +100,14 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(Args, argv, prog=PROG, doc=__doc__)
+    return run_command(CarRacingRenderArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(args: CarRacingRenderArgs) -> int:
     if args.steps <= 0 or args.repeats <= 0 or args.seed < 0:
-        CliParser(prog=PROG).error("--steps and --repeats must be positive and --seed non-negative")
+        raise ValueError("--steps and --repeats must be positive and --seed non-negative")
     if args.fidelity_episodes < 0 or args.fidelity_steps <= 0 or args.noise < 0:
-        CliParser(prog=PROG).error("--fidelity-episodes and --noise must be non-negative and --fidelity-steps positive")
+        raise ValueError("--fidelity-episodes and --noise must be non-negative and --fidelity-steps positive")
     cv2.setNumThreads(1)
 
     print(f"one thread, median of {args.repeats} runs x {args.steps} steps "
@@ -147,4 +150,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

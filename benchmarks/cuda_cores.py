@@ -19,8 +19,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from benchmarks import run_main
-from common.cli import CliParser, option, parse
+from common.cli import option, run_command
 
 PROG = "python -m benchmarks.cuda_cores"
 
@@ -61,7 +60,7 @@ def _batch_sizes(text: str) -> tuple[int, ...]:
 
 
 @dataclass
-class Args:
+class CudaCoresArgs:
     seq_len: int = option(1024, "sequence length T", group="model")
     batches: tuple[int, ...] = option((1, 64), "comma-separated batch sizes (default: 1,64)", group="model",
                                       metavar="B,B", parse=_batch_sizes)
@@ -70,12 +69,14 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(Args, argv, prog=PROG, doc=__doc__)
+    return run_command(CudaCoresArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(args: CudaCoresArgs) -> int:
     if not torch.cuda.is_available():
-        CliParser(prog=PROG).error("no CUDA GPU is visible to torch; the CPU figures are "
-                                   "`python -m benchmarks.nac_runtime`")
+        raise ValueError("no CUDA GPU is visible to torch; the CPU figures are `python -m benchmarks.nac_runtime`")
     if args.seq_len < 1 or args.repeats < 1:
-        CliParser(prog=PROG).error("--seq-len and --repeats must be at least 1")
+        raise ValueError("--seq-len and --repeats must be at least 1")
     calls = cores(64, 4, args.topk)
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, T={args.seq_len}, "
           f"median of {args.repeats} passes (ms)\n")
@@ -91,4 +92,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.cli import option, parse_command
+from common.cli import option, run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 96
@@ -224,10 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     """The train.py flags after ``--`` are set aside first: they are train.py's, not this tool's."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
-    args = parse_command(COMMANDS, argv[:cut], PROG, __doc__)
-    if isinstance(args, RunArgs):
-        return _run(replace(args, train_args=argv[cut + 1:]))
-    return _make(args) if isinstance(args, MakeArgs) else _compare(args)
+
+    def dispatch(args: MakeArgs | RunArgs | CompareArgs) -> int:
+        if isinstance(args, RunArgs):
+            return _run(replace(args, train_args=argv[cut + 1:]))
+        return _make(args) if isinstance(args, MakeArgs) else _compare(args)
+
+    return run_command(COMMANDS, dispatch, argv[:cut], prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks import run_main
-from common.cli import option, parse
+from common.cli import option, run_command
 
 PROG = "python -m benchmarks.feedback_gains"
 
@@ -60,7 +59,7 @@ def _span(text: str) -> tuple[float, float]:
 
 
 @dataclass
-class Args:
+class FeedbackGainsArgs:
     data: str | None = option(None, "a recording (driving_log.csv + IMG/) or a udacity dataset", group="input",
                               required=True)
     checkpoint: list[str] = option([], "the students probed", group="model", required=True)
@@ -73,7 +72,10 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(Args, argv, prog=PROG, doc=__doc__)
+    return run_command(FeedbackGainsArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(a: FeedbackGainsArgs) -> int:
     from pathlib import Path
 
     import torch
@@ -96,4 +98,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

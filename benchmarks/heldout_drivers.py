@@ -20,14 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import one_line_errors, run_main
-from common.cli import option, parse
+from common.cli import option, run_command
 
 PROG = "python -m benchmarks.heldout_drivers"
 
 
 @dataclass
-class Args:
+class HeldoutDriversArgs:
     recordings: list[str] = option(help="a held-out pool folder, or dataset folders (one per recording)",
                                    group="input", required=True)
     checkpoint: list[str] = option(help="checkpoints to score; {name} stands for the recording's name",
@@ -63,7 +62,7 @@ def _evaluate(argv: list[str], done: Path) -> None:
         raise ValueError(f"evaluate.py {' '.join(argv)} ended with exit code {code}")
 
 
-def score(a: Args, rec: str, data: Path, name: str, ckpt: str) -> dict[str, float | None]:
+def score(a: HeldoutDriversArgs, rec: str, data: Path, name: str, ckpt: str) -> dict[str, float | None]:
     """Offline ratio and correlation, and replay interventions per 100 s, of one checkpoint on one recording."""
     ckpt = ckpt.replace("{name}", rec)
     if not Path(ckpt).is_file():
@@ -114,28 +113,27 @@ def table(rows: dict[str, dict[str, dict]], names: list[str], replay: bool) -> s
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(Args, argv, PROG, __doc__)
+    return run_command(HeldoutDriversArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
 
-    def body() -> None:
-        names = a.name or [Path(c).stem for c in a.checkpoint]
-        if len(names) != len(a.checkpoint):
-            raise ValueError(f"--name gives {len(names)} names for {len(a.checkpoint)} checkpoints")
-        recs = recordings_of(a.recordings)
-        rows: dict[str, dict[str, dict]] = {}
-        for rec, data in recs.items():
-            rows[rec] = {n: score(a, rec, data, n, c) for n, c in zip(names, a.checkpoint)}
-            print(f"{rec}: " + "; ".join(f"{n} {r['offline_vs_straight']:.2f}x"
-                                          + (f", {r['per_100s']:.1f} per 100 s" if a.replay else "")
-                                          for n, r in rows[rec].items()), file=sys.stderr)
-        a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "table.json").write_text(json.dumps({"span": a.span, "checkpoints": dict(zip(names, a.checkpoint)),
-                                                      "rows": rows}, indent=1))
-        text = table(rows, names, a.replay)
-        (a.out / "table.md").write_text(text + "\n")
-        print(text)
 
-    return one_line_errors(body)
+def _benchmark(a: HeldoutDriversArgs) -> None:
+    names = a.name or [Path(c).stem for c in a.checkpoint]
+    if len(names) != len(a.checkpoint):
+        raise ValueError(f"--name gives {len(names)} names for {len(a.checkpoint)} checkpoints")
+    recs = recordings_of(a.recordings)
+    rows: dict[str, dict[str, dict]] = {}
+    for rec, data in recs.items():
+        rows[rec] = {n: score(a, rec, data, n, c) for n, c in zip(names, a.checkpoint)}
+        print(f"{rec}: " + "; ".join(f"{n} {r['offline_vs_straight']:.2f}x"
+                                      + (f", {r['per_100s']:.1f} per 100 s" if a.replay else "")
+                                      for n, r in rows[rec].items()), file=sys.stderr)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "table.json").write_text(json.dumps({"span": a.span, "checkpoints": dict(zip(names, a.checkpoint)),
+                                                  "rows": rows}, indent=1))
+    text = table(rows, names, a.replay)
+    (a.out / "table.md").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

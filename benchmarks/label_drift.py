@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks import one_line_errors, run_main
 from benchmarks.feedback_gains import _span
-from common.cli import option, parse
+from common.cli import option, run_command
 
 PROG = "python -m benchmarks.label_drift"
 REFERENCES = ("driver", "driver-or-middle")
@@ -71,7 +70,7 @@ def drift_table(dataset, span: tuple[float, float], shifts: list[int]) -> tuple[
 
 
 @dataclass
-class Args:
+class LabelDriftArgs:
     data: str = option(help="a recording (driving_log.csv + IMG/) or a udacity dataset", group="input",
                        metavar="REC_OR_DATASET", positional=True)
     span: tuple[float, float] = option((0.8, 1.0), "part A:B of every session replayed (default: 0.8:1, the "
@@ -83,27 +82,26 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(Args, argv, prog=PROG, doc=__doc__)
+    return run_command(LabelDriftArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
 
-    def body() -> None:
-        from pathlib import Path
 
-        from driving_data.dataset import open_dataset
-        from driving_data.udacity_import import import_recordings
+def _benchmark(a: LabelDriftArgs) -> None:
+    from pathlib import Path
 
-        if any(d <= 0 for d in a.shift_steps):
-            raise ValueError(f"--shift-steps takes whole rows >= 1, got {a.shift_steps}")
-        [folder] = import_recordings([a.data], [Path(a.out) / "imported_data"])
-        counts, seconds = drift_table(open_dataset(folder), a.span, a.shift_steps)
-        print(f"{a.data}: {seconds:.0f} s replayed; interventions per 100 s (count) of each open-loop driver")
-        print("| driver | against the driver's line | against the driver's line or the road's middle |")
-        print("|---|---|---|")
-        for name in dict.fromkeys(n for _, n in counts):
-            cells = [f"{100 * counts[(r, name)] / seconds:.1f} ({counts[(r, name)]})" for r in REFERENCES]
-            print(f"| {name} | {' | '.join(cells)} |")
+    from driving_data.dataset import open_dataset
+    from driving_data.udacity_import import import_recordings
 
-    return one_line_errors(body)
+    if any(d <= 0 for d in a.shift_steps):
+        raise ValueError(f"--shift-steps takes whole rows >= 1, got {a.shift_steps}")
+    [folder] = import_recordings([a.data], [Path(a.out) / "imported_data"])
+    counts, seconds = drift_table(open_dataset(folder), a.span, a.shift_steps)
+    print(f"{a.data}: {seconds:.0f} s replayed; interventions per 100 s (count) of each open-loop driver")
+    print("| driver | against the driver's line | against the driver's line or the road's middle |")
+    print("|---|---|---|")
+    for name in dict.fromkeys(n for _, n in counts):
+        cells = [f"{100 * counts[(r, name)] / seconds:.1f} ({counts[(r, name)]})" for r in REFERENCES]
+        print(f"| {name} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

@@ -9,14 +9,14 @@ as a share of each label's variance, is how much of a label the in-flight action
 """
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from agent.experts.expert import Expert
 from agent.experts.latency import queued_actions
-from benchmarks import one_line_errors, run_main
+from common.cli import option, run_command
 from driving_data.dataset import open_dataset
 
 
@@ -47,24 +47,28 @@ def queue_dependence(expert: Any, dataset: Any, states: int = 20, every: int = 3
             for k, name in enumerate(names)}
 
 
+@dataclass
+class LatencyLabelsArgs:
+    dataset: list[str] = option(help="datasets a latency expert labelled", group="input", positional=True,
+                                metavar="DATASET")
+    expert: str | None = option(None, "the latency expert (.zip with its card)", group="input", required=True)
+    states: int = option(20, "states drawn per episode (every third episode)", group="runtime")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.latency_labels", description=__doc__.split("\n\n")[0])
-    p.add_argument("dataset", nargs="+", help="datasets a latency expert labelled")
-    p.add_argument("--expert", required=True, help="the latency expert (.zip with its card)")
-    p.add_argument("--states", type=int, default=20, help="states drawn per episode (every third episode)")
-    a = p.parse_args(argv)
+    return run_command(LatencyLabelsArgs, _benchmark, argv, prog="python -m benchmarks.latency_labels", doc=__doc__,
+                       mistakes=(ValueError, OSError))
 
-    def body() -> None:
-        expert = Expert.load(a.expert)
-        if not expert.max_latency:
-            raise ValueError(f"--expert {a.expert!r} is not a latency expert (its card names no latency range)")
-        for folder in a.dataset:
-            shares = queue_dependence(expert, open_dataset(folder), a.states)
-            print(f"{folder}: a label's mean square change with another step's actions on their way, as a share of "
-                  "its variance: " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()), flush=True)
 
-    return one_line_errors(body)
+def _benchmark(a: LatencyLabelsArgs) -> None:
+    expert = Expert.load(a.expert)
+    if not expert.max_latency:
+        raise ValueError(f"--expert {a.expert!r} is not a latency expert (its card names no latency range)")
+    for folder in a.dataset:
+        shares = queue_dependence(expert, open_dataset(folder), a.states)
+        print(f"{folder}: a label's mean square change with another step's actions on their way, as a share of "
+              "its variance: " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()), flush=True)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

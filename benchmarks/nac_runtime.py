@@ -49,7 +49,7 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from common.cli import CliParser, option, parse
+from common.cli import option, run_command
 
 NAC_MODELS = ("nac-exact", "nac-euler", "nac-steady", "nac-pw")
 BASELINES = ("mha", "lstm", "gru", "cfc", "ltc")
@@ -60,7 +60,7 @@ PROBE_STEPS = 64  # shortest prefix used to estimate a pass before running it (T
 
 
 @dataclass
-class Args:
+class NacRuntimeArgs:
     seq_len: int = option(1024, "sequence length T of table 1", group="model")
     features: int = option(64, "input features = model width (d_model, LSTM/GRU/CfC/LTC units)", group="model")
     heads: int = option(4, "attention heads (NAC, MHA)", group="model")
@@ -90,16 +90,13 @@ class Args:
     out: str = option("", "also write all results as JSON to this path (atomically)", group="output")
 
 
-def parse_args(argv: list[str] | None = None) -> Args:
-    args = parse(Args, argv, prog=PROG, doc=__doc__)
+def resolve(args: NacRuntimeArgs) -> NacRuntimeArgs:
+    """``args`` with --quick's settings applied, checked (ValueError: one line)."""
     if args.quick:
         args.repeats, args.warmup, args.budget = 3, 1, 10.0
-        if args.sweep == Args.sweep:
+        if args.sweep == NacRuntimeArgs.sweep:
             args.sweep = "256,1024,4096"
-    try:
-        validate(args)
-    except ValueError as err:
-        CliParser(prog=PROG).error(str(err))
+    validate(args)
     return args
 
 
@@ -111,7 +108,7 @@ def _names(text: str, allowed: tuple[str, ...], flag: str) -> list[str]:
     return names
 
 
-def sweep_lengths(args: Args) -> list[int]:
+def sweep_lengths(args: NacRuntimeArgs) -> list[int]:
     try:
         lengths = [int(s) for s in args.sweep.split(",") if s.strip()]
     except ValueError:
@@ -121,7 +118,7 @@ def sweep_lengths(args: Args) -> list[int]:
     return lengths
 
 
-def thread_counts(args: Args) -> list[int]:
+def thread_counts(args: NacRuntimeArgs) -> list[int]:
     try:
         counts = [int(s) for s in args.vs_mha_threads.split(",") if s.strip()]
     except ValueError:
@@ -131,7 +128,7 @@ def thread_counts(args: Args) -> list[int]:
     return counts
 
 
-def validate(args: Args) -> None:
+def validate(args: NacRuntimeArgs) -> None:
     for name in ("seq_len", "features", "heads", "batch", "topk", "repeats", "threads"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
@@ -148,7 +145,7 @@ def validate(args: Args) -> None:
 
 
 # ----------------------------------------------------------------------------- models
-def build(name: str, T: int, args: Args) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
+def build(name: str, T: int, args: NacRuntimeArgs) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
     """A model and a call mapping x [B, T, F] to a tensor (the sequence output)."""
     from ncps.torch import LTC, CfC
 
@@ -171,7 +168,7 @@ def build(name: str, T: int, args: Args) -> tuple[nn.Module, Callable[[torch.Ten
     return ct, lambda x: ct(x)[0]
 
 
-def _input(T: int, args: Args) -> torch.Tensor:
+def _input(T: int, args: NacRuntimeArgs) -> torch.Tensor:
     return torch.randn(args.batch, T, args.features, generator=torch.Generator().manual_seed(args.seed))
 
 
@@ -195,7 +192,7 @@ def _seconds(fn: Callable[[], None], clock: str = "wall") -> float:
     return now() - start
 
 
-def timed(name: str, T: int, args: Args, backward: bool) -> dict:
+def timed(name: str, T: int, args: NacRuntimeArgs, backward: bool) -> dict:
     """Median ms over up to ``args.repeats`` passes, or a skip note when over budget."""
     model, call = build(name, T, args)
     probe_T = min(T, max(PROBE_STEPS, T // 8))  # long enough that fixed per-call costs do not dominate
@@ -228,7 +225,7 @@ def nac_vs_mha(seq_len: int = 1024, threads: int = 1, *, batch: int = 1, feature
     """
     from policies import nac_native
 
-    args = Args(seq_len=seq_len, features=features, heads=heads, batch=batch, topk=topk, seed=seed)
+    args = NacRuntimeArgs(seq_len=seq_len, features=features, heads=heads, batch=batch, topk=topk, seed=seed)
     validate(args)
     if clock not in CLOCKS:
         raise ValueError(f"clock must be wall or cpu; got {clock!r}")
@@ -254,7 +251,7 @@ def nac_vs_mha(seq_len: int = 1024, threads: int = 1, *, batch: int = 1, feature
             "ratio": {k: medians["nac"][k] / medians["mha"][k] for k in ("fwd", "fwd_bwd")}}
 
 
-def render_vs_mha(rows: list[dict], args: Args) -> str:
+def render_vs_mha(rows: list[dict], args: NacRuntimeArgs) -> str:
     first = rows[0]
     lines = [f"### NAC exact (top-K {args.topk}) vs nn.MultiheadAttention: B={args.batch}, T={args.seq_len}, "
              f"{args.features} features, {args.heads} heads, {first['clock']} clock, medians of {first['repeats']} "
@@ -278,7 +275,7 @@ def _status_bytes(field: str) -> int:
     raise OSError(f"{field} missing from /proc/self/status")
 
 
-def _memory_child(name: str, T: int, args: Args, backward: bool, queue) -> None:
+def _memory_child(name: str, T: int, args: NacRuntimeArgs, backward: bool, queue) -> None:
     try:
         torch.set_num_threads(args.threads)
         model, call = build(name, T, args)
@@ -296,7 +293,7 @@ def _memory_child(name: str, T: int, args: Args, backward: bool, queue) -> None:
         queue.put({"skipped": f"{type(err).__name__}: {err}"})
 
 
-def peak_memory(name: str, T: int, args: Args, backward: bool, timeout: float) -> dict:
+def peak_memory(name: str, T: int, args: NacRuntimeArgs, backward: bool, timeout: float) -> dict:
     if not os.path.exists("/proc/self/status"):
         return {"skipped": "needs Linux /proc for RSS"}
     ctx = mp.get_context("spawn")
@@ -318,7 +315,7 @@ def _fmt(cell: dict, key: str, digits: int = 1) -> str:
     return f"{cell[key]:.{digits}f}" if key in cell else "skipped"
 
 
-def run(args: Args) -> dict:
+def run(args: NacRuntimeArgs) -> dict:
     torch.set_num_threads(args.threads)
     models = _names(args.models, ALL_MODELS, "models")
     sweep_models = _names(args.sweep_models, SWEEP_MODELS + ALL_MODELS, "sweep-models")
@@ -342,7 +339,7 @@ def run(args: Args) -> dict:
     return results
 
 
-def render(results: dict, args: Args) -> str:
+def render(results: dict, args: NacRuntimeArgs) -> str:
     lines: list[str] = []
     notes: list[str] = []
 
@@ -406,7 +403,11 @@ def write_json(path: str, results: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    return run_command(NacRuntimeArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(args: NacRuntimeArgs) -> int:
+    args = resolve(args)
     if args.vs_mha:
         rows = [nac_vs_mha(args.seq_len, n, batch=args.batch, features=args.features, heads=args.heads,
                            topk=args.topk, repeats=args.repeats, warmup=args.warmup, clock=args.clock, seed=args.seed)
@@ -423,4 +424,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

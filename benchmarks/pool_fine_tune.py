@@ -21,15 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import one_line_errors, run_main
-from common.cli import option, parse
+from common.cli import option, run_command
 
 PROG = "python -m benchmarks.pool_fine_tune"
 VARIANTS = ("scratch", "fine-tuned", "scratch-1000", "fine-tuned-1000")
 
 
 @dataclass
-class Args:
+class PoolFineTuneArgs:
     recordings: list[str] = option(help="dataset folders of recordings never in the pool", group="input",
                                    required=True)
     init: str = option("checkpoints/udacity_real_nac.pt", "the pooled student the fine-tunes start from",
@@ -69,38 +68,37 @@ def _train(argv: list[str], run: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(Args, argv, PROG, __doc__)
+    return run_command(PoolFineTuneArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
 
-    def body() -> None:
-        from benchmarks import heldout_drivers
 
-        if not Path(a.init).is_file():
-            raise ValueError(f"--init {a.init!r} does not exist")
-        results: dict[str, dict[str, list[dict]]] = {}
-        for rec in map(Path, a.recordings):
-            short = first_frames(rec, a.first_frames, a.out / "data" / f"{rec.name}_first{a.first_frames}")
-            for seed in a.seeds:
-                common = ["--split", "blocks", "--seed", str(seed), "--threads", str(a.threads), "--no-progress"]
-                tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
-                runs = {}
-                for variant in VARIANTS:
-                    data = short if variant.endswith("1000") else rec
-                    extra = tune if variant.startswith("fine") else []
-                    runs[variant] = _train(["--data", str(data), *common, *extra],
-                                           a.out / rec.name / f"{variant}_s{seed}")
-                table = a.out / rec.name / f"eval_s{seed}"
-                heldout_drivers.main(["--recordings", str(rec), "--checkpoint", *map(str, runs.values()),
-                                      "--name", *VARIANTS, "--span", "0.8:1", "--threads", "1", "--out", str(table)])
-                rows = json.loads((table / "table.json").read_text())["rows"][rec.name]
-                for variant in VARIANTS:
-                    results.setdefault(rec.name, {}).setdefault(variant, []).append(rows[variant])
-        a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "table.json").write_text(json.dumps(results, indent=1))
-        text = summary(results)
-        (a.out / "table.md").write_text(text + "\n")
-        print(text)
+def _benchmark(a: PoolFineTuneArgs) -> None:
+    from benchmarks import heldout_drivers
 
-    return one_line_errors(body)
+    if not Path(a.init).is_file():
+        raise ValueError(f"--init {a.init!r} does not exist")
+    results: dict[str, dict[str, list[dict]]] = {}
+    for rec in map(Path, a.recordings):
+        short = first_frames(rec, a.first_frames, a.out / "data" / f"{rec.name}_first{a.first_frames}")
+        for seed in a.seeds:
+            common = ["--split", "blocks", "--seed", str(seed), "--threads", str(a.threads), "--no-progress"]
+            tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
+            runs = {}
+            for variant in VARIANTS:
+                data = short if variant.endswith("1000") else rec
+                extra = tune if variant.startswith("fine") else []
+                runs[variant] = _train(["--data", str(data), *common, *extra],
+                                       a.out / rec.name / f"{variant}_s{seed}")
+            table = a.out / rec.name / f"eval_s{seed}"
+            heldout_drivers.main(["--recordings", str(rec), "--checkpoint", *map(str, runs.values()),
+                                  "--name", *VARIANTS, "--span", "0.8:1", "--threads", "1", "--out", str(table)])
+            rows = json.loads((table / "table.json").read_text())["rows"][rec.name]
+            for variant in VARIANTS:
+                results.setdefault(rec.name, {}).setdefault(variant, []).append(rows[variant])
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "table.json").write_text(json.dumps(results, indent=1))
+    text = summary(results)
+    (a.out / "table.md").write_text(text + "\n")
+    print(text)
 
 
 def _mean_se(values: list[float]) -> str:
@@ -122,4 +120,4 @@ def summary(results: dict[str, dict[str, list[dict]]]) -> str:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

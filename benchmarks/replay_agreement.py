@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.cli import option, parse
+from common.cli import option, run_command
 
 # (name, core, epochs) of the one-minute students, trained on STUDENT_EPISODES short expert episodes with DART noise
 STUDENTS = (("nac_e1", "nac", 1), ("nac_e3", "nac", 3), ("nac_e6", "nac", 6), ("gru_e3", "gru", 3),
@@ -70,7 +70,7 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 
 @dataclass
-class Args:
+class ReplayAgreementArgs:
     env: str = option("udacity", "the simulator driven and replayed", group="what drives",
                       choices=("udacity", "udacity-hard"))
     episodes: int = option(4, "tracks driven", group="evaluation conditions")
@@ -83,7 +83,10 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(Args, argv, prog="python -m benchmarks.replay_agreement", doc=__doc__)
+    return run_command(ReplayAgreementArgs, _benchmark, argv, prog="python -m benchmarks.replay_agreement", doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(a: ReplayAgreementArgs) -> int:
     from envs.registry import get_spec
 
     spec = get_spec(a.env)

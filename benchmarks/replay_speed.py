@@ -20,8 +20,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from benchmarks import run_main
-from common.cli import option, parse
+from common.cli import option, run_command
 
 TARGET = 1000.0
 
@@ -57,7 +56,7 @@ def bench(folder: str, steps: int, repeats: int) -> tuple[float, float]:
 
 
 @dataclass
-class Args:
+class ReplaySpeedArgs:
     data: str | None = option(None, "a recording or udacity dataset (default: record a drive of --steps steps)",
                               group="input")
     steps: int = option(300, "steps per run", group="runtime")
@@ -65,7 +64,10 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(Args, argv, prog="python -m benchmarks.replay_speed", doc=__doc__)
+    return run_command(ReplaySpeedArgs, _benchmark, argv, prog="python -m benchmarks.replay_speed", doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(a: ReplaySpeedArgs) -> int:
     cv2.setNumThreads(1)
     import torch
 
@@ -88,4 +90,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks import run_main
-from common.cli import option, parse
+from common.cli import option, run_command
 
 POSES = ((0.7, 0.0), (0.0, math.radians(4.0)))
 
@@ -52,13 +51,16 @@ def measure(world: str, seeds: tuple[int, ...], poses_per_track: int = 25) -> li
 
 
 @dataclass
-class Args:
+class ReplayViewsArgs:
     poses_per_track: int = option(25, "poses along each track where the views are compared",
                                   group="evaluation conditions")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(Args, argv, prog="python -m benchmarks.replay_views", doc=__doc__)
+    return run_command(ReplayViewsArgs, _benchmark, argv, prog="python -m benchmarks.replay_views", doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(args: ReplayViewsArgs) -> int:
     print("| world | poses | unwarped (median) | reprojected (median) | reprojected / unwarped (median) |")
     print("|---|---|---|---|---|")
     for world, seeds in (("classic", (11, 12, 13)), ("hard", (11, 12, 13, 14))):
@@ -73,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

@@ -10,13 +10,13 @@ docs/udacity.md and docs/results.md give what it showed on five public recording
 """
 from __future__ import annotations
 
-import argparse
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from benchmarks import one_line_errors, run_main
+from common.cli import option, run_command
 from driving_data.dataset import is_recording, open_dataset
 from envs.registry import dataset_env
 from envs.replay.camera import CameraGeometry
@@ -118,27 +118,31 @@ def report(name: str, r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class RoadMiddleArgs:
+    dataset: list[str] = option(help="imported recordings (dataset folders with frames_left / _right)", group="input",
+                                positional=True, metavar="DATASET")
+    span: str | None = option(None, "A:B, the part of every session measured (default 0:1)", group="data")
+    against_truth: bool = option(False, "this project's simulator data: compare with the recorded cross-track error "
+                                 "instead", group="data")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.road_middle", description=__doc__.split("\n\n")[0])
-    p.add_argument("dataset", nargs="+", help="imported recordings (dataset folders with frames_left / _right)")
-    p.add_argument("--span", default=None, help="A:B, the part of every session measured (default 0:1)")
-    p.add_argument("--against-truth", action="store_true",
-                   help="this project's simulator data: compare with the recorded cross-track error instead")
-    a = p.parse_args(argv)
+    return run_command(RoadMiddleArgs, _benchmark, argv, prog="python -m benchmarks.road_middle", doc=__doc__,
+                       mistakes=(ValueError, OSError))
 
-    def body() -> None:
-        for folder in a.dataset:
-            ds = open_dataset(folder)
-            if a.against_truth:
-                if any(is_recording(m) for m in ds.episodes):
-                    raise ValueError(f"--against-truth: {folder!r} is a recording of the real simulator, whose "
-                                     "cross-track error nobody knows")
-                print(report_truth(folder, against_truth(ds, geometry_of(ds))), flush=True)
-            else:
-                print(report(folder, validate(ds, geometry_of(ds), parse_span(a.span, "--span"))), flush=True)
 
-    return one_line_errors(body)
+def _benchmark(a: RoadMiddleArgs) -> None:
+    for folder in a.dataset:
+        ds = open_dataset(folder)
+        if a.against_truth:
+            if any(is_recording(m) for m in ds.episodes):
+                raise ValueError(f"--against-truth: {folder!r} is a recording of the real simulator, whose "
+                                 "cross-track error nobody knows")
+            print(report_truth(folder, against_truth(ds, geometry_of(ds))), flush=True)
+        else:
+            print(report(folder, validate(ds, geometry_of(ds), parse_span(a.span, "--span"))), flush=True)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

@@ -37,8 +37,7 @@ from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable  # noqa: E402
 
-from benchmarks import run_main
-from common.cli import CliParser, option, parse
+from common.cli import option, run_command
 
 PROG = "python -m benchmarks.throughput"
 
@@ -135,7 +134,7 @@ def nac_rows(quick: bool) -> list[tuple[str, str, float]]:
         from benchmarks import nac_runtime as nr
 
         # one thread: two OpenMP threads on a loaded 2-core machine spin against other jobs (10-40x slower)
-        args = nr.Args(repeats=3 if quick else 10, warmup=1 if quick else 2, memory=False, threads=1)
+        args = nr.NacRuntimeArgs(repeats=3 if quick else 10, warmup=1 if quick else 2, memory=False, threads=1)
         import torch
 
         torch.set_num_threads(args.threads)
@@ -165,7 +164,7 @@ def table(rows: list[tuple[str, str, float]]) -> str:
 
 
 @dataclass
-class Args:
+class ThroughputArgs:
     quick: bool = option(False, "small sizes: a smoke test", group="runtime")
     episodes: int | None = option(None, "episodes per collection / evaluation row (default: 4; --quick 2)",
                                   group="evaluation conditions")
@@ -175,14 +174,17 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(Args, argv, prog=PROG, doc=__doc__)
+    return run_command(ThroughputArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(args: ThroughputArgs) -> int:
     episodes = args.episodes or (2 if args.quick else 4)
     steps = args.max_steps or (60 if args.quick else 300)
     repeats = args.repeats or (1 if args.quick else 3)
     if episodes < 2 or steps < 10 or repeats < 1:
-        CliParser(prog=PROG).error("--episodes must be >= 2 (two workers need two episodes), --max-steps >= 10, --repeats >= 1")
+        raise ValueError("--episodes must be >= 2 (two workers need two episodes), --max-steps >= 10, --repeats >= 1")
     if not STUDENT.is_file():
-        CliParser(prog=PROG).error(f"the shipped student {STUDENT} is missing")
+        raise ValueError(f"the shipped student {STUDENT} is missing")
     from agent.workers import usable_cores, warm_up
 
     warm_up(["agent.data.collection", "agent.evaluation.evaluate", "agent.experts.expert", "stable_baselines3", "envs.carracing"])
@@ -216,4 +218,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import cv2
 
-from benchmarks import run_main, timed_steps
-from common.cli import CliParser, option, parse
+from benchmarks import timed_steps
+from common.cli import option, run_command
 
 PROG = "python -m benchmarks.udacity_sim"
 
@@ -42,11 +42,11 @@ def step_rate(theme: str, mode: str, steps: int, seed: int, world: str = "hard")
     """(steps per second of env.step, seconds of the first reset) for one run."""
     from envs.udacity import StanleyDriver, UdacityStyleEnv
     from envs.udacity.env import _track
-    from envs.udacity.hard_spec import Teacher
+    from envs.udacity.hard_spec import SpeedPlanTeacher
 
     hard = world == "hard"
     env = UdacityStyleEnv(theme, max_episode_steps=10**9, world=world, throttle_action=hard, **MODES[mode])
-    driver = Teacher() if hard else StanleyDriver()
+    driver = SpeedPlanTeacher() if hard else StanleyDriver()
     _track.cache_clear()  # time a reset that really generates the track
     t0 = time.perf_counter()
     _, info = env.reset(seed=seed)
@@ -57,7 +57,7 @@ def step_rate(theme: str, mode: str, steps: int, seed: int, world: str = "hard")
 
 
 @dataclass
-class Args:
+class UdacitySimArgs:
     steps: int = option(3000, "timed env steps per run", group="runtime")
     repeats: int = option(5, "runs per figure; the median is reported", group="runtime")
     world: str = option("hard", "hard = UdacityStyle-v1 (default), classic = UdacityStyle-v0",
@@ -68,7 +68,10 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(Args, argv, prog=PROG, doc=__doc__)
+    return run_command(UdacitySimArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
+
+
+def _benchmark(args: UdacitySimArgs) -> int:
     from envs.udacity.track import CLASSIC_THEMES, THEMES
 
     if args.themes is None:
@@ -76,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     themes = [t.strip() for t in args.themes.split(",") if t.strip()]
     bad = [t for t in themes if t not in THEMES]
     if bad or not themes:
-        CliParser(prog=PROG).error(f"--themes must be a comma-separated subset of {THEMES}, got {args.themes!r}")
+        raise ValueError(f"--themes must be a comma-separated subset of {THEMES}, got {args.themes!r}")
     if args.steps <= 0 or args.repeats <= 0 or args.seed < 0:
-        CliParser(prog=PROG).error("--steps and --repeats must be positive and --seed non-negative")
+        raise ValueError("--steps and --repeats must be positive and --seed non-negative")
     cv2.setNumThreads(1)
 
     print(f"{args.world} world, one thread, median of {args.repeats} runs x {args.steps} steps "
@@ -106,4 +109,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    raise SystemExit(main())

@@ -7,7 +7,12 @@ argparse parser whose mistakes are one line and exit 2.
         out: str = option("runs/x", "output folder", group="output")
         steps: int = option(100, "steps to run", group="runtime")
 
-    args = parse(Args, argv, prog="python -m pkg.tool", doc=__doc__)
+    def main(argv=None) -> int:
+        return run_command(Args, work, argv, prog="python -m pkg.tool", doc=__doc__)
+
+``run_command`` is every entry point's one way in and out: it parses (one dataclass, or ``prog COMMAND ...`` with
+a dataclass per command), runs the work, and ends it with the exit code a user expects: 0 done; 2 with one line
+for a user's mistake or a full disk; 130 with one line after Ctrl-C or SIGTERM.
 
 Types come from the annotations: bool is a switch (--x / --no-x), int / float / str / Path (or ``X | None``) take
 one value, ``list[...]`` takes one or more; ``parse=`` names a converter for anything else."""
@@ -18,8 +23,12 @@ import dataclasses
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence, TypeVar
+
+from common.files import disk_full
+from common.stops import Interrupted, sigterm_as_interrupt
 
 T = TypeVar("T")
 
@@ -89,12 +98,73 @@ def build_parser(cls: type, prog: str, doc: str | None = None) -> CliParser:
 
 
 def parse(cls: type[T], argv: Sequence[str] | None, prog: str, doc: str | None = None) -> T:
-    """The dataclass ``cls`` filled from ``argv`` (default: sys.argv[1:]); a mistake exits 2 in one line."""
+    """The dataclass ``cls`` filled from ``argv`` (default: sys.argv[1:]); a mistake exits 2 in one line.
+
+    A field that takes one value or several (``str | list[str]``) given one value holds that value, not a list."""
     values = vars(build_parser(cls, prog, doc).parse_args(None if argv is None else list(argv)))
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        if isinstance(value, list) and len(value) == 1 and _one_or_several(hints[name]):
+            values[name] = value[0]
     return cls(**values)  # a list flag not given is absent: the field's own default
 
 
-def parse_command(commands: dict[str, tuple[type, str]], argv: Sequence[str] | None, prog: str,
+Commands = Mapping[str, tuple[type, str]]
+
+
+def run_command(args: type | Commands, work: Callable[[Any], Any], argv: Sequence[str] | None = None, *,
+                prog: str, doc: str | None = None,
+                mistakes: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError),
+                interrupted: str = "interrupted", stop_signals: bool = True) -> int:
+    """Parse ``argv`` into ``args`` (a dataclass, or ``{command: (dataclass, text)}`` for ``prog COMMAND ...``),
+    run ``work`` on it, and return the exit code: ``work``'s when it returns an int (anything else: 0); 2 with
+    ``error: ...`` in one line for one of ``mistakes`` (the user's: a bad value, a missing file) and for a full disk
+    (what the stage kept is in the error's notes); 130 after Ctrl-C or SIGTERM, with the stage's ``Interrupted``
+    text (what it kept) or ``interrupted``. Any other error is a bug and keeps its traceback. A bad flag exits 2
+    while parsing.
+
+    stop_signals: SIGTERM stops like Ctrl-C around the whole command; off for a stage that installs its own."""
+    try:
+        if stop_signals:
+            with sigterm_as_interrupt():  # `kill PID` stops like Ctrl-C
+                return _run(args, work, argv, prog, doc)
+        return _run(args, work, argv, prog, doc)
+    except Interrupted as e:
+        print(f"\n{e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before the stage could say what it kept (e.g. while loading)
+        print(f"\n{interrupted}", file=sys.stderr)
+        return 130
+    except OSError as e:
+        if disk_full(e):
+            print(disk_full_line(e), file=sys.stderr)
+            return 2
+        if not isinstance(e, mistakes):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except mistakes as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: type | Commands, work: Callable[[Any], Any], argv: Sequence[str] | None, prog: str,
+         doc: str | None) -> int:
+    parsed = parse_command(args, argv, prog, doc) if isinstance(args, Mapping) else parse(args, argv, prog, doc)
+    code = work(parsed)
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def disk_full_line(e: OSError) -> str:
+    """The one line a command ends with when the disk is full: where, what to do, and what the stage added to the
+    error (``add_note``: what was kept, how to go on)."""
+    where = f" while writing {e.filename!r}" if e.filename else ""
+    notes = " ".join(getattr(e, "__notes__", ()))
+    return (f"error: no space left on the disk{where}; free some space and run the command again"
+            + (f" ({notes})" if notes else ""))
+
+
+def parse_command(commands: Commands, argv: Sequence[str] | None, prog: str,
                   doc: str | None = None) -> Any:
     """``prog COMMAND ...``: ``commands`` maps each command word to (its arguments' dataclass, a text saying what
     it does); the first word picks the dataclass, the rest of ``argv`` fills it (``prog COMMAND --help``). ``prog
@@ -126,6 +196,14 @@ def _with_default(text: str, default: Any) -> str:
         return text
     shown = ("on" if default else "off") if isinstance(default, bool) else default
     return f"{text} (default: {shown})"
+
+
+def _one_or_several(kind: Any) -> bool:
+    """Whether an annotation takes one value or a list of them (``str | list[str]``)."""
+    if typing.get_origin(kind) not in (typing.Union, types.UnionType):
+        return False
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return any(typing.get_origin(a) is list for a in args) and any(typing.get_origin(a) is not list for a in args)
 
 
 def _base(kind: Any) -> tuple[Any, bool]:

@@ -7,6 +7,12 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+
+class Interrupted(Exception):
+    """A stop (Ctrl-C, SIGTERM) that a stage acted on: its text says what the stage kept (the finished episodes,
+    last.pt); the command ends with that line and exit code 130 (common.cli.run_command)."""
+
+
 _deferred = False  # inside stops_at_safe_points
 # a stop signal not known to be delivered (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
 _stop_requested = False

@@ -8,7 +8,7 @@ few bookkeeping keys (speed, tiles visited, on-track, lap complete). The observa
 step time) is skipped and the observation is a zero frame. The render never feeds back into the
 physics, so returns are bit-identical to the rendered env (tests/test_carracing.py checks this).
 
-`PrivilegedObservation(env)` swaps the observation for `info["privileged"]` — what SB3 PPO trains on.
+`CarRacingPrivilegedObservation(env)` swaps the observation for `info["privileged"]` — what SB3 PPO trains on.
 
 Conventions used by every privileged feature: the *car frame* has x pointing to the car's right and
 y pointing forward; angles and curvatures are positive to the RIGHT (clockwise seen from above), the
@@ -241,7 +241,7 @@ class CarRacingInfo(gym.Wrapper):
         return obs, reward, terminated, truncated, self._info(info)
 
 
-class PrivilegedObservation(privileged.PrivilegedObservation):
+class CarRacingPrivilegedObservation(privileged.PrivilegedObservation):
     """Observation = info["privileged"] (float32[N_FEATURES]); the frame is dropped. For the CarRacing PPO expert."""
 
     def __init__(self, env: gym.Env) -> None:
@@ -360,7 +360,7 @@ class ShapedReward(gym.Wrapper):
 
 def make_expert_env(action_space: str, *, render: bool = False, max_episode_steps: int = 1000) -> gym.Env:
     """The env the expert acts in: privileged obs, PPO action space ([steer, throttle] or Discrete(5))."""
-    env = PrivilegedObservation(make_carracing(action_space, render=render, max_episode_steps=max_episode_steps))
+    env = CarRacingPrivilegedObservation(make_carracing(action_space, render=render, max_episode_steps=max_episode_steps))
     if action_space == "continuous":
         env = SteerThrottleAction(env)
     return env

@@ -99,7 +99,7 @@ def _color(c: Any) -> tuple[int, int, int]:
     return (int(c[0]), int(c[1]), int(c[2]))
 
 
-class _View:
+class _TrackNeighbourhood:
     """The polygons to draw for one camera neighbourhood: offset world polygons in draw order, and how to fill them."""
 
     def __init__(self, key: tuple, centre: tuple[float, float], car: tuple[float, float], polys: np.ndarray,
@@ -142,7 +142,7 @@ class _Track:
         self._index: dict[tuple[int, int, int], int] = {}
         self.group = np.array([self._group(c, t) for c, t in zip(self.colors, self.is_tile)], dtype=np.int64)
         self.settled = [not t or _color(c) == self.road_rgb for c, t in zip(self.colors, self.is_tile)]
-        self.view: _View | None = None
+        self.view: _TrackNeighbourhood | None = None
 
     def _group(self, color: Any, tile: bool) -> int:
         rgb = _color(color)
@@ -164,7 +164,7 @@ class _Track:
         return self._offset
 
     def visible(self, zoom: float, shift: float, cx: float, cy: float, px: float, py: float,
-                layers: frozenset[str]) -> _View:
+                layers: frozenset[str]) -> _TrackNeighbourhood:
         """The polygons within the view circle around (cx, cy) (+ a margin), for the car at (px, py); reused while
         the view's centre and the car stay within the margin of where they were, at the same zoom, and no tile
         changed colour."""
@@ -196,10 +196,10 @@ class _Track:
         groups = [(n_grass + a, n_grass + b, self.palette[int(sorted_groups[a]) % _KERB_GROUP])
                   for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         polys = self.offset(zoom, shift)[np.concatenate([idx[:n_grass], order + self.n_fixed])].reshape(-1, 1, 2)
-        self.view = _View(key, (cx, cy), (px, py), polys, n_grass, groups, near)
+        self.view = _TrackNeighbourhood(key, (cx, cy), (px, py), polys, n_grass, groups, near)
         return self.view
 
-    def _recolor(self, view: _View) -> bool:
+    def _recolor(self, view: _TrackNeighbourhood) -> bool:
         """Re-read the colours of the view's tiles near the car; True if one changed (the grouping is stale)."""
         changed = False
         for i in view.near:

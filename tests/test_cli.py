@@ -7,6 +7,7 @@ import argparse
 import io
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,10 +19,23 @@ import train
 from agent.evaluation.args import EvalArgs, check_args
 from agent.evaluation.config import resolve
 from agent.runtime import show_progress
+from agent.training.config import TrainArgs
+from common.cli import build_parser, parse
 from policies.policy import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 CLIS = {"train": train, "evaluate": evaluate, "collect": collect}
+ARGS = {"train": TrainArgs, "evaluate": EvalArgs, "collect": collect.CollectArgs}
+
+
+def _parser(cli: str) -> argparse.ArgumentParser:
+    """The parser the CLI's main builds."""
+    return build_parser(ARGS[cli], CLIS[cli].PROG, CLIS[cli].__doc__)
+
+
+def _parsed(cli: str, argv: list[str]):
+    """The arguments the CLI's main works on."""
+    return parse(ARGS[cli], argv, CLIS[cli].PROG, CLIS[cli].__doc__)
 
 
 class _Terminal(io.StringIO):
@@ -64,7 +78,7 @@ def test_argument_errors_are_one_line_with_a_hint(cli, argv, flag, capsys):
 # ----------------------------------------------------------------------------- --help
 @pytest.mark.parametrize("cli", list(CLIS))
 def test_help_shows_every_default_once(cli, capsys):
-    parser = CLIS[cli].build_parser()
+    parser = _parser(cli)
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
             continue
@@ -85,7 +99,7 @@ def test_help_shows_every_default_once(cli, capsys):
 
 
 def test_train_help_names_out_and_core_defaults_in_words():
-    helps = {a.option_strings[0]: a.help for a in train.build_parser()._actions}
+    helps = {a.option_strings[0]: a.help for a in _parser("train")._actions}
     assert helps["--out"] == "run folder (default: runs/train/<core>, several cores joined by _)"
     assert "(default: nac-focus)" in helps["--core"]
     assert helps["--augment"].endswith("(default: on)") and helps["--resume"].endswith("(default: off)")
@@ -94,26 +108,26 @@ def test_train_help_names_out_and_core_defaults_in_words():
 
 # ----------------------------------------------------------------------------- one vocabulary
 def test_train_core(capsys):
-    assert train.parse_args(["--core", "gru,mlp"]).policy == "gru,mlp"
+    assert _parsed("train", ["--core", "gru,mlp"]).policy == "gru,mlp"
     assert capsys.readouterr().err == ""
-    assert train.parse_args([]).policy == "nac-focus"
+    assert _parsed("train", []).policy == "nac-focus"
 
 
 def test_train_no_progress_flag():
-    assert train.parse_args([]).progress is True
-    assert train.parse_args(["--no-progress"]).progress is False
+    assert _parsed("train", []).progress is True
+    assert _parsed("train", ["--no-progress"]).progress is False
 
 
 def test_evaluate_expert_drives(capsys):
-    assert evaluate.parse_args(["--expert-drives"]).expert_drives is True
-    assert evaluate.parse_args([]).expert_drives is False
+    assert _parsed("evaluate", ["--expert-drives"]).expert_drives is True
+    assert _parsed("evaluate", []).expert_drives is False
     assert capsys.readouterr().err == ""
     with pytest.raises(ValueError, match="--expert-drives, not both"):
         check_args(EvalArgs(expert_drives=True, checkpoint=["x.pt"]))
 
 
 def test_evaluate_device_defaults_to_auto(monkeypatch):
-    assert evaluate.parse_args([]).device == "auto"
+    assert _parsed("evaluate", []).device == "auto"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve(EvalArgs()).runtime.device == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -201,12 +215,25 @@ def test_a_disabled_bar_writes_nothing_to_a_log():
     assert log.getvalue() == ""
 
 
-def test_collect_has_no_bar_when_stderr_is_not_a_terminal(monkeypatch):
+def test_collect_has_no_bar_when_stderr_is_not_a_terminal(monkeypatch, tmp_path):
+    from agent.data.collection import Recording
+
+    def bar_shown(argv: list[str]) -> bool:
+        plan = SimpleNamespace(ids=[0, 1])  # two episodes to collect
+        bar = Recording(plan, [], {}, None, tmp_path, _parsed("collect", argv).progress, None).bar
+        shown = not bar.disable
+        bar.close()
+        return shown
+
     monkeypatch.setattr("sys.stderr", io.StringIO())
-    assert collect.parse_args([]).progress is False
+    assert not bar_shown([])
     monkeypatch.setattr("sys.stderr", _Terminal())
-    assert collect.parse_args([]).progress is True
-    assert collect.parse_args(["--no-progress"]).progress is False
+    assert bar_shown([]) and not bar_shown(["--no-progress"])
+
+
+def test_train_data_of_one_folder_is_that_folder():
+    assert _parsed("train", ["--data", "a"]).data == "a"
+    assert _parsed("train", ["--data", "a", "b"]).data == ["a", "b"]
 
 
 

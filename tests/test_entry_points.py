@@ -1,13 +1,16 @@
-"""Every ``python -m`` tool built on common.cli, as a user starts it: --help shows grouped sections (a tool with
-commands lists them one per line, and each command has its own --help), an unknown flag is one line on stderr and
-exit status 2 (no usage dump, no traceback), and every command calls one thing by one name."""
+"""Every command (the three root scripts, every ``python -m`` module with a main, every benchmark), as a user starts
+it: each goes in and out through common.cli.run_command (no parser or exit handling of its own), --help shows
+grouped sections (a tool with commands lists them one per line, and each command has its own --help), an unknown
+flag is one line on stderr and exit status 2 (no usage dump, no traceback), and every command calls one thing by
+one name."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import ast
 import importlib
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -15,14 +18,64 @@ import pytest
 from common.cli import GROUP_ORDER, build_parser
 
 REPO = Path(__file__).resolve().parents[1]
-MODULES = [
-    "agent.data.merge", "agent.data.minari_export", "agent.evaluation.table", "agent.experts.ppo",
-    "agent.training.dagger", "agent.udacity.bridge", "agent.udacity.recordings", "envs.replay.calibrate",
-    "benchmarks.carracing_render", "benchmarks.cuda_cores", "benchmarks.data_loading", "benchmarks.feedback_gains",
-    "benchmarks.nac_runtime", "benchmarks.replay_agreement", "benchmarks.replay_speed", "benchmarks.replay_views",
-    "benchmarks.throughput", "benchmarks.udacity_sim", "benchmarks.label_drift", "agent.training.interpolate",
-]
-CLIS = ["collect", "train", "evaluate", *MODULES]
+PACKAGES = ("agent", "envs", "policies", "common", "benchmarks")
+ROOT_SCRIPTS = ("collect", "train", "evaluate")
+
+
+def _sources() -> list[Path]:
+    """Every Python file of the project (not the tests)."""
+    return [p for d in PACKAGES for p in sorted((REPO / d).rglob("*.py"))] + [REPO / f"{s}.py" for s in ROOT_SCRIPTS]
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
+
+
+def _is_entry_point(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
+
+
+ENTRY_POINTS = {_module(p): ast.parse(p.read_text()) for p in _sources() if _is_entry_point(ast.parse(p.read_text()))}
+MODULES = sorted(m for m in ENTRY_POINTS if m not in ROOT_SCRIPTS)
+CLIS = [*ROOT_SCRIPTS, *MODULES]
+
+
+def _main_of(tree: ast.Module) -> ast.FunctionDef:
+    [main] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    return main
+
+
+def _run_command_call(tree: ast.Module) -> ast.Call:
+    """The call of common.cli.run_command in the module's main (AssertionError without one)."""
+    calls = [c for c in ast.walk(_main_of(tree)) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+             and c.func.id == "run_command"]
+    assert len(calls) == 1, "main() must end through common.cli.run_command, once"
+    return calls[0]
+
+
+def test_every_entry_point_goes_in_and_out_through_run_command():
+    assert len(ENTRY_POINTS) >= 28 and set(ROOT_SCRIPTS) <= set(ENTRY_POINTS)
+    for module, tree in ENTRY_POINTS.items():
+        imports = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "common.cli"]
+        assert any(a.name == "run_command" for n in imports for a in n.names), f"{module}: no common.cli.run_command"
+        _run_command_call(tree)
+        handlers = [h for t in ast.walk(_main_of(tree)) if isinstance(t, ast.Try) for h in t.handlers]
+        assert not handlers, f"{module}: main() handles exceptions itself; run_command does (mistakes=, interrupted=)"
+
+
+def test_no_parser_and_no_stop_handling_outside_common():
+    """argparse only in common/cli.py; Ctrl-C turned into an exit code only there (a stage that keeps something on
+    Ctrl-C catches KeyboardInterrupt inside its work, never in a main)."""
+    for path in _sources():
+        text = path.read_text()
+        where = path.relative_to(REPO)
+        if where != Path("common/cli.py"):
+            assert "argparse" not in text, f"{where}: parsers are built by common.cli"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef) and node.name == "main" and where.parts[0] != "common":
+                caught = [ast.unparse(h.type) for t in ast.walk(node) if isinstance(t, ast.Try) for h in t.handlers
+                          if h.type is not None]
+                assert not any("KeyboardInterrupt" in c or "SystemExit" in c for c in caught), f"{where}: {caught}"
 
 
 def _run(module: str, *argv: str) -> subprocess.CompletedProcess:
@@ -48,15 +101,13 @@ def test_help_is_grouped_and_a_wrong_flag_is_one_line(module):
 
 
 def _parsers(module: str) -> dict[str, argparse.ArgumentParser]:
-    """Every parser a CLI builds: one per command of a tool with commands, else its own."""
+    """Every parser a CLI builds: one per command of a tool with commands, else its own (the arguments its main
+    hands to run_command)."""
     m = importlib.import_module(module)
-    if hasattr(m, "COMMANDS"):
-        return {f"{module} {name}": build_parser(cls, name) for name, (cls, _) in m.COMMANDS.items()}
-    if callable(getattr(m, "build_parser", None)):
-        return {module: m.build_parser()}
-    args = [c for c in vars(m).values() if isinstance(c, type) and dataclasses.is_dataclass(c)
-            and c.__module__ == module and any("cli" in f.metadata for f in dataclasses.fields(c))]
-    return {f"{module}:{c.__name__}": build_parser(c, module) for c in args}
+    args = getattr(m, ast.unparse(_run_command_call(ENTRY_POINTS[module]).args[0]))
+    if isinstance(args, Mapping):
+        return {f"{module} {name}": build_parser(cls, name) for name, (cls, _) in args.items()}
+    return {module: build_parser(args, module)}
 
 
 def _shown(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Action]]:

@@ -42,6 +42,7 @@ from agent.data.recorder import (
     record_episode,
     recovery_start,
 )
+from agent.runtime import show_progress
 from agent.workers import default_workers, warm_up
 from common.files import write_json
 from common.stops import sigterm_as_interrupt
@@ -395,8 +396,8 @@ class Recording:
         self.added: list[dict] = []
         self.steps = 0
         self.t_start = time.perf_counter()
-        self.bar = tqdm(total=len(plan.ids), unit="ep", desc=f"collect {out.name}", disable=not progress,
-                        dynamic_ncols=True)
+        self.bar = tqdm(total=len(plan.ids), unit="ep", desc=f"collect {out.name}", dynamic_ncols=True,
+                        disable=not show_progress(progress))  # a bar redrawn into a log file leaves debris there
 
     def postfix(self) -> None:
         rate = self.steps / max(time.perf_counter() - self.t_start, 1e-9)

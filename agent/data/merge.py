@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from common.cli import option, parse
+from common.cli import option, run_command
 from common.files import StagingFolder, atomic_write, write_json
 from driving_data.dataset import CARD_NAME, DemoDataset, episode_path, join_datasets, open_dataset, read_episode_meta
 
@@ -116,20 +116,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     import shlex
     import sys
 
-    args = parse(MergeArgs, argv, prog=PROG, doc=__doc__)
-    try:
-        merged = merge_datasets(args.sources, args.out,
-                                command=f"{PROG} " + shlex.join(list(argv if argv is not None else sys.argv[1:])))
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # the staging folder is removed: nothing half-written stays
-        print("interrupted", file=sys.stderr)
-        return 130
+    command = f"{PROG} " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
+    # a mistake, a full disk or Ctrl-C: the staging folder is removed, nothing half-written stays
+    return run_command(MergeArgs, lambda args: _merge(args, command), argv, prog=PROG, doc=__doc__,
+                       mistakes=(ValueError, OSError))
+
+
+def _merge(args: MergeArgs, command: str) -> None:
+    merged = merge_datasets(args.sources, args.out, command=command)
     seeds = [m.get("track_seed") for m in merged.episodes]
     span = f", track seeds {min(seeds)}..{max(seeds)}" if all(isinstance(x, int) for x in seeds) else ""
     print(f"merged {len(args.sources)} datasets into {merged.root}: {len(merged)} episodes, {merged.num_steps} steps{span}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Iterator, Sequence
 import gymnasium as gym
 import numpy as np
 
-from common.cli import option, parse
+from common.cli import option, run_command
 from driving_data.dataset import FINAL_PREFIX, DemoDataset, open_dataset
 from envs.registry import EnvSpec, get_spec
 
@@ -203,7 +202,9 @@ def load_minari(dataset_id: str, datasets_path: str | Path):
 
 
 @dataclass
-class ExportArgs:
+class MinariExportArgs:
+    """`python -m agent.data.minari_export`'s arguments."""
+
     data_dir: Path = option(help="the --out folder of collect.py", group="input", positional=True,
                             metavar="DATA")
     dataset_id: str = option(help="Minari id '[namespace/]name-v<version>', e.g. carracing/expert-v0", group="output",
@@ -215,16 +216,15 @@ class ExportArgs:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(ExportArgs, argv, prog="python -m agent.data.minari_export", doc=__doc__)
-    try:
-        path = export_minari(args.data_dir, args.dataset_id, datasets_path=args.minari_path, jpeg=args.jpeg, overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return run_command(MinariExportArgs, _export, argv, prog="python -m agent.data.minari_export", doc=__doc__,
+                       mistakes=(ValueError, FileNotFoundError, ImportError))
+
+
+def _export(args: MinariExportArgs) -> None:
+    path = export_minari(args.data_dir, args.dataset_id, datasets_path=args.minari_path, jpeg=args.jpeg, overwrite=args.overwrite)
     root = path.parents[len(Path(args.dataset_id).parts) - 1]
     print(f"exported Minari dataset {args.dataset_id!r} to {path}")
     print(f"load it with: MINARI_DATASETS_PATH={root} python -c \"import minari; print(minari.load_dataset('{args.dataset_id}'))\"")
-    return 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ from agent.controllers import ExpertController, PolicyController, load_policy
 from agent.evaluation.config import EvalPlan, Outputs
 from agent.evaluation.drivers import Driver, env_action_names
 from agent.evaluation.episode import run_episode
-from agent.evaluation.report import Interrupted, summary_line, write_policy
+from agent.evaluation.report import summary_line, write_policy
+from common.stops import Interrupted
 from agent.runtime import show_progress
 from agent.workers import EpisodePool
 from common.stops import stop_handled

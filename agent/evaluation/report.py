@@ -15,11 +15,8 @@ from agent.evaluation.config import EvalPlan, Track
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import timing_summary
 from common.files import atomic_write_text, write_json
+from common.stops import Interrupted
 from envs.registry import REPLAY_PREFIX, get_spec
-
-
-class Interrupted(Exception):
-    """Ctrl-C during evaluation; the finished episodes were written."""
 
 
 def write_policy(rows: list[dict[str, Any]], latencies: list[float], plan: EvalPlan, out_dir: Path,

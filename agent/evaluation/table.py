@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,8 +38,7 @@ import numpy as np
 
 from agent.evaluation.metrics import aggregate, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
-from agent.runtime import cli_exit_code
-from common.cli import option, parse
+from common.cli import option, run_command
 from common.files import atomic_write_text
 
 PROG = "python -m agent.evaluation.table"
@@ -425,16 +423,14 @@ class TableArgs:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    a = parse(TableArgs, argv, prog=PROG, doc=__doc__)
+    return run_command(TableArgs, _write_table, argv, prog=PROG, doc=__doc__)
 
-    def work() -> None:
-        text = table_markdown([read_run(f) for f in a.folders], a.folders, a.pair)
-        print(text)
-        if a.out:
-            atomic_write_text(Path(a.out), text)
 
-    return cli_exit_code(work, KeyboardInterrupt, stop_signals=False)
+def _write_table(a: TableArgs) -> None:
+    text = table_markdown([read_run(f) for f in a.folders], a.folders, a.pair)
+    print(text)
+    if a.out:
+        atomic_write_text(Path(a.out), text)
 
 
 if __name__ == "__main__":

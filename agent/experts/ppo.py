@@ -36,7 +36,7 @@ import numpy as np
 
 from agent.experts.expert import EvalResult, Expert, evaluate_model, space_of
 from agent.experts.latency import LatencyQueue, widen_policy
-from common.cli import option, parse_command
+from common.cli import option, run_command
 from agent.data.card import file_sha256
 from common.files import resolve_path, write_json
 from envs.registry import ENV_NAMES, EnvSpec, get_spec
@@ -158,7 +158,7 @@ def behaviour_clone(model: Any, data: dict[str, np.ndarray], *, epochs: int, see
 
 
 @dataclass
-class TrainArgs:
+class PPOTrainArgs:
     out: Path = option(help="output .zip; the card is written beside it as .json", group="output", required=True)
     action_space: str | None = option(None, "env action space the expert drives (default: the env's first)",
                                       group="model")
@@ -236,7 +236,7 @@ def _atomic_save(model: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _make_best_callback(args: TrainArgs, best_path: Path, log: Any):
+def _make_best_callback(args: PPOTrainArgs, best_path: Path, log: Any):
     from stable_baselines3.common.callbacks import BaseCallback
 
     class BestByMultiSeedEval(BaseCallback):
@@ -284,7 +284,7 @@ def _make_best_callback(args: TrainArgs, best_path: Path, log: Any):
     return BestByMultiSeedEval()
 
 
-def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> Path:
+def train(args: PPOTrainArgs, *, command: str | None = None, log: Any = print) -> Path:
     """Train a PPO expert, keep the best checkpoint by multi-seed validation, write .zip + JSON card."""
     import torch
     from stable_baselines3 import PPO
@@ -328,7 +328,7 @@ def train(args: TrainArgs, *, command: str | None = None, log: Any = print) -> P
     return out
 
 
-def _initial_model(args: TrainArgs, venv: Any) -> tuple[Any, dict[str, Any] | None]:
+def _initial_model(args: PPOTrainArgs, venv: Any) -> tuple[Any, dict[str, Any] | None]:
     """A fresh PPO model, or (--init) a trained one to fine-tune, with that one's card."""
     from stable_baselines3 import PPO
 
@@ -349,7 +349,7 @@ def _initial_model(args: TrainArgs, venv: Any) -> tuple[Any, dict[str, Any] | No
     return _fresh_model(args, venv), None
 
 
-def _fresh_model(args: TrainArgs, venv: Any) -> Any:
+def _fresh_model(args: PPOTrainArgs, venv: Any) -> Any:
     from stable_baselines3 import PPO
 
     return PPO(
@@ -386,7 +386,7 @@ def _shaping_of(spec: EnvSpec, action_space: str) -> Any:
         probe.close()
 
 
-def _expert_card(args: TrainArgs, venv: Any, model: Any, teacher: Any, callback: Any, res: EvalResult,
+def _expert_card(args: PPOTrainArgs, venv: Any, model: Any, teacher: Any, callback: Any, res: EvalResult,
                  init_card: dict[str, Any] | None) -> dict[str, Any]:
     """The expert's JSON card: how it was made, how it was selected, how it scores on unseen tracks."""
     spec = args.spec
@@ -441,7 +441,7 @@ class EvaluateArgs:
 
 
 COMMANDS = {
-    "train": (TrainArgs, "Train SB3 PPO on privileged state in the physics-only env, keep the best checkpoint by\n"
+    "train": (PPOTrainArgs, "Train SB3 PPO on privileged state in the physics-only env, keep the best checkpoint by\n"
                          "a multi-seed validation, write OUT (.zip) and OUT.json (the card)."),
     "evaluate": (EvaluateArgs, "Evaluate an expert with the true env reward on tracks SEED..SEED+EPISODES-1:\n"
                                "mean ± std return and laps finished."),
@@ -474,16 +474,9 @@ def _evaluate(ns: EvaluateArgs) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_command(COMMANDS, argv, PROG, __doc__)
-    try:
-        if isinstance(args, TrainArgs):
-            train(args, command=f"{PROG} " + shlex.join(argv))
-        else:
-            _evaluate(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return 0
+    command = f"{PROG} " + shlex.join(argv)
+    return run_command(COMMANDS, lambda args: train(args, command=command) if isinstance(args, PPOTrainArgs)
+                       else _evaluate(args), argv, prog=PROG, doc=__doc__)
 
 
 def _card_of(path: Path) -> dict[str, Any]:

@@ -24,10 +24,10 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from agent.runtime import cli_exit_code
 from common.checks import is_int
-from common.cli import flag_of, option, parse
+from common.cli import flag_of, option, run_command
 from common.files import write_json
+from common.stops import Interrupted
 from envs.registry import get_spec
 from policies.precision import PRECISIONS
 
@@ -261,8 +261,6 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
 def _collect_round(lin: Lineage, k: int, rounds: int, config: Any, wanted: int, collect: Callable[..., Any],
                    log: Callable[[str], None]) -> None:
     """Top ``config.out`` up to ``wanted`` episodes (an interrupted round goes on where it stopped)."""
-    from agent.training.loop import Interrupted
-
     held = _episodes_in(Path(config.out))
     if held > wanted:
         raise ValueError(f"{config.out} holds {held} episodes, more than the {wanted} round {k} of this recipe needs: "
@@ -284,7 +282,6 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     what was kept; a re-run goes on from there."""
     from agent.data.collection import collect
     from agent.training.experiment import run as train
-    from agent.training.loop import Interrupted
 
     recipe = lin.validate(recipes)
     plans = plan_rounds(lin, recipe, log)
@@ -313,11 +310,10 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from agent.training.loop import Interrupted
-
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    lin = parse(Lineage, argv, prog="python -m agent.training.dagger", doc=__doc__)
-    return cli_exit_code(lambda: run_lineage(lin), Interrupted, stop_signals=False)
+    # training installs its own stop-signal handling (agent.training.distributed)
+    return run_command(Lineage, run_lineage, argv, prog="python -m agent.training.dagger", doc=__doc__,
+                       stop_signals=False)
 
 
 if __name__ == "__main__":

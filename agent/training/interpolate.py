@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.runtime import cli_exit_code
-from common.cli import option, parse
+from common.cli import option, run_command
 
 
 @dataclass
@@ -64,8 +63,7 @@ def run(args: InterpolateArgs) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(InterpolateArgs, argv, prog="python -m agent.training.interpolate", doc=__doc__)
-    return cli_exit_code(lambda: run(args), KeyboardInterrupt)
+    return run_command(InterpolateArgs, run, argv, prog="python -m agent.training.interpolate", doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from agent.training.windows import (
     window_queues,
 )
 from common.files import atomic_write_all, disk_full, write_json
-from common.stops import raise_if_stopped, stops_at_safe_points
+from common.stops import Interrupted, raise_if_stopped, stops_at_safe_points
 from envs.registry import camera_envs
 from policies.actions import check_temperature
 from policies.precision import resolve as resolve_precision
@@ -173,10 +173,6 @@ def _latency_seconds(shifts: list[np.ndarray] | None, data: Data, device: torch.
     if shifts is None:
         return None
     return torch.from_numpy(np.concatenate(shifts) * data.frame_period).float().to(device)
-
-
-class Interrupted(Exception):
-    """Ctrl-C during training; last.pt holds the state at the interruption."""
 
 
 def seed_everything(seed: int) -> None:

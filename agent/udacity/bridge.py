@@ -77,8 +77,7 @@ import numpy as np
 import torch
 
 from agent.controllers import RECORDING_STUDENT
-from common.cli import option, parse
-from common.stops import sigterm_as_interrupt
+from common.cli import option, run_command
 from policies.policy import WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
 
 log = logging.getLogger(__name__)
@@ -425,45 +424,42 @@ _HELP = (textwrap.fill("Let a trained policy drive the real Udacity simulator: s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(BridgeArgs, argv, prog="python -m agent.udacity.bridge", doc=_HELP)
+    # SIGTERM stops as Ctrl-C does: with the summary
+    return run_command(BridgeArgs, serve, argv, prog="python -m agent.udacity.bridge", doc=_HELP,
+                       mistakes=(ValueError, OSError, RuntimeError))
+
+
+def serve(args: BridgeArgs) -> None:
+    """Serve ``args.checkpoint`` to the simulator until Ctrl-C (the way a server is stopped), then print the frames
+    served and the median latency."""
     if not log.handlers:  # our messages only: a root handler would also print socket.io's per-packet INFO lines
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
-    recorder = None
-    try:
-        if not 0 <= args.extra_latency_ms <= 10_000:
-            raise ValueError(f"--extra-latency-ms must be in [0, 10000], got {args.extra_latency_ms}")
-        import_socketio()
-        policy = load_policy(args.checkpoint)
-        if policy.config.env != UDACITY_ENV:
-            print(f"warning: {args.checkpoint} was trained on {policy.config.env} frames, not {UDACITY_ENV}; "
-                  f"its steering may mean little in the simulator", file=sys.stderr)
-        steering = SteeringServer(policy, args.speed_limit, window_clock=args.window_clock,
-                                  extra_latency_s=args.extra_latency_ms / 1e3)
-        bridge = Bridge(steering, args.host, args.port)
-        if args.record is not None:
-            recorder = steering.recorder = Recorder(args.record)
-    except (ValueError, OSError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    if not 0 <= args.extra_latency_ms <= 10_000:
+        raise ValueError(f"--extra-latency-ms must be in [0, 10000], got {args.extra_latency_ms}")
+    import_socketio()
+    policy = load_policy(args.checkpoint)
+    if policy.config.env != UDACITY_ENV:
+        print(f"warning: {args.checkpoint} was trained on {policy.config.env} frames, not {UDACITY_ENV}; "
+              f"its steering may mean little in the simulator", file=sys.stderr)
+    steering = SteeringServer(policy, args.speed_limit, window_clock=args.window_clock,
+                              extra_latency_s=args.extra_latency_ms / 1e3)
+    bridge = Bridge(steering, args.host, args.port)
+    recorder = None if args.record is None else Recorder(args.record)
+    steering.recorder = recorder
     torch.set_num_threads(args.threads)
     print(f"serving {args.checkpoint} on {bridge.url} with {args.threads} torch thread(s) (Ctrl-C to stop)", flush=True)
     try:
-        with sigterm_as_interrupt():  # `kill PID` stops as Ctrl-C does: with the summary
-            bridge.serve_forever()
-    except KeyboardInterrupt:
+        bridge.serve_forever()
+    except KeyboardInterrupt:  # how a server is stopped: the summary follows
         pass
     finally:
         if recorder is not None:
             recorder.close()
     print(steering.summary())
-    return 0
 
 
 if __name__ == "__main__":

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import csv
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from common.cli import option, parse_command
+from common.cli import option, run_command
 from common.files import write_json
 from driving_data.dataset import POOL_NAME, open_dataset
 from driving_data.udacity_import import import_recordings
@@ -171,7 +170,7 @@ class SourcesArgs:
 
 
 @dataclass
-class ImportArgs:
+class PoolImportArgs:
     root: Path = option(Path("recordings"), "where the recordings are: ROOT/<name>/ holds driving_log.csv and IMG/",
                         group="input")
     out: Path = option(Path("data/pool"), "the training set to write: OUT/<name>/ per recording and OUT/pool.json",
@@ -184,33 +183,29 @@ COMMANDS = {
     "sources": (SourcesArgs, "Print, for each recording of the manifest, the commands that put it at\n"
                              "ROOT/<name>: a git clone of its repository at the manifest's commit and a link\n"
                              "to its folder. Licences as each repository states them are in the manifest."),
-    "import": (ImportArgs, "Import every recording of the manifest found under ROOT (the pool's, or the\n"
+    "import": (PoolImportArgs, "Import every recording of the manifest found under ROOT (the pool's, or the\n"
                            "held-out ones) into OUT as one training set (train.py --data OUT), and list\n"
                            "each recording's frames. Recordings not on disk are named and left out."),
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_command(COMMANDS, argv, PROG, __doc__)
-    try:
-        entries = read_manifest(args.manifest)
-        if isinstance(args, SourcesArgs):
-            for e in entries:
-                if args.role in ("all", e.role):
-                    print(f"# {e.name}: {e.track}, {e.steering}, {e.rows} rows, {e.role}, licence: {e.licence}\n"
-                          + (f"# taken as: {e.note}\n" if "rows" in e.note and "of repo CSV" in e.note
-                             or "dropped" in e.note else "") + e.clone_commands(args.root))
-            return 0
-        card = import_pool(entries, args.root, args.out, args.role)
-        print(summary(card))
-        print(f"train on it: python train.py --data {args.out} --split blocks")
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted (the recordings imported so far are kept and reused)", file=sys.stderr)
-        return 130
-    return 0
+    return run_command(COMMANDS, _run, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError),
+                       interrupted="interrupted (the recordings imported so far are kept and reused)")
+
+
+def _run(args: SourcesArgs | PoolImportArgs) -> None:
+    entries = read_manifest(args.manifest)
+    if isinstance(args, SourcesArgs):
+        for e in entries:
+            if args.role in ("all", e.role):
+                print(f"# {e.name}: {e.track}, {e.steering}, {e.rows} rows, {e.role}, licence: {e.licence}\n"
+                      + (f"# taken as: {e.note}\n" if "rows" in e.note and "of repo CSV" in e.note
+                         or "dropped" in e.note else "") + e.clone_commands(args.root))
+        return
+    card = import_pool(entries, args.root, args.out, args.role)
+    print(summary(card))
+    print(f"train on it: python train.py --data {args.out} --split blocks")
 
 
 if __name__ == "__main__":

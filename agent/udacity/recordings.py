@@ -19,8 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from common.cli import option, parse_command
-from common.files import StagingFolder, disk_full, write_json
+from common.cli import option, run_command
+from common.files import StagingFolder, write_json
 from driving_data.dataset import DemoDataset, dataset_env_name, open_dataset
 from driving_data.frames import RECOMMENDED_JPEG_QUALITY, JpegFrames, check_jpeg_quality
 from driving_data.udacity_import import DEFAULT_FRAME_PERIOD_S, import_udacity
@@ -183,21 +183,9 @@ def _import(args: ImportArgs) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_command(COMMANDS, argv, PROG, __doc__)
-    try:
-        if isinstance(args, ExportArgs):
-            _export(args)
-        else:
-            _import(args)
-    except (ValueError, OSError) as e:  # a full disk too: the staging folder is removed, nothing half-written stays
-        from agent.runtime import disk_full_line
-
-        print(disk_full_line(e) if disk_full(e) else f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # the staging folder is already removed: nothing half-written stays
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    # a mistake, a full disk or Ctrl-C: the staging folder is already removed, nothing half-written stays
+    return run_command(COMMANDS, lambda args: _export(args) if isinstance(args, ExportArgs) else _import(args), argv,
+                       prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ ground rows below the horizon and above the hood, central columns) between a rep
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from common.cli import option, parse
+from common.cli import option, run_command
 from envs.replay.camera import CameraGeometry, Reprojector
 
 COLUMNS = slice(40, 280)  # central columns: the sides fill in from outside the recorded frame
@@ -159,22 +158,21 @@ class CalibrateArgs:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = parse(CalibrateArgs, argv, prog="python -m envs.replay.calibrate", doc=__doc__)
+    return run_command(CalibrateArgs, _calibrate_all, argv, prog="python -m envs.replay.calibrate", doc=__doc__,
+                       mistakes=(ValueError, OSError))
+
+
+def _calibrate_all(a: CalibrateArgs) -> None:
     from pathlib import Path
 
     from driving_data.dataset import open_dataset
     from driving_data.udacity_import import import_recordings
     from envs.replay.spec import geometry_of
 
-    try:
-        for k, rec in enumerate(a.recording):
-            [folder] = import_recordings([rec], [Path(a.out) / f"imported_{k}"])
-            ds = open_dataset(folder)
-            print(report(rec, calibrate(ds, geometry_of(ds), frames=a.frames, pairs=a.pairs)), flush=True)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    for k, rec in enumerate(a.recording):
+        [folder] = import_recordings([rec], [Path(a.out) / f"imported_{k}"])
+        ds = open_dataset(folder)
+        print(report(rec, calibrate(ds, geometry_of(ds), frames=a.frames, pairs=a.pairs)), flush=True)
 
 
 if __name__ == "__main__":

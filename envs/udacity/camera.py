@@ -430,7 +430,7 @@ def _sky(cam: CameraModel, pal: Palette, rng: np.random.Generator, rows: int) ->
 # --- renderer -----------------------------------------------------------------------------------
 
 
-class _View:
+class _CameraView:
     """Per-camera-model constants: the two warp bands, fog weights, sky (all RGBA: see Renderer)."""
 
     def __init__(self, cam: CameraModel, pal: Palette, rng: np.random.Generator) -> None:
@@ -492,8 +492,8 @@ class Renderer:
         self.to_tex_far = np.array([[0.5, 0.0, -0.25], [0.0, 0.5, -0.25], [0.0, 0.0, 1.0]]) @ self.to_tex
         self._border = tuple(int(v) for v in pal.ground) + (0,)
         self._seed = int(seed)
-        self.view = _View(CENTER_CAMERA, pal, rng)
-        self._chase_view: _View | None = None
+        self.view = _CameraView(CENTER_CAMERA, pal, rng)
+        self._chase_view: _CameraView | None = None
 
     @staticmethod
     def camera_position(pose: tuple[float, float, float], camera: str) -> tuple[float, float, float]:
@@ -521,7 +521,7 @@ class Renderer:
         left = np.array([[ph * s, ph * c, -p * x - tx], [ph * c, -ph * s, p * y - ty], [0.0, 0.0, -1.0]])
         return left @ q
 
-    def _render(self, view: _View, x: float, y: float, yaw: float) -> np.ndarray:
+    def _render(self, view: _CameraView, x: float, y: float, yaw: float) -> np.ndarray:
         cam = view.cam
         frame = np.empty((cam.height, cam.width, 4), np.uint8)
         # Sky: the panorama column for azimuth a is -a * f (mod P); image column u looks at yaw + (cx - u) / f.
@@ -550,7 +550,7 @@ class Renderer:
         """uint8 RGB [CHASE_H, CHASE_W, 3]: a camera CHASE_BACK_M behind the car's rear and CHASE_UP_M above
         the ground, looking along the car, with the car drawn. `steer` = actual wheel angle (rad, + = right)."""
         if self._chase_view is None:
-            self._chase_view = _View(CHASE_CAMERA, self.palette, np.random.default_rng([self._seed, 7]))
+            self._chase_view = _CameraView(CHASE_CAMERA, self.palette, np.random.default_rng([self._seed, 7]))
         x, y, yaw = pose
         back = CHASE_BACK_M + CAR_LENGTH_M / 2
         cam_pose = (x - back * math.cos(yaw), y - back * math.sin(yaw), yaw)

@@ -85,7 +85,7 @@ _CURV = [(d, _I[f"ahead{d}m_curv"]) for d in (2, 4, 7, 10, 14, 20, 28, 40)]
 
 
 @dataclass
-class Teacher(StanleyDriver):
+class SpeedPlanTeacher(StanleyDriver):
     """Stanley steering plus a speed plan: the highest speed from which every bend within 40 m can be taken at
     `lateral_accel` by braking at `decel`, capped by the theme's limit; the throttle is a P law on that speed with
     feed-forward of drag, rolling resistance and the slope. The PPO expert's warm start."""
@@ -139,7 +139,7 @@ SPEC = replace(
     make_expert_env=make_expert_env,
     make_train_env=make_train_env,
     expert_to_env_action=expert_to_env_action,
-    teacher=Teacher,
+    teacher=SpeedPlanTeacher,
     action_names={"continuous": ("steer", "throttle")},
     default_expert={"continuous": Path("checkpoints/expert_udacity_hard.zip")},
     episode_meta=_episode_meta,

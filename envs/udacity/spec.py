@@ -69,7 +69,7 @@ def expert_to_env_action(action: Any, action_space: str) -> np.ndarray:
     return np.clip(np.asarray(action, dtype=np.float32).reshape(1), -1.0, 1.0)
 
 
-class Teacher(StanleyDriver):
+class SteeringTeacher(StanleyDriver):
     """The Stanley driver as the expert's BC warm-start teacher (labels in PPO's action space)."""
 
     def ppo_action(self, obs: np.ndarray, action_space: str) -> np.ndarray:
@@ -89,7 +89,7 @@ SPEC = EnvSpec(
     make_expert_env=make_expert_env,
     make_train_env=make_train_env,
     expert_to_env_action=expert_to_env_action,
-    teacher=Teacher,
+    teacher=SteeringTeacher,
     action_names={"continuous": ("steer",)},
     steer_limit={"continuous": 1.0},
     default_expert={"continuous": Path("checkpoints/expert_udacity.zip")},

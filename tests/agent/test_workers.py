@@ -21,7 +21,7 @@ from driving_data.dataset import open_dataset, temp_files
 from agent.evaluation.args import EvalArgs
 from agent.evaluation.config import resolve
 from agent.evaluation.evaluate import evaluate
-from agent.evaluation.report import Interrupted
+from common.stops import Interrupted
 from agent.workers import default_workers
 from driving_data.dataset import open_dataset, temp_files
 from envs.carracing import make_carracing

@@ -1,12 +1,17 @@
-"""common.cli: a dataclass becomes a grouped parser; mistakes are one line and exit 2."""
+"""common.cli: a dataclass becomes a grouped parser; mistakes are one line and exit 2; run_command is how every
+command starts and ends (exit codes 0 / 2 / 130, one line each)."""
 from __future__ import annotations
 
+import errno
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from common.cli import build_parser, option, parse, parse_command
+from common.cli import build_parser, option, parse, parse_command, run_command
+from common.stops import Interrupted
 
 
 def _even(text: str) -> int:
@@ -104,3 +109,90 @@ def test_a_former_spelling_still_parses_and_is_never_shown():
     assert parse(Renamed, [], prog="tool") == Renamed()
     text = build_parser(Renamed, "tool").format_help()
     assert "--max-steps" in text and "--max-episode-steps" not in text and "--quick" not in text
+
+
+@dataclass
+class OneOrMore:
+    data: str | list[str] = option("d", "one folder or several", group="data")
+
+
+def test_one_value_of_a_one_or_more_field_is_that_value():
+    assert parse(OneOrMore, ["--data", "a"], prog="tool").data == "a"
+    assert parse(OneOrMore, ["--data", "a", "b"], prog="tool").data == ["a", "b"]
+    assert parse(OneOrMore, [], prog="tool").data == "d"
+
+
+# ----------------------------------------------------------------------------- run_command: how a command ends
+def _raise(e: BaseException):
+    def work(_args):
+        raise e
+    return work
+
+
+def _disk_full(note: str | None = None) -> OSError:
+    e = OSError(errno.ENOSPC, "No space left on device", "/runs/x/last.pt")
+    if note:
+        e.add_note(note)
+    return e
+
+
+def test_run_command_parses_runs_and_returns_the_work_s_code():
+    seen = []
+    assert run_command(Args, lambda a: seen.append(a.steps), ["--steps", "4"], prog="tool") == 0
+    assert seen == [4]
+    assert run_command(Args, lambda a: 130, [], prog="tool") == 130
+    assert run_command(Args, lambda a: {"a": "summary"}, [], prog="tool") == 0  # what the work returns is not a code
+    commands = {"run": (Args, "run it"), "need": (Needs, "needs --out")}
+    assert run_command(commands, lambda a: 3 if isinstance(a, Needs) else 0, ["need", "--out", "o"], prog="tool") == 3
+
+
+def test_a_user_mistake_is_one_line_and_exit_2(capsys):
+    assert run_command(Args, _raise(ValueError("--steps must be positive")), [], prog="tool") == 2
+    assert capsys.readouterr().err == "error: --steps must be positive\n"
+    assert run_command(Args, _raise(FileNotFoundError("no such checkpoint: x.pt")), [], prog="tool") == 2
+    assert capsys.readouterr().err == "error: no such checkpoint: x.pt\n"
+    assert run_command(Args, _raise(ImportError("pip install minari")), [], prog="tool",
+                       mistakes=(ValueError, ImportError)) == 2
+    assert capsys.readouterr().err == "error: pip install minari\n"
+    with pytest.raises(SystemExit) as e:  # a bad flag ends while parsing, as argparse does
+        run_command(Args, lambda a: None, ["--steps", "x"], prog="tool")
+    assert e.value.code == 2
+
+
+def test_other_errors_keep_their_traceback():
+    with pytest.raises(PermissionError):
+        run_command(Args, _raise(PermissionError(errno.EACCES, "denied")), [], prog="tool")
+    with pytest.raises(RuntimeError):
+        run_command(Args, _raise(RuntimeError("a bug")), [], prog="tool")
+    with pytest.raises(IsADirectoryError):  # an OSError is the user's only where the command says so
+        run_command(Args, _raise(IsADirectoryError(errno.EISDIR, "a folder")), [], prog="tool")
+
+
+def test_a_full_disk_is_one_line_with_what_the_stage_kept(capsys):
+    assert run_command(Args, _raise(_disk_full("epoch 2 is not saved")), [], prog="tool") == 2
+    assert capsys.readouterr().err == ("error: no space left on the disk while writing '/runs/x/last.pt'; free some "
+                                       "space and run the command again (epoch 2 is not saved)\n")
+    quota = OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert run_command(Args, _raise(quota), [], prog="tool", mistakes=(ValueError, OSError)) == 2
+    assert capsys.readouterr().err.startswith("error: no space left on the disk; free some space")
+
+
+def test_a_stop_is_exit_130_with_what_was_kept(capsys):
+    assert run_command(Args, _raise(Interrupted("interrupted: wrote 2 finished episode(s)")), [], prog="tool") == 130
+    assert capsys.readouterr().err == "\ninterrupted: wrote 2 finished episode(s)\n"
+    assert run_command(Args, _raise(KeyboardInterrupt()), [], prog="tool") == 130
+    assert capsys.readouterr().err == "\ninterrupted\n"
+    assert run_command(Args, _raise(KeyboardInterrupt()), [], prog="tool", stop_signals=False,
+                       interrupted="interrupted (the imports so far are kept)") == 130
+    assert capsys.readouterr().err == "\ninterrupted (the imports so far are kept)\n"
+
+
+def test_sigterm_stops_like_ctrl_c(capsys):
+    def killed(_args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the command")
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert run_command(Args, killed, [], prog="tool") == 130
+    assert capsys.readouterr().err == "\ninterrupted\n"
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is gone afterwards

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from envs.carracing import DISCRETE_ACTION_NAMES, FEATURE_NAMES, N_FEATURES, PrivilegedObservation, make_carracing
+from envs.carracing import DISCRETE_ACTION_NAMES, FEATURE_NAMES, N_FEATURES, CarRacingPrivilegedObservation, make_carracing
 from policies.actions import DISCRETE_ACTIONS
 
 INFO_KEYS = {"privileged", "speed", "tiles_visited", "num_tiles", "on_track", "lap_complete"}
@@ -125,7 +125,7 @@ def test_physics_only_matches_rendered_returns():
 
 
 def test_privileged_observation_wrapper():
-    env = PrivilegedObservation(make_carracing(render=False))
+    env = CarRacingPrivilegedObservation(make_carracing(render=False))
     obs, info = env.reset(seed=5)
     np.testing.assert_array_equal(obs, info["privileged"])
     assert env.observation_space.contains(obs)

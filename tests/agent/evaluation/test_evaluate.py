@@ -17,7 +17,7 @@ import agent.evaluation.evaluate as evaluation
 from agent.controllers import shipped_checkpoint
 from agent.evaluation.args import EvalArgs, run_names
 from agent.evaluation.evaluate import evaluate
-from agent.evaluation.report import Interrupted
+from common.stops import Interrupted
 from agent.evaluation.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
 from agent.evaluation.table import action_rule_label
 from envs.carracing import FEATURE_NAMES
