@@ -1,5 +1,5 @@
 """The small configs evaluation runs on, made once from the checked arguments by ``resolve``: what drives
-(Drivers), where and on which tracks (Track), under which conditions (Conditions), what is written (Outputs) and
+(Drivers), where and on which tracks (Where), under which conditions (Conditions), what is written (Outputs) and
 how it runs (Runtime). Nothing after ``resolve`` reads EvalArgs."""
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class Drivers:
 
 
 @dataclass(frozen=True)
-class Track:
+class Where:
     """Where it drives: the env (a replay's once its recording is imported) with its options, and the track seeds;
     or, offline, the recordings scored."""
 
@@ -87,7 +87,7 @@ class Runtime:
 @dataclass(frozen=True)
 class EvalPlan:
     drivers: Drivers
-    track: Track
+    track: Where
     conditions: Conditions
     outputs: Outputs
     runtime: Runtime
@@ -117,7 +117,7 @@ def resolve(a: EvalArgs, made: list[Path] | None = None) -> EvalPlan:
         Drivers(tuple(checkpoints), tuple(safe_name(n) for n in a.name), a.expert, a.expert_drives, a.with_expert,
                 a.action_space, a.discrete_actions, a.action_temperature, spared(a.temperature_spares),
                 a.temperature_spares is not None, a.pi_speed),
-        Track(a.env, tuple(range(seed, seed + episodes)), a.max_steps or spec.default_max_steps,
+        Where(a.env, tuple(range(seed, seed + episodes)), a.max_steps or spec.default_max_steps,
               spec.check_renderer(a.renderer),
               {**spec.scene(a.theme, a.condition), **({"pi_speed": True} if a.pi_speed else {}),
                **({"span": a.replay_span, "max_offset": a.replay_max_offset, "reference": a.replay_reference}

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from agent.evaluation.config import EvalPlan, Track
+from agent.evaluation.config import EvalPlan, Where
 from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import timing_summary
 from common.files import atomic_write_text, write_json
@@ -68,7 +68,7 @@ def common_meta(plan: EvalPlan, expert: Any, action_space: str, expert_source: s
     }
 
 
-def _replay_meta(track: Track, spec: Any) -> dict[str, Any]:
+def _replay_meta(track: Where, spec: Any) -> dict[str, Any]:
     """What a replay's figures rest on: the recording, its parts, the camera and car, the intervention rule."""
     from envs.replay.vehicle import DEFAULT_MAX_YAW_RAD
 
@@ -92,7 +92,7 @@ def write_comparison(root: Path, plan: EvalPlan, action_space: str, results: dic
     write_json(root / "comparison.json", {n: {k: v for k, v in s.items() if k != "episodes"} for n, s in rows})
 
 
-def cut_short_note(track: Track) -> str:
+def cut_short_note(track: Where) -> str:
     """A paragraph for comparison.md when --max-steps ends the episodes before the env does: its returns and laps are
     then below the full episodes' of a model card (and the README's headline figures); '' otherwise."""
     spec = get_spec(track.env)
