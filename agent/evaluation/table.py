@@ -131,7 +131,7 @@ def _scenes(env: str | None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]
 
     try:
         spec = get_spec(str(env))
-    except ValueError:  # an env this project no longer knows: episodes in their own order, nothing marked
+    except ValueError:  # an env this project does not know: episodes in their own order, nothing marked
         return {}
     return {"theme": (spec.themes, tuple(t for t in spec.themes if t not in spec.train_themes)),
             "condition": (spec.conditions, tuple(c for c in spec.conditions if c not in spec.train_conditions))}
