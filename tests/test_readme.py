@@ -49,7 +49,8 @@ def test_no_tracked_file_points_outside_the_repository():
 
 # patterns are joined from pieces so that this file, which is scanned too, does not match itself
 HISTORY = {
-    "a machine path (a user has the repository, not this machine's folders)": r"(^|[][:space:]\"'=(`,:[])/(" + "work|tmp)/",
+    "a machine path (a user has the repository, not this machine's folders)":
+        r"(^|[][:space:]\"'=(`,:[])/(" + "work|tmp)/",
     "a pointer to a ticket instead of the reason": r"[Tt]he " + "issue",
     "a file read out of git history instead of a command that makes it": r"git " + "show",
 }
