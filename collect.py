@@ -6,7 +6,7 @@ time, one compressed file per episode plus a dataset card (dataset.json).
     python collect.py --env udacity --episodes 20       # 3 cameras, lake and jungle tracks -> data/udacity
     python collect.py --action-space discrete --episodes 30 --noise 0.05
     python collect.py --out data/carracing_continuous --episodes 10     # appends 10 more episodes
-    python collect.py --episodes 2 --max-steps 200 --out /tmp/tiny --export-minari carracing/tiny-v0
+    python collect.py --episodes 2 --max-steps 200 --out data/tiny --export-minari carracing/tiny-v0
     python collect.py --driver runs/train/nac/best.pt --beta 0.5 --episodes 15   # a DAgger round: the student drives
     python collect.py --driver ckpt.pt --recovery-labels --out data/carracing_discrete   # wrong-way states: the way back
     python collect.py --renderer fast --workers 2       # CarRacing frames drawn with OpenCV, 2 episodes at a time

@@ -6,8 +6,8 @@ peak VmHWM) is read from /proc every 0.2 s, its samples/s from its metrics.json 
 TensorBoard `charts/samples_per_sec` (a run stopped with Ctrl-C after `--seconds`). Training runs the default
 policy (nac-focus, window 8, batch 64) on one thread.
 
-    python -m benchmarks.data_loading make --frames 500000 --out /tmp/frames500k     # synthetic CarRacing-like data
-    python -m benchmarks.data_loading run --data /tmp/frames500k --mode lazy --seconds 600 -- --val-fraction 0.05
+    python -m benchmarks.data_loading make --frames 500000 --out data/frames500k     # synthetic CarRacing-like data
+    python -m benchmarks.data_loading run --data data/frames500k --mode lazy --seconds 600 -- --val-fraction 0.05
     python -m benchmarks.data_loading compare --frames 20000 --repeats 3              # samples/s, memory vs lazy
 
 The synthetic dataset: 96x96 frames of a grey road winding over striped grass with a black HUD strip, labels

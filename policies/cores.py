@@ -39,10 +39,10 @@ Block structure (``block``, the attention cores nac and mha, applied the same wa
   ``h = h + Attn(LN(h))``, ``h = h + FFN(LN(h))`` (FFN: d_model -> 2 d_model -> GELU -> d_model), and a final
   LayerNorm of the last step. The residual path carries the current frame past the attention average.
 
-Defaults keep old checkpoints loading: a nac core without ``block`` is bare (the paper's layer),
-an mha core without ``block`` is prenorm (what it always was). The comparison table names the block.
+A nac core without ``block`` is bare (the paper's layer), an mha core without ``block`` is prenorm, so
+checkpoints that do not name a block load. The comparison table names the block.
 
-Policy names (``train.py --policy``), parsed here only (``parse_core_name``, ``policy_core_options``)::
+Policy names (``train.py --core``), parsed here only (``parse_core_name``, ``policy_core_options``)::
 
     CORE[-MODE][+FLAG]...
     CORE   nac | lstm | gru | cfc | ltc | mha | mlp

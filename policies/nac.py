@@ -1,7 +1,5 @@
 """Neuronal Attention Circuit (NAC): attention whose logits solve a gated linear ODE.
 
-Read top to bottom, this file is the method section (the math, in this project's words: docs/nac.md).
-
     1. Sensory gates    q, k, v = S_q(x), S_k(x), S_v(x)     masked linear maps, NCP sensory wiring
     2. Top-K curation   each query i keeps its K best keys j_1..j_K by the score q_i . k_j
     3. Pair backbone    h = Backbone([q_i; k_j])               masked NCP net inter -> command -> motor
@@ -10,98 +8,9 @@ Read top to bottom, this file is the method section (the math, in this project's
     4. Logit ODE        da/dt = -omega a + phi, a(0) = 0, read at t_ij  (exact / euler / steady)
     5. Output           o_i = dt * sum_k softmax_k(a_ik) v_{j_k}; heads concatenated; linear projection
 
-With its default arguments this layer is the paper's. Options that depart from the paper are off by
-default; they are listed, with the measurement behind each, under "Departures from the paper" below.
-
-Numerical choices the spec leaves open (all deliberate):
-
-* Sensory gates: one masked linear map ``input_dim -> 3 * d_model`` (q|k|v), each third with its
-  own AutoNCP sensory mask (seeds ``seed``, ``seed+1``, ``seed+2``); no nonlinearity, as in the spec.
-* Backbone: per-head weights ``[H, in, out]`` (``shared_backbone=True``: one set, ``[1, in, out]``),
-  head h wired with seed ``seed + 3 + h``; sizes in ``policies.wiring`` (d_head=16: 32 -> 20 -> 12 -> 8).
-  Nonlinearity tanh (bounded, so huge inputs saturate instead of overflowing). The command layer's
-  recurrent synapses are unrolled ``COMMAND_UNROLL = 1`` time: ``c = tanh(W_ic h + b)``, then
-  ``c = tanh(W_ic h + W_cc c + b)``. The first layer is linear in ``p = [q_i; k_j]``, so it is split
-  into a query part and a key part computed once per token and added per pair (same maths as
-  concatenating, ``T`` instead of ``T*K`` matmuls). ``alpha`` and ``beta`` are dense affine maps of the
-  pair, split the same way.
-* How the backbone is computed (the same function, only round-off differs; see "Performance" in
-  docs/nac.md for what each choice saved): head-major, ``[H, pairs, features]``, so each layer is one
-  batched matmul over the heads whatever the batch size; in sigmoid form, each layer keeping
-  ``s = sigmoid(2z) = (tanh(z) + 1) / 2`` and the next reading ``tanh = 2s - 1`` through weights ``2W``
-  and bias ``b - 1^T W`` (and the 2 of ``2z`` folded in as well), so a layer is one ``baddbmm`` and one
-  sigmoid (torch's CPU tanh kernel is several times slower than its sigmoid); the key side and v are
-  gathered in one pass.
-* Masks are persistent buffers (a checkpoint carries its wiring); weights are multiplied by them each
-  call (tiny tensors), so masked weights get exactly zero gradient. Init: LeCun-uniform with each
-  unit's *actual* fan-in under its mask, zero biases, all drawn from ``torch.Generator(seed)`` so the
-  same seed gives the same ``state_dict``.
-* Exact logit ``a = phi * (-expm1(-omega t)) / omega`` (expm1 keeps precision when omega*t is tiny);
-  steady ``a = phi / omega``; euler from ``a(0)=0`` with ``n = euler_steps`` steps of ``h = t / n``.
-  Because ``t`` is in (0, 1), ``h < 1/n``; euler stays within theorem 1's bounds ``[0, phi/omega]``
-  (sigmoid phi) while ``h * omega <= 1``, i.e. ``omega <= n / t``; nothing clamps omega, so a larger
-  omega can overshoot (the bound is documented, not enforced).
-* ``tau_ij``: 1 without timestamps; ``time[b]`` for ``time`` of shape ``[B]``; ``time[b, i] - time[b, j]``
-  for ``[B, T]``, differenced in the timestamps' own dtype (float64 keeps precision for large absolute
-  times) and only then cast to the activations' dtype. ``query_time`` ``[B]`` (with ``[B, T]`` times and one
-  query per sample) replaces the query's own timestamp: ``tau_j = query_time[b] - time[b, j]``, the attention
-  of a query asked about a moment other than its newest frame's (a policy acting for when its action lands).
-* Selection is per head (each head pairs each query with its own K keys by ``q_h . k_h``). Scores are
-  computed without gradient (top-K is not differentiable), on overflow-proof stand-ins: each query row
-  divided by its max-abs (same ranking) and keys clamped to +-1e15, so scores never overflow and no
-  pass over the T x T matrix is needed to clean them. Exact selection with every key valid (causal or
-  not) scores and selects in one native kernel, ``policies.nac_native.scores_topk`` (small C kernels built
-  on first use): the score rows live only in per-thread buffers, never as a T x T matrix; scores are
-  summed in the kernel's own order, so only near-ties at the K-th place can differ from matmul's ranking.
-  With padding, or where the kernel cannot be built or ``NAC_NATIVE=0``, queries are scored with matmul in
-  chunks of ``CHUNK_ELEMENTS`` scores and the top K of each row come from the native top-K kernel
-  (``nac_native.topk_rows``, several times faster than ``torch.topk``) or from ``torch.topk``; ties go to
-  the lower key index. Invalid keys (causal: j > i; padded) get -inf before top-K and before the softmax,
-  never a multiplied 0.
-* Slots: ``K_eff = min(topk, T)``. Slots left over when fewer than ``K_eff`` keys are valid are
-  "filler": ``index = -1``, ``logits = -inf``, ``attn = 0`` exactly; their phi/omega/t are computed on
-  key 0 as a placeholder and mean nothing. ``topk >= T`` skips scoring and pairs every query with
-  every key in position order (NAC-PW).
-* A query with no valid key at all (every key padded, or causal with left padding before the first
-  valid frame) outputs exactly zeros (after the projection), with no NaN in values or gradients.
-* Block selection (``selection="blocks"``): keys are first compacted per sample (valid keys first, order
-  kept), so every query's visible keys are a *prefix* of the compacted sequence (causal too). Blocks
-  of ``b = ceil(sqrt(T))`` keys; each query scores block centroids, where the last, partly visible
-  block uses the centroid of its visible keys only (within-block prefix sums) so future keys cannot
-  steer the choice. It keeps ``m = ceil(K/b) + 1 + BLOCK_MARGIN`` best blocks: at most one kept block is
-  partial, so ``ceil(K/b) + 1`` blocks always hold >= K visible keys (or all of them), and the margin
-  of one block improves recall. Exact scores inside the kept blocks (queries in chunks, so memory is
-  O(T * sqrt(T))), top K of those. The T x T matrix is never built.
-* ``selection="auto"``: exact selection up to ``AUTO_BLOCK_THRESHOLD = 1024`` keys, blocks beyond (where
-  blocks measured faster; docs/benchmarks.md).
-* ``return_sequences=False`` returns the output at the *last valid* step of each sample: the last
-  position whose ``key_padding_mask`` is False (T-1 without a mask; works for left and right padding),
-  and only that query is computed. Internals then have a query axis of length 1.
-* ``dropout`` acts on the attention weights in training mode (masked slots stay exactly 0).
-* ``attention_stats(attn, index)``: entropy, entropy / log(valid keys) and max weight of the attention,
-  averaged over the queries with at least two valid keys (diagnostics; train.py logs them).
-
-Departures from the paper (every one off by default, so the default layer keeps every property the
-tests check: the exact solution, theorem 1's bounds, euler -> exact, exact -> steady, masks, selection,
-gradients). What each changed, measured, is in docs/nac.md, section 11.
-
-* ``logit_scale=True`` (initial value ``logit_scale_init`` = s0, default 1): a learnable per-head scale
-  ``s_h = exp(rho_h)`` (positive by construction, rho_h initialised to log s0) and
-  ``attn = softmax_k(s_h * a_ik)``. Why: the exact logit is bounded,
-  ``0 <= a = phi (1 - e^(-omega t)) / omega <= phi * t < 1`` for sigmoid phi and t in (0, 1) (Euler from
-  a(0) = 0 likewise while h omega <= 1), so two keys' weights differ by less than a factor e whatever the
-  layer learns, and trained layers attend almost uniformly. Only the softmax reads the scaled logits: the
-  ODE, its logits ``a`` (internals "logits") and theorem 1 are untouched. The scale multiplies the finite
-  logits *before* masking (d(-inf * s)/ds would be NaN), so masked keys keep weight exactly 0. With s0 = 1
-  the initial layer is exactly the paper's. Adam moves rho by about the learning rate per step, so s0 is
-  in effect a hyperparameter.
-* ``phi_activation="tanh" | "identity"`` (paper: sigmoid) lets phi, hence the logit, leave (0, 1); with
-  ``mode="steady"`` the logit ``phi / omega`` is unbounded.
-* A residual pre-norm block around the layer (``block="prenorm"``: x + NAC(LN x), then x + FFN(LN x)) is
-  an option of the driving core, ``policies.cores``, not of this layer: the layer's output is only the
-  attention average of the window's values, with no path that carries the current frame.
-* ``query_time`` (forward): the query's timestamp, when the answer is for a moment other than the newest
-  frame's (a policy acting for when its action lands); with it absent the layer is the paper's.
+With its default arguments this layer is the paper's; options that depart from it are off by default.
+docs/nac.md is the method section: every numerical choice (selection, filler slots, masking, init), the
+departures with the measurements behind them, and what each implementation choice here saves.
 """
 from __future__ import annotations
 
@@ -451,7 +360,7 @@ def select_exact(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_po
 @torch.no_grad()
 def select_blocks(q: torch.Tensor, k: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
                   causal: bool, topk: int) -> Selection:
-    """Square-root block selection, O(T sqrt(T)) time and memory (see module docstring)."""
+    """Square-root block selection, O(T sqrt(T)) time and memory (docs/nac.md, section 3)."""
     B, H, Tq, d = q.shape
     Tk = k.shape[2]
     # compact: valid keys first (stable), so each query's visible keys are a prefix of length n
@@ -529,7 +438,7 @@ class NAC(nn.Module):
     Modes share every parameter: set ``layer.mode = "steady"`` on a trained layer to switch.
     ``forward(x, time=None, key_padding_mask=None, return_internals=False)``; with
     ``return_internals=True`` returns ``(y, internals)``, internals a dict of ``[B, H, Tq, K]`` tensors
-    "phi", "omega", "t", "logits", "attn", "index" (see the module docstring for filler slots).
+    "phi", "omega", "t", "logits", "attn", "index" (filler slots: docs/nac.md, section 7).
     """
 
     def __init__(self, input_dim: int, d_model: int, num_heads: int, *, mode: str = "exact", topk: int = 8,

@@ -2,8 +2,8 @@
 fused with the scores where no key is padded, and the gather of the pair inputs (``gather_pairs``, one pass
 instead of a gather and a broadcast add, the same bits).
 
-Top-K of score rows (``topk_rows``). ``torch.topk`` on the CPU took ~14 ms of a ~35 ms forward at T=1024 (4
-heads, K=8): a partial sort per row. This kernel reads each row twice instead. Pass 1 (vectorised) takes the
+Top-K of score rows (``topk_rows``). ``torch.topk`` on the CPU does a partial sort per row; this kernel reads
+each row twice instead. Pass 1 (vectorised) takes the
 maxima of the 64 strided groups {j : j % 64 == g}; the smallest of K maxima over disjoint sets of groups, th0,
 is a lower bound of the row's K-th largest score (K distinct scores reach it). Pass 2 reads the row in order,
 16 scores per vector compare, and looks only at the few scores (~20 of 1024) that reach th0: with AVX-512
@@ -12,17 +12,15 @@ it), no branch per score; with AVX2 or plain C they are inserted one by one, the
 best found so far. The right version is picked once, when the library is loaded.
 
 Fused scores and top-K (``scores_topk``). With every key visible (no padding; causal or not: query i
-then sees keys 0..i, a shorter row) the [B, H, T, T] score matrix (16 MB at T=1024) was written by matmul and
-read back by the top-K, which is all the work there is. Instead each thread takes 16 query rows of one head
+then sees keys 0..i, a shorter row) writing the [B, H, T, T] score matrix (16 MB at T=1024) with matmul and
+reading it back for the top-K is all the work there is. Instead each thread takes 16 query rows of one head
 at a time, scores them into its own buffer (16 x T floats, in L1/L2) and takes their top K there, so the
 scores never reach memory. The keys are laid out in blocks of 64, each block transposed (``[d, 64]``,
 contiguous, zero-padded at the end), so one block (4 KB at d=16) stays in L1 while the 16 rows read it and
 a row's 64 scores of a block are 4 AVX-512 registers accumulated over d with FMA. The dot products are
 summed over d in order, so scores can differ from matmul's in the last bits: a near-tie at the K-th place
 may then rank the other way (the tests check values within 1e-5 and indices wherever the K-th and (K+1)-th
-scores are further apart). Measured at T=1024, B=1, 4 heads, d 16, K 8, one thread: matmul and the previous
-top-K 6.3-7.3 ms, fused 2.9-3.1 ms; causal 13-13.6 ms (the matmul path also builds and applies the mask)
-against 2.3-2.7 ms (docs/nac.md, "Performance").
+scores are further apart). Timings: docs/nac.md, "Performance", and docs/benchmarks.md, "NAC runtime".
 
 The top-K result equals ``torch.topk(scores, k)`` (values and indices, sorted) except for the order of *tied*
 scores, which here is always the lower index first (torch leaves it unspecified). NaN ranks above every

@@ -46,6 +46,39 @@ def test_no_tracked_file_points_outside_the_repository():
     assert out.stdout == "", f"files that point outside the repository (users get the repository alone):\n{out.stdout}"
 
 
+
+# patterns are joined from pieces so that this file, which is scanned too, does not match itself
+HISTORY = {
+    "a machine path (a user has the repository, not this machine's folders)":
+        r"(^|[][:space:]\"'=(`,:[])/(" + "work|tmp)/",
+    "a pointer to a ticket instead of the reason": r"[Tt]he " + "issue",
+    "a file read out of git history instead of a command that makes it": r"git " + "show",
+}
+
+
+def test_no_tracked_file_names_a_machine_path_or_history():
+    """Code, docs, cards and scripts say what is and how to make it; history lives in git (logs are output)."""
+    found = []
+    for why, pattern in HISTORY.items():
+        out = subprocess.run(["git", "grep", "-n", "-I", "-E", pattern, "--", ".", ":!*.log"], cwd=ROOT,
+                             capture_output=True, text=True)
+        found += [f"{why}: {line[:200]}" for line in out.stdout.splitlines()]
+    assert not found, "\n".join(found)
+
+
+def _keys(node) -> set[str]:
+    if isinstance(node, dict):
+        return set(node) | set().union(*map(_keys, node.values()))
+    return set().union(*map(_keys, node)) if isinstance(node, list) else set()
+
+
+def test_no_card_records_a_previous_model():
+    """A card describes its own checkpoint; what it replaced is git history (docs/results.md keeps the figures)."""
+    stale = {p.name: sorted(k for k in _keys(json.loads(p.read_text())) if "previous" in k or "shipped 20" in k)
+             for p in sorted((ROOT / "checkpoints").glob("*.json"))}
+    assert not {n: k for n, k in stale.items() if k}, stale
+
+
 # ---- the README's "Results at a glance" table is read from the checkpoint cards ----------------------------------
 
 def _card(name: str) -> dict:

@@ -15,14 +15,10 @@ from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
-# CarRacing's DART defaults (envs.carracing.SPEC) were measured with the shipped experts (physics-only, 8 tracks 3000000..3000007), mean return / laps:
-#   continuous (PPO fine-tuned, f7069f6)  noise 0: 933/8   0.05 hold 5: 932/8   0.07 hold 5: 927/7
-#                                         0.1 hold 2: 930/8   0.1 hold 3: 917/5   0.1 hold 5: 873/3
-#   discrete   (5ebefee)                  noise 0: 919/8   0.05 hold 3: 902/7
-#   (earlier interim experts, 4 tracks: continuous 0.2 hold 5: 864, 1/4 laps; discrete 0.1 hold 1: 694, 0/4)
-# i.e. as much perturbation as keeps most laps finished: enough to leave the ideal line and recover, not so
-# much that the episodes stop being good driving. Short holds barely move the car (the steering joint
-# low-passes the noise). Discrete needs less: any non-gas action cuts the gas, which ramps back at 0.1/frame.
+# CarRacing's DART defaults (envs.carracing.SPEC) are as much perturbation as keeps most of the shipped experts'
+# laps finished (measured on 8 tracks 3000000..3000007: docs/results.md): enough to leave the ideal line and
+# recover, not so much that the episodes stop being good driving. Short holds barely move the car (the steering
+# joint low-passes the noise). Discrete needs less: any non-gas action cuts the gas, which ramps back at 0.1/frame.
 DEFAULT_EPISODES = 25
 
 

@@ -6,7 +6,9 @@ dict of numbers (one row of ``episodes.csv``). What "on the road", "completion" 
 the env's spec (``envs.registry.EnvSpec``), whose ``episode_meta`` also adds the env's own columns
 (CarRacing: tiles visited; udacity: laps, distance). ``aggregate()`` summarises the rows (``metrics.json``),
 ``write_tensorboard()`` logs them as ``eval/...`` scalars, ``comparison_markdown()`` puts several runs
-side by side.
+side by side. Each figure is declared once, in ``METRICS``: its label and format, whether it is averaged and
+whether TensorBoard draws it per episode; every writer and table (here and in ``agent.evaluation.table``) reads
+that declaration, and the tables' layouts (``RACE_COLUMNS``, ``LANE_COLUMNS``, ``PAIRED``) name metrics by key.
 
 Steering convention (``steer_of``): continuous actions use ``action[0]`` in env units (-1 full left,
 +1 full right; the expert stays within the ±0.4 wheel limit); discrete actions map 1 RIGHT -> +1,
@@ -20,6 +22,7 @@ import csv
 import io
 import math
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -36,13 +39,52 @@ EPISODE_KEYS: tuple[str, ...] = (
 )
 
 
-# Per-episode numbers that aggregate() summarises as mean (and std for the return).
-MEAN_KEYS: tuple[str, ...] = (
-    "completion", "length", "off_track_steps", "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk",
-    "steer_smoothness", "expert_steer_smoothness", "mean_speed",
-    # envs with spec.wrong_way / spec.recover / spec.lateral_error; aggregated only where the episodes have them
-    "wrong_way_steps", "interventions", "stalls", "autonomy", "mean_abs_cte", "max_abs_cte",
-)
+@dataclass(frozen=True)
+class Metric:
+    """One per-episode figure, declared once: aggregate(), write_tensorboard(), the group summaries and every table
+    read it from ``METRICS``.
+
+    key: the episode row's key (an episodes.csv column); label, fmt: its column header and number format in every
+    table. mean: aggregate() writes ``mean_<key>`` over the episodes that have it, NaN skipped (metrics.json, and
+    TensorBoard ``eval/mean_<key>``); the figures it is not averaged into (return: mean, std, min, max; laps: a count;
+    latency: pooled over every step; interventions: a run total and autonomy) are aggregate()'s own. curve: also
+    ``eval/<key>`` in TensorBoard, one point per episode. group: kept, as ``mean_<key>``, in the per-theme and
+    per-condition summaries."""
+
+    key: str
+    label: str
+    fmt: str
+    mean: bool = True
+    curve: bool = False
+    group: bool = False
+
+
+# Declaration order is the order of the mean_<key> figures in metrics.json. Figures of some envs only (wrong_way,
+# interventions, stalls, autonomy, cte: spec.wrong_way / recover / stall / lateral_error) are aggregated only where
+# the episodes have them.
+METRICS: dict[str, Metric] = {m.key: m for m in (
+    Metric("return", "return", ".1f", mean=False, curve=True),
+    Metric("lap_completed", "laps", "d", mean=False, curve=True),
+    Metric("completion", "completion", ".3f", curve=True),
+    Metric("length", "steps", ".1f", curve=True),
+    Metric("off_track_steps", "off-track steps", ".1f", curve=True),
+    Metric("off_track_fraction", "off-track fraction", ".3f"),
+    Metric("steer_mae", "steer MAE", ".3f", curve=True, group=True),
+    Metric("steer_mse", "steer MSE vs expert", ".4f"),
+    Metric("steer_jerk", "steer jerk", ".4f", group=True),
+    Metric("steer_smoothness", "steer smoothness", ".3f", curve=True),
+    Metric("expert_steer_smoothness", "expert steer smoothness", ".3f"),
+    Metric("mean_speed", "speed", ".1f", curve=True, group=True),
+    Metric("wrong_way_steps", "wrong-way steps", ".1f", curve=True),
+    Metric("interventions", "interventions", ".1f"),
+    Metric("stalls", "stalls", ".1f"),
+    Metric("autonomy", "autonomy %", ".1f"),
+    Metric("mean_abs_cte", "mean abs CTE (m)", ".3f", group=True),
+    Metric("max_abs_cte", "max abs CTE (m)", ".2f"),
+    Metric("interventions_per_100s", "per 100 s", ".1f", mean=False),
+    Metric("latency_median_ms", "latency median (ms)", ".2f", mean=False, curve=True),
+    Metric("latency_p95_ms", "latency p95 (ms)", ".2f", mean=False),
+)}
 
 
 def steer_of(action: Any, action_space: str) -> float:
@@ -209,7 +251,7 @@ def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] 
         max_return=float(returns.max()) if len(returns) else float("nan"),
         laps_completed=int(sum(bool(e["lap_completed"]) for e in episodes)),
     )
-    for key in MEAN_KEYS:
+    for key in [k for k, m in METRICS.items() if m.mean]:
         if episodes and key not in episodes[0]:
             continue
         values = [e[key] for e in episodes if not _isnan(e[key])]
@@ -240,19 +282,21 @@ def aggregate(episodes: Sequence[dict[str, Any]], latencies_ms: Sequence[float] 
     return out
 
 
+# a group's own figures (besides the mean_<key> of the metrics declared group=True)
 GROUP_KEYS: tuple[str, ...] = (
-    "num_episodes", "mean_return", "laps_completed", "autonomy", "total_interventions", "mean_mean_abs_cte",
-    "mean_mean_speed", "seconds_per_lap", "mean_steer_jerk", "mean_steer_mae",
+    "num_episodes", "mean_return", "laps_completed", "autonomy", "total_interventions", "seconds_per_lap",
 )
 
 
 def _by(episodes: Sequence[dict[str, Any]], key: str, meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """GROUP_KEYS of the episodes grouped by their `key` (theme or condition), groups in first-seen order."""
+    """GROUP_KEYS and the group metrics of the episodes grouped by their `key` (theme or condition), groups in
+    first-seen order."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for e in episodes:
         groups.setdefault(str(e[key]), []).append(e)
     units = {k: meta[k] for k in ("dt", "intervention_cost_s") if k in meta}
-    return {name: {k: v for k, v in aggregate(eps, groups=False, **units).items() if k in GROUP_KEYS}
+    kept = {*GROUP_KEYS, *(f"mean_{k}" for k, m in METRICS.items() if m.group)}
+    return {name: {k: v for k, v in aggregate(eps, groups=False, **units).items() if k in kept}
             for name, eps in groups.items()}
 
 
@@ -298,10 +342,9 @@ def write_tensorboard(logdir: str | Path, summary: dict[str, Any]) -> Path:
     with stops_at_safe_points():
         writer = SummaryWriter(str(logdir))
         try:
-            per_episode = ("return", "completion", "lap_completed", "off_track_steps", "steer_mae",
-                           "steer_smoothness", "mean_speed", "latency_median_ms", "length", "wrong_way_steps")
+            curves = [k for k, m in METRICS.items() if m.curve]
             for i, e in enumerate(summary["episodes"]):
-                for key in per_episode:
+                for key in curves:
                     if key in e and not _isnan(e[key]):
                         writer.add_scalar(f"eval/{key}", float(e[key]), i)
             for key, value in summary.items():
@@ -338,24 +381,70 @@ def _num(x: float, fmt: str) -> str:
     return "n/a" if x is None or _isnan(x) else f"{x:{fmt}}"
 
 
+@dataclass(frozen=True)
+class Column:
+    """A table column showing one metric: the metric's label and format unless given. It shows the summary's
+    ``figure`` (default ``mean_<metric>``), as mean ± std with ``spread``; ``show`` writes a cell of several
+    figures."""
+
+    metric: str
+    figure: str | None = None
+    label: str | None = None
+    fmt: str | None = None
+    spread: bool = False
+    show: Callable[[dict[str, Any]], str] | None = None
+
+    @property
+    def header(self) -> str:
+        return self.label or METRICS[self.metric].label
+
+    def cell(self, s: dict[str, Any]) -> str:
+        if self.show is not None:
+            return self.show(s)
+        fmt, key = self.fmt or METRICS[self.metric].fmt, self.figure or f"mean_{self.metric}"
+        return _pm(s[key], s[f"std_{self.metric}"], fmt) if self.spread else _num(s.get(key), fmt)
+
+
+def _latency_cell(s: dict[str, Any]) -> str:
+    return " / ".join(_num(s[k], METRICS[k].fmt) for k in ("latency_median_ms", "latency_p95_ms"))
+
+
+LATENCY = Column("latency_median_ms", label="latency median / p95 (ms)", show=_latency_cell)
+LAPS = Column("lap_completed", show=lambda s: f"{s['laps_completed']}/{s['num_episodes']}")
+LAPS_PER_EPISODE = Column("completion", label="laps", show=lambda s: f"{_num(s['mean_completion'], '.2f')} per episode")
+# comparison.md's columns: racing envs (CarRacing), lane-keeping envs (udacity, a replay)
+RACE_COLUMNS: tuple[Column, ...] = (
+    Column("return", spread=True), Column("completion", spread=True), LAPS, Column("off_track_steps"),
+    Column("wrong_way_steps"), Column("steer_mae"), Column("steer_smoothness"), Column("mean_speed"), LATENCY,
+)
+LANE_COLUMNS: tuple[Column, ...] = (
+    Column("autonomy", figure="autonomy", fmt=".2f"), Column("interventions", figure="total_interventions", fmt="d"),
+    Column("interventions_per_100s", figure="interventions_per_100s"),
+    LAPS_PER_EPISODE, Column("mean_abs_cte"), Column("max_abs_cte", figure="max_abs_cte"), Column("steer_mse"),
+    Column("steer_jerk"), LATENCY,
+)
+# the figures compared per episode on the same tracks, the headline first
+PAIRED: dict[str, tuple[str, ...]] = {
+    "lane": ("autonomy", "interventions", "interventions_per_100s", "mean_abs_cte", "steer_jerk"),
+    "race": ("return", "completion", "wrong_way_steps"),
+}
+
+
+def _table(columns: Sequence[Column], rows: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    lines = ["| policy | " + " | ".join(c.header for c in columns) + " |", "|" + "---|" * (len(columns) + 1)]
+    return lines + [f"| {name} | " + " | ".join(c.cell(s) for c in columns) + " |" for name, s in rows]
+
+
 def lane_keeping_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """The lane-keeping table (udacity): autonomy and interventions first, then lateral error and steering. A
-    replay's table has no laps (a part of a recording is driven once, to its end) and ends with always-straight."""
+    replay's table has no laps (a part of a recording is driven once, to its end), compares steering with its path
+    controller and ends with always-straight."""
     replay = bool(rows) and "straight_autonomy" in rows[0][1]
-    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        ("autonomy %", lambda s: _num(s["autonomy"], ".2f")),
-        ("interventions", lambda s: str(s["total_interventions"])),
-        ("per 100 s", lambda s: _num(s.get("interventions_per_100s"), ".1f")),
-        *([] if replay else [("laps", lambda s: f"{_num(s['mean_completion'], '.2f')} per episode")]),
-        ("mean abs CTE (m)", lambda s: _num(s.get("mean_mean_abs_cte"), ".3f")),
-        ("max abs CTE (m)", lambda s: _num(s.get("max_abs_cte"), ".2f")),
-        ("steer MSE vs " + ("path controller" if replay else "expert"), lambda s: _num(s["mean_steer_mse"], ".4f")),
-        ("steer jerk", lambda s: _num(s["mean_steer_jerk"], ".4f")),
-        ("latency median / p95 (ms)",
-         lambda s: f"{_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')}"),
-    ]
-    lines = ["| policy | " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * (len(columns) + 1)]
-    lines += [f"| {name} | " + " | ".join(cell(s) for _, cell in columns) + " |" for name, s in rows]
+    columns = [c for c in LANE_COLUMNS if not (replay and c is LAPS_PER_EPISODE)]
+    if replay:
+        columns = [Column("steer_mse", label="steer MSE vs path controller") if c.metric == "steer_mse" else c
+                   for c in columns]
+    lines = _table(columns, rows)
     if replay:  # the trivial reference on the same frames
         s = rows[0][1]
         lines.append(f"| always-straight (reference) | {_num(s['straight_autonomy'], '.2f')} "
@@ -364,14 +453,10 @@ def lane_keeping_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-PAIRED_KEYS = {"lane": (("autonomy", ".1f"), ("interventions", ".1f"), ("interventions_per_100s", ".1f"), ("mean_abs_cte", ".3f"), ("steer_jerk", ".4f")),
-               "race": (("return", ".1f"), ("completion", ".3f"), ("wrong_way_steps", ".1f"))}
-
-
 def paired_keys(summary: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """(episode key, format) of the figures compared per pair, the headline first: autonomy for lane-keeping
     summaries, return for racing ones."""
-    return PAIRED_KEYS["lane" if "autonomy" in summary else "race"]
+    return tuple((k, METRICS[k].fmt) for k in PAIRED["lane" if "autonomy" in summary else "race"])
 
 
 def paired_differences(base: list[dict[str, Any]], other: list[dict[str, Any]], key: str) -> tuple[float, float, int]:
@@ -421,17 +506,4 @@ def comparison_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
 def _summary_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     if rows and "autonomy" in rows[0][1]:
         return lane_keeping_markdown(rows)
-    header = ("| policy | return | completion | laps | off-track steps | wrong-way steps | steer MAE "
-              "| steer smoothness | speed | latency median / p95 (ms) |")
-    lines = [header, "|" + "---|" * 10]
-    for name, s in rows:
-        n = s["num_episodes"]
-        lines.append(
-            f"| {name} | {_pm(s['mean_return'], s['std_return'], '.1f')} "
-            f"| {_pm(s['mean_completion'], s['std_completion'], '.3f')} "
-            f"| {s['laps_completed']}/{n} | {_num(s['mean_off_track_steps'], '.1f')} "
-            f"| {_num(s.get('mean_wrong_way_steps'), '.1f')} | {_num(s['mean_steer_mae'], '.3f')} "
-            f"| {_num(s['mean_steer_smoothness'], '.3f')} "
-            f"| {_num(s['mean_mean_speed'], '.1f')} "
-            f"| {_num(s['latency_median_ms'], '.2f')} / {_num(s['latency_p95_ms'], '.2f')} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(_table(RACE_COLUMNS, rows)) + "\n"

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.evaluation.metrics import aggregate, paired_differences, paired_keys
+from agent.evaluation.metrics import LAPS, METRICS, Column, aggregate, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from common.cli import option, run_command
 from common.files import atomic_write_text
@@ -129,7 +129,7 @@ def _scenes(env: str | None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]
 
     try:
         spec = get_spec(str(env))
-    except ValueError:  # an env this project no longer knows: episodes in their own order, nothing marked
+    except ValueError:  # an env this project does not know: episodes in their own order, nothing marked
         return {}
     return {"theme": (spec.themes, tuple(t for t in spec.themes if t not in spec.train_themes)),
             "condition": (spec.conditions, tuple(c for c in spec.conditions if c not in spec.train_conditions))}
@@ -164,41 +164,56 @@ def _summary(episodes: list[dict[str, Any]], first: dict[str, Any]) -> dict[str,
     return aggregate(episodes, groups=False, **units)
 
 
+def _label(key: str) -> str:
+    return METRICS[key].label
+
+
 def _lane_table(runs: Sequence[Run], names: list[str]) -> str:
     """The table for lane-keeping envs (udacity): autonomy per group, interventions, |CTE|, steering jerk."""
     first = runs[0][names[0]]
     groups = _groups(first)
-    head = ["policy", "autonomy % per training seed"] + [f"{g[0]} %" for g in groups] + [
-        "interventions per run", "mean abs CTE (m)", "steer jerk"]
+    autonomy = METRICS["autonomy"]
+    pooled_columns = (Column("interventions", label=f"{_label('interventions')} per run",
+                             show=lambda s: f"{s['total_interventions'] / len(runs):{METRICS['interventions'].fmt}}"),
+                      Column("mean_abs_cte"), Column("steer_jerk"))
+    head = ["policy", f"{autonomy.label} per training seed"] + [f"{g[0]} %" for g in groups] + [
+        c.header for c in pooled_columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
         eps = _tagged(runs, name)
         pooled = _summary(eps, first)
-        cells = [name, " / ".join(f"{_summary(run[name]['episodes'], first)['autonomy']:.1f}" for run in runs)]
-        cells += [f"{_summary(_pick(eps, key, value), first)['autonomy']:.1f}" for _, key, value in groups]
-        cells += [f"{pooled['total_interventions'] / len(runs):.1f}", f"{pooled['mean_mean_abs_cte']:.3f}",
-                  f"{pooled['mean_steer_jerk']:.4f}"]
+        cells = [name, " / ".join(f"{_summary(run[name]['episodes'], first)['autonomy']:{autonomy.fmt}}"
+                                  for run in runs)]
+        cells += [f"{_summary(_pick(eps, key, value), first)['autonomy']:{autonomy.fmt}}" for _, key, value in groups]
+        cells += [c.cell(pooled) for c in pooled_columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
+def _wrong_way_episodes(s: dict[str, Any]) -> str:
+    """In how many episodes the car drove the wrong way at all: a spin that rejoins the road backwards shows here."""
+    wrong_way = [e["wrong_way_steps"] for e in s["episodes"] if e.get("wrong_way_steps") is not None]
+    return f"{sum(w > 0 for w in wrong_way)}/{len(wrong_way)}" if wrong_way else "n/a"
+
+
+# the racing table's columns after the return per training seed, each of the policy's pooled episodes
+RACE_POOLED = (Column("return", label=f"mean {_label('return')}"), Column("completion"), LAPS,
+               Column("wrong_way_steps"),
+               Column("wrong_way_steps", label="episodes with wrong-way driving", show=_wrong_way_episodes),
+               Column("off_track_steps"))
+
+
 def _race_table(runs: Sequence[Run], names: list[str]) -> str:
     """The table for racing envs (CarRacing): return per training seed, completion, laps, wrong-way driving (mean
-    steps, and in how many episodes at all: a spin that rejoins the road backwards shows in the second)."""
+    steps, and in how many episodes at all), off-track steps."""
     first = runs[0][names[0]]
-    head = ["policy", "return per training seed", "mean return", "completion", "laps", "wrong-way steps",
-            "episodes with wrong-way driving", "off-track steps"]
+    ret = METRICS["return"]
+    head = ["policy", f"{ret.label} per training seed"] + [c.header for c in RACE_POOLED]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
-        episodes = _tagged(runs, name)
-        pooled = _summary(episodes, first)
-        wrong_way = [e["wrong_way_steps"] for e in episodes if e.get("wrong_way_steps") is not None]
-        lines.append("| " + " | ".join([
-            name, " / ".join(f"{run[name]['mean_return']:.1f}" for run in runs), f"{pooled['mean_return']:.1f}",
-            f"{pooled['mean_completion']:.3f}", f"{pooled['laps_completed']}/{pooled['num_episodes']}",
-            f"{pooled.get('mean_wrong_way_steps', float('nan')):.1f}",
-            f"{sum(w > 0 for w in wrong_way)}/{len(wrong_way)}" if wrong_way else "n/a",
-            f"{pooled['mean_off_track_steps']:.1f}"]) + " |")
+        pooled = _summary(_tagged(runs, name), first)
+        lines.append("| " + " | ".join([name, " / ".join(f"{run[name]['mean_return']:{ret.fmt}}" for run in runs)]
+                                       + [c.cell(pooled) for c in RACE_POOLED]) + " |")
     return "\n".join(lines) + "\n"
 
 

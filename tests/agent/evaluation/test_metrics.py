@@ -1,0 +1,125 @@
+"""Each metric is declared once (agent.evaluation.metrics.METRICS): a tiny real evaluation writes every declared
+figure to metrics.json, TensorBoard and comparison.md, a metric declared in a test reaches them all, and the
+tables' text is pinned (tests/agent/evaluation/golden/) so that reading the declarations changes no output."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.evaluation import metrics
+from agent.evaluation.evaluate import EvalArgs, evaluate
+from agent.evaluation.metrics import METRICS, PAIRED, RACE_COLUMNS, Column, Metric, aggregate, comparison_markdown
+from agent.evaluation.table import table_markdown
+from tests.helpers import constant_policy_checkpoint
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _tb_tags(logdir: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    return set(acc.Tags()["scalars"])
+
+
+def _two_policies(tmp_path: Path) -> dict:
+    a = constant_policy_checkpoint(tmp_path / "a.pt", action=(0.3, 0.2, 0.0))
+    b = constant_policy_checkpoint(tmp_path / "b.pt", action=(-0.1, 0.5, 0.0))
+    out = tmp_path / "eval"
+    evaluate(EvalArgs(checkpoint=[str(a), str(b)], episodes=2, max_steps=12, seed=1234, out=str(out), progress=False,
+                      workers=1, video=False))
+    return {"out": out, "names": ["a", "b"]}
+
+
+def test_a_tiny_evaluation_writes_every_declared_metric_where_its_declaration_says(tmp_path):
+    run = _two_policies(tmp_path)
+    out = run["out"]
+    comparison = (out / "comparison.md").read_text()
+    table, paired = comparison.split("## Paired differences")
+    assert "| policy | " + " | ".join(c.header for c in RACE_COLUMNS) + " |" in table
+    assert "| policy | episodes | n | " + " | ".join(PAIRED["race"]) + " |" in paired
+    for name in run["names"]:
+        m = json.loads((out / name / "metrics.json").read_text())
+        recorded = set(m["episodes"][0])
+        for key in [k for k, metric in METRICS.items() if metric.mean]:
+            assert (f"mean_{key}" in m) == (key in recorded), key
+            if key in recorded:
+                assert m[f"mean_{key}"] == pytest.approx(np.nanmean([float(e[key]) for e in m["episodes"]]))
+        curves = {f"eval/{k}" for k, metric in METRICS.items() if metric.curve and k in recorded}
+        summaries = {f"eval/{k}" for k, v in m.items() if (k.startswith(("mean_", "std_", "latency_"))
+                     or k == "laps_completed") and isinstance(v, (int, float)) and not np.isnan(v)}
+        assert _tb_tags(out / name / "tb") == curves | summaries
+        row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
+        assert row == f"| {name} | " + " | ".join(c.cell(m) for c in RACE_COLUMNS) + " |"
+
+
+def test_a_metric_declared_once_reaches_metrics_json_tensorboard_and_the_comparison(tmp_path, monkeypatch):
+    """The episode row's `truncated` flag, declared as a metric and placed in the racing layouts, is averaged,
+    drawn per episode, shown and compared per pair with nothing else changed."""
+    monkeypatch.setitem(METRICS, "truncated", Metric("truncated", "cut short", ".2f", curve=True))
+    monkeypatch.setattr(metrics, "RACE_COLUMNS", (*RACE_COLUMNS, Column("truncated")))
+    monkeypatch.setitem(PAIRED, "race", (*PAIRED["race"], "truncated"))
+    out = _two_policies(tmp_path)["out"]
+    m = json.loads((out / "a" / "metrics.json").read_text())
+    assert m["mean_truncated"] == 1.0  # both episodes end at --max-steps
+    assert {"eval/truncated", "eval/mean_truncated"} <= _tb_tags(out / "a" / "tb")
+    table, paired = (out / "comparison.md").read_text().split("## Paired differences")
+    assert "| cut short |" in table and "| 1.00 |" in table
+    assert "| wrong_way_steps | truncated |" in paired and "| +0.0 (0.0) |" in paired
+
+
+# ---- the tables' text, pinned: synthetic episodes whose every figure is known --------------------------------------
+
+def _episodes(kind: str, policy: int, run: int) -> list[dict]:
+    rng = np.random.default_rng([policy, run, len(kind)])
+    rows = []
+    for k in range(6):
+        n = int(rng.integers(200, 1000))
+        e = {"seed": 1000 + k, "return": float(rng.normal(600, 200)), "length": n,
+             "completion": float(rng.uniform(0.3, 1.0)), "lap_completed": bool(rng.random() < 0.4),
+             "terminated": False, "truncated": True, "off_track_steps": int(rng.integers(0, 50)),
+             "off_track_fraction": float(rng.uniform(0, 0.1)), "steer_mae": float(rng.uniform(0, 0.2)),
+             "steer_mse": float(rng.uniform(0, 0.05)), "steer_jerk": float(rng.uniform(0, 0.05)),
+             "steer_smoothness": float(rng.uniform(0, 0.1)), "expert_steer_smoothness": float(rng.uniform(0, 0.1)),
+             "mean_speed": float(rng.uniform(5, 30)), "latency_median_ms": float(rng.uniform(1, 5)),
+             "latency_p95_ms": float(rng.uniform(5, 9)), "wall_seconds": 1.0, "video": ""}
+        if kind == "race":
+            e["wrong_way_steps"] = int(rng.integers(0, 3)) * int(rng.integers(0, 40))
+        else:
+            i = int(rng.integers(0, 4))
+            e.update(theme=("lake", "jungle", "mountain")[k % 3], condition=("clear", "fog")[k % 2],
+                     interventions=i, stalls=int(i > 2), autonomy=100 * (1 - 6 * i / (n * 0.1)),
+                     interventions_per_100s=100 * i / (n * 0.1), mean_abs_cte=float(rng.uniform(0.1, 0.6)),
+                     max_abs_cte=float(rng.uniform(0.6, 2.0)), wrong_way_steps=0)
+            if kind == "replay":
+                e.update(straight_interventions=i + 2, elapsed_s=n * 0.1)
+        rows.append(e)
+    return rows
+
+
+ENVS = {"race": ("carracing", {}), "lane": ("udacity-hard", {"dt": 0.1, "intervention_cost_s": 6.0}),
+        "replay": ("udacity-hard", {"dt": 0.1, "intervention_cost_s": 6.0})}
+
+
+def _run(kind: str, run: int) -> dict[str, dict]:
+    env, units = ENVS[kind]
+    return {name: aggregate(_episodes(kind, p, run), [1.0, 2.0, 4.0 + p], name=name, env=env,
+                            seeds=list(range(1000, 1006)), **units) for p, name in enumerate(["nac", "gru", "mha"])}
+
+
+def rendered() -> dict[str, str]:
+    """Every table of the synthetic runs, by golden file name."""
+    out = {f"comparison_{kind}.md": comparison_markdown(list(_run(kind, 0).items())) for kind in ENVS}
+    out["table_race.md"] = table_markdown([_run("race", 0), _run("race", 1)], ["s1", "s2"], ["gru:mha"])
+    out["table_lane.md"] = table_markdown([_run("lane", 0), _run("lane", 1)], ["s1", "s2"])
+    return out
+
+
+@pytest.mark.parametrize("name", ["comparison_race.md", "comparison_lane.md", "comparison_replay.md",
+                                  "table_race.md", "table_lane.md"])
+def test_the_tables_text_is_unchanged(name):
+    assert rendered()[name] == (GOLDEN / name).read_text()
