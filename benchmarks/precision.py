@@ -2,10 +2,11 @@
 natively, policies/precision.py), on the CPU, in one run, each stage the precision reaches measured under both
 with the two interleaved so a change in the machine's load falls on both:
 
-* train.py on a real Udacity recording (``--recording``) and on CarRacing demonstrations: two runs of the real
-  train loop (``Trainer``: batches gathered and augmented, forward, backward, optimizer, validation, checkpoints),
-  one per precision, taking turns epoch by epoch (the order alternating); training samples/s as train.py reports
-  it (median over the epochs, and over the whole run), and each run's best validation loss;
+* train.py on a real Udacity recording (``--recording``, the ``--span`` of its sessions) and on CarRacing
+  demonstrations: two runs of the real train loop (``Trainer``: batches gathered and augmented, forward, backward,
+  optimizer, validation, checkpoints), one per precision, taking turns epoch by epoch (the order alternating);
+  training samples/s as train.py reports it (median over the epochs, and over the whole run), and each run's best
+  validation loss;
 * evaluate.py --data on the recording (scoring recorded frames in batches): frames/s, the runs alternating;
 * one policy step (one frame, what every drive waits for at each step), the shipped CarRacing student and the
   real-frame Udacity student on real frames, step by step alternating: median ms.
@@ -14,7 +15,7 @@ The stages the precision does not reach are measured once, so the table is compl
 drives; it has no --precision), and evaluate.py's drives, CarRacing and the replay of the recording (one frame
 per step runs fp32 under every precision). The CarRacing demonstrations are that collection's (or ``--carracing``).
 
-    python -m benchmarks.precision --recording data/heldout/u7558-track7 --threads 2 --out runs/bench/precision
+    python -m benchmarks.precision --recording data/heldout/u7558-track7 --span 0:0.2 --threads 2 --epochs 3
 """
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ class Args:
                                    group="runtime")
     collect_steps: int = option(300, "steps per episode of the collection and of the CarRacing evaluation",
                                 group="runtime")
-    replay_span: str = option("0.9:1", "A:B, the part of every session the replay drives", group="runtime")
+    span: str = option("0:1", "A:B, the part of every session of the recording trained on, scored and replayed",
+                       group="input")
     threads: int = option(1, "torch threads of training and of evaluate.py --data (a drive's step uses 1)",
                           group="runtime")
     out: Path = option(Path("runs/bench/precision"), "folder of precision.md and precision.json", group="output")
@@ -107,20 +109,22 @@ def resolved(precision: str) -> str:
     return "fp32" if precision == "fp32" else resolve("auto", "cpu")
 
 
-def training_rows(label: str, data: Path, root: Path, a: Args) -> list[Row]:
+def training_rows(label: str, data: Path, root: Path, a: Args, span: str = "0:1") -> list[Row]:
     """Two train.py runs on ``data`` (nac-focus, window 8, batch 64, its defaults), fp32 and the default, as
     train.py runs them (``Trainer``: an untrained validation, then per epoch its training steps, validation and
     checkpoints), taking turns epoch by epoch, each with its own random stream so each run is the one train.py
-    would make alone."""
+    would make alone. ``span``: the part of every episode both train and validate on."""
     import torch
 
     from agent.training.config import TrainArgs, check_args
-    from agent.training.data import load_data, resolve_head
+    from agent.training.data import load_data, resolve_head, take_pieces
     from agent.training.distributed import SINGLE
     from agent.training.experiment import resolve
     from agent.training.loop import Trainer, rng_state, set_rng_state
     from agent.training.windows import make_splits
+    from envs.replay.spec import parse_span
 
+    first, last = parse_span(span, "--span")
     torch.set_num_threads(a.threads)
     trainers, rngs = {}, {}
     base = TrainArgs(data=str(data), epochs=a.epochs, threads=a.threads, progress=False, data_loading="memory")
@@ -131,6 +135,8 @@ def training_rows(label: str, data: Path, root: Path, a: Args) -> list[Row]:
         plan, dataset = resolve(args, Path(args.out), SINGLE)
         if loaded is None:  # the same frames for both runs, as train.py shares them among its cores
             loaded = load_data(plan.data, SINGLE, Path(args.out), dataset)
+            loaded = take_pieces(loaded, [(e, round(first * len(f)), round(last * len(f)))
+                                          for e, f in enumerate(loaded.frames)])
             head = resolve_head(plan.args, loaded)
             loaded, splits = make_splits(plan.split, plan.windows, loaded)
         with contextlib.redirect_stdout(io.StringIO()):  # the runs' own epoch lines: the table says it
@@ -161,11 +167,12 @@ def training_rows(label: str, data: Path, root: Path, a: Args) -> list[Row]:
     f, d = (statistics.median(rates[p]) for p in PRECISIONS)
     runs = {p: metrics[p]["samples_per_sec"] for p in PRECISIONS}
     epoch_s = {p: statistics.median(walls[p]) for p in PRECISIONS}
+    note = (f"whole runs {runs['fp32']:,.0f} / {runs['default']:,.0f} samples/s "
+            f"({runs['default'] / runs['fp32']:.2f}x), by CPU time {cpu['fp32'] / cpu['default']:.2f}x; an epoch with "
+            f"its validation and checkpoint {epoch_s['fp32']:.1f} / {epoch_s['default']:.1f} s "
+            f"({epoch_s['fp32'] / epoch_s['default']:.2f}x)")
     speed = Row(f"train.py {label}: training samples/s (median of {a.epochs} epochs)", "samples/s", f, d,
-                f">= {SPEEDUP_TARGET:g}x", d / f >= SPEEDUP_TARGET,
-                f"whole runs {runs['fp32']:,.0f} / {runs['default']:,.0f} samples/s "
-                f"({runs['default'] / runs['fp32']:.2f}x), by CPU time {cpu['fp32'] / cpu['default']:.2f}x; an epoch with its validation and checkpoint "
-                f"{epoch_s['fp32']:.1f} / {epoch_s['default']:.1f} s ({epoch_s['fp32'] / epoch_s['default']:.2f}x)",
+                f">= {SPEEDUP_TARGET:g}x", d / f >= SPEEDUP_TARGET, note,
                 {"samples_per_s": rates, "epoch_s": walls, "whole_run_samples_per_s": runs, "training_cpu_s": cpu})
     best = {p: metrics[p]["best"]["val_loss"] for p in PRECISIONS}
     loss = Row(f"train.py {label}: best validation loss after {a.epochs} epochs", metrics["fp32"]["args"]["loss"],
@@ -185,7 +192,8 @@ def offline_row(dataset: Path, root: Path, a: Args) -> Row:
         out = root / f"offline_{p}"
         start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            res = evaluate(EvalArgs(data=[str(dataset)], checkpoint=[str(RECORDING_STUDENT)], threads=a.threads,
+            res = evaluate(EvalArgs(data=[str(dataset)], data_span=a.span, checkpoint=[str(RECORDING_STUDENT)],
+                                    threads=a.threads,
                                     precision="fp32" if p == "fp32" else "auto", progress=False, out=str(out)))
         return next(iter(res.values()))["pooled"]["frames"] / (time.perf_counter() - start)
 
@@ -304,7 +312,7 @@ def check(a: Args) -> None:
                          ">= 1")
     from envs.replay.spec import parse_span
 
-    parse_span(a.replay_span, "--replay-span")
+    parse_span(a.span, "--span")
 
 
 def measure(a: Args, command: str) -> None:
@@ -329,7 +337,8 @@ def measure(a: Args, command: str) -> None:
             recording = Path(import_recordings([a.recording], [root / "recording"], warn=lambda m: None)[0])
         stage("collect.py", lambda: collection_row(root / "carracing", a))
         carracing = a.carracing or root / "carracing"
-        stage("train.py, recording", lambda: training_rows(f"on {a.recording.name}", recording, root, a))
+        label = f"on {a.recording.name}" + ("" if a.span == "0:1" else f" ({a.span})")
+        stage("train.py, recording", lambda: training_rows(label, recording, root, a, a.span))
         stage("train.py, CarRacing", lambda: training_rows("on CarRacing", carracing, root, a))
         stage("evaluate.py --data", lambda: offline_row(recording, root, a))
         stage("policy step, CarRacing", lambda: step_row(CARRACING_STUDENT, frames_of(carracing, a.frames),
@@ -340,8 +349,8 @@ def measure(a: Args, command: str) -> None:
             "evaluate.py: CarRacing, shipped student, fast renderer, 1 worker", root / "drive",
             checkpoint=[str(CARRACING_STUDENT)], episodes=1, max_steps=a.collect_steps, renderer="fast"))
         stage("evaluate.py --replay", lambda: drive_row(
-            f"evaluate.py --replay: {RECORDING_STUDENT.stem} on the recording ({a.replay_span})", root / "replay",
-            replay=str(recording), replay_span=a.replay_span, checkpoint=[str(RECORDING_STUDENT)]))
+            f"evaluate.py --replay: {RECORDING_STUDENT.stem} on the recording", root / "replay",
+            replay=str(recording), replay_span=a.span, checkpoint=[str(RECORDING_STUDENT)]))
     stages.close()
     about = {**machine(), "elapsed_s": round(time.time() - started, 1)}
     text = (f"fp32 against the default (--precision auto = {about['default_precision']} here), {about['cpu']}, "

@@ -10,7 +10,7 @@ from tests.agent.training.test_experiment import write_synthetic
 from tests.agent.udacity.test_recordings import _sim_recording
 
 TINY = ["--epochs", "2", "--repeats", "1", "--frames", "4", "--collect-episodes", "1", "--collect-steps", "10",
-        "--replay-span", "0:1", "--threads", "1", "--no-progress"]
+        "--threads", "1", "--no-progress"]
 
 
 def _steady(lines):
@@ -61,7 +61,7 @@ def test_one_run_measures_every_stage_under_both_precisions(inputs, tmp_path, ca
     (["--recording", "{tmp}"], "--recording {tmp}: not a simulator recording"),
     (["--recording", "{rec}", "--carracing", "{tmp}"], "dataset folder '{tmp}' holds no episodes"),
     (["--recording", "{rec}", "--epochs", "0"], "--epochs, --repeats, --frames"),
-    (["--recording", "{rec}", "--replay-span", "0.5:0.2"], "--replay-span"),
+    (["--recording", "{rec}", "--span", "0.5:0.2"], "--span A:B needs 0 <= A < B <= 1"),
 ])
 def test_bad_input_is_one_line(inputs, tmp_path, capsys, argv, message):
     rec, _ = inputs
