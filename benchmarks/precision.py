@@ -2,7 +2,7 @@
 natively, policies/precision.py), on the CPU, in one run, each stage the precision reaches measured under both
 with the two interleaved so a change in the machine's load falls on both:
 
-* train.py on a real Udacity recording (``--recording``, the ``--span`` of its sessions) and on CarRacing
+* train.py on a real Udacity recording (``--data``, the ``--span`` of its sessions) and on CarRacing
   demonstrations: two runs of the real train loop (``Trainer``: batches gathered and augmented, forward, backward,
   optimizer, validation, checkpoints), one per precision, taking turns epoch by epoch (the order alternating);
   training samples/s as train.py reports it (median over the epochs, and over the whole run), and each run's best
@@ -15,7 +15,7 @@ The stages the precision does not reach are measured once, so the table is compl
 drives; it has no --precision), and evaluate.py's drives, CarRacing and the replay of the recording (one frame
 per step runs fp32 under every precision). The CarRacing demonstrations are that collection's (or ``--carracing``).
 
-    python -m benchmarks.precision --recording data/heldout/u7558-track7 --span 0:0.2 --threads 2 --epochs 3
+    python -m benchmarks.precision --data data/heldout/u7558-track7 --span 0:0.2 --threads 2 --epochs 3
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ LOSS_TARGET = 0.15  # best validation loss, default within this fraction of fp32
 
 @dataclass
 class Args:
-    recording: Path | None = option(None, "a real Udacity simulator recording: its folder (driving_log.csv + IMG/) "
+    data: Path | None = option(None, "a real Udacity simulator recording: its folder (driving_log.csv + IMG/) "
                                     "or its import (a dataset folder, e.g. data/heldout/NAME); only read",
                                     group="input", required=True)
     carracing: Path | None = option(None, "a CarRacing dataset to train on (default: the one this benchmark "
@@ -57,10 +57,9 @@ class Args:
     epochs: int = option(6, "epochs of each training run (one per precision and dataset)", group="runtime")
     repeats: int = option(3, "runs per precision of evaluate.py --data, alternating", group="runtime")
     frames: int = option(200, "policy steps timed per student, each under both precisions", group="runtime")
-    collect_episodes: int = option(2, "episodes of the CarRacing collection (fast renderer, 1 worker)",
-                                   group="runtime")
-    collect_steps: int = option(300, "steps per episode of the collection and of the CarRacing evaluation",
-                                group="runtime")
+    episodes: int = option(2, "episodes of the CarRacing collection (fast renderer, 1 worker)", group="runtime")
+    max_steps: int = option(300, "steps per episode of the collection and of the CarRacing evaluation",
+                            group="runtime")
     span: str = option("0:1", "A:B, the part of every session of the recording trained on, scored and replayed",
                        group="input")
     threads: int = option(1, "torch threads of training and of evaluate.py --data (a drive's step uses 1)",
@@ -245,7 +244,7 @@ def collection_row(out: Path, a: Args) -> Row:
 
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        res = collect(CollectConfig(episodes=a.collect_episodes, max_steps=a.collect_steps, out=out, renderer="fast",
+        res = collect(CollectConfig(episodes=a.episodes, max_steps=a.max_steps, out=out, renderer="fast",
                                     workers=1, progress=False), log=lambda m: None)
     return Row(f"collect.py: the CarRacing expert, fast renderer, 1 worker ({res.steps_added} steps, files written)",
                "steps/s", res.steps_added / (time.perf_counter() - start),
@@ -300,15 +299,15 @@ def check(a: Args) -> None:
     for path in (CARRACING_STUDENT, RECORDING_STUDENT):
         if not path.is_file():
             raise FileNotFoundError(f"the shipped student {path} is missing")
-    if a.recording is None or not (is_raw_recording(a.recording) or (a.recording / "dataset.json").is_file()):
-        raise ValueError(f"--recording {a.recording}: not a simulator recording (driving_log.csv + IMG/) nor a "
+    if a.data is None or not (is_raw_recording(a.data) or (a.data / "dataset.json").is_file()):
+        raise ValueError(f"--data {a.data}: not a simulator recording (driving_log.csv + IMG/) nor a "
                          "dataset folder")
     if a.carracing is not None:
         from agent.data.dataset import open_dataset
 
         open_dataset(a.carracing)  # a wrong folder: its own one-line error
-    if min(a.epochs, a.repeats, a.frames, a.collect_episodes, a.collect_steps, a.threads) < 1:
-        raise ValueError("--epochs, --repeats, --frames, --collect-episodes, --collect-steps and --threads must be "
+    if min(a.epochs, a.repeats, a.frames, a.episodes, a.max_steps, a.threads) < 1:
+        raise ValueError("--epochs, --repeats, --frames, --episodes, --max-steps and --threads must be "
                          ">= 1")
     from envs.replay.spec import parse_span
 
@@ -334,10 +333,10 @@ def measure(a: Args, command: str) -> None:
             stages.update(1)
 
         with contextlib.redirect_stdout(io.StringIO()):  # a recording that does not import is refused first
-            recording = Path(import_recordings([a.recording], [root / "recording"], warn=lambda m: None)[0])
+            recording = Path(import_recordings([a.data], [root / "recording"], warn=lambda m: None)[0])
         stage("collect.py", lambda: collection_row(root / "carracing", a))
         carracing = a.carracing or root / "carracing"
-        label = f"on {a.recording.name}" + ("" if a.span == "0:1" else f" ({a.span})")
+        label = f"on {a.data.name}" + ("" if a.span == "0:1" else f" ({a.span})")
         stage("train.py, recording", lambda: training_rows(label, recording, root, a, a.span))
         stage("train.py, CarRacing", lambda: training_rows("on CarRacing", carracing, root, a))
         stage("evaluate.py --data", lambda: offline_row(recording, root, a))
@@ -347,7 +346,7 @@ def measure(a: Args, command: str) -> None:
                                                          f"{RECORDING_STUDENT.stem}, the recording's frames"))
         stage("evaluate.py, CarRacing", lambda: drive_row(
             "evaluate.py: CarRacing, shipped student, fast renderer, 1 worker", root / "drive",
-            checkpoint=[str(CARRACING_STUDENT)], episodes=1, max_steps=a.collect_steps, renderer="fast"))
+            checkpoint=[str(CARRACING_STUDENT)], episodes=1, max_steps=a.max_steps, renderer="fast"))
         stage("evaluate.py --replay", lambda: drive_row(
             f"evaluate.py --replay: {RECORDING_STUDENT.stem} on the recording", root / "replay",
             replay=str(recording), replay_span=a.span, checkpoint=[str(RECORDING_STUDENT)]))

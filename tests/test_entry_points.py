@@ -19,8 +19,9 @@ MODULES = [
     "agent.data.merge", "agent.data.minari_export", "agent.evaluation.table", "agent.experts.ppo",
     "agent.training.dagger", "agent.udacity.bridge", "agent.udacity.recordings", "envs.replay.calibrate",
     "benchmarks.carracing_render", "benchmarks.cuda_cores", "benchmarks.data_loading", "benchmarks.feedback_gains",
-    "benchmarks.nac_runtime", "benchmarks.replay_agreement", "benchmarks.replay_speed", "benchmarks.replay_views",
-    "benchmarks.throughput", "benchmarks.udacity_sim", "benchmarks.label_drift", "agent.training.interpolate",
+    "benchmarks.nac_runtime", "benchmarks.precision", "benchmarks.replay_agreement", "benchmarks.replay_speed",
+    "benchmarks.replay_views", "benchmarks.throughput", "benchmarks.udacity_sim", "benchmarks.label_drift",
+    "agent.training.interpolate",
 ]
 CLIS = ["collect", "train", "evaluate", *MODULES]
 

@@ -9,7 +9,7 @@ from benchmarks import precision
 from tests.agent.training.test_experiment import write_synthetic
 from tests.agent.udacity.test_recordings import _sim_recording
 
-TINY = ["--epochs", "2", "--repeats", "1", "--frames", "4", "--collect-episodes", "1", "--collect-steps", "10",
+TINY = ["--epochs", "2", "--repeats", "1", "--frames", "4", "--episodes", "1", "--max-steps", "10",
         "--threads", "1", "--no-progress"]
 
 
@@ -30,7 +30,7 @@ def inputs(tmp_path_factory):
 def test_one_run_measures_every_stage_under_both_precisions(inputs, tmp_path, capsys):
     rec, carracing = inputs
     out = tmp_path / "out"
-    assert precision.main(["--recording", str(rec), "--carracing", str(carracing), "--out", str(out), *TINY]) == 0
+    assert precision.main(["--data", str(rec), "--carracing", str(carracing), "--out", str(out), *TINY]) == 0
     report = json.loads((out / "precision.json").read_text())
     rows = {r["what"].split(":")[0].split(" (")[0]: r for r in report["rows"]}
     both = [r for r in report["rows"] if r["default"] is not None]
@@ -57,11 +57,11 @@ def test_one_run_measures_every_stage_under_both_precisions(inputs, tmp_path, ca
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--recording", "{tmp}/nowhere"], "--recording {tmp}/nowhere: not a simulator recording"),
-    (["--recording", "{tmp}"], "--recording {tmp}: not a simulator recording"),
-    (["--recording", "{rec}", "--carracing", "{tmp}"], "dataset folder '{tmp}' holds no episodes"),
-    (["--recording", "{rec}", "--epochs", "0"], "--epochs, --repeats, --frames"),
-    (["--recording", "{rec}", "--span", "0.5:0.2"], "--span A:B needs 0 <= A < B <= 1"),
+    (["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: not a simulator recording"),
+    (["--data", "{tmp}"], "--data {tmp}: not a simulator recording"),
+    (["--data", "{rec}", "--carracing", "{tmp}"], "dataset folder '{tmp}' holds no episodes"),
+    (["--data", "{rec}", "--epochs", "0"], "--epochs, --repeats, --frames"),
+    (["--data", "{rec}", "--span", "0.5:0.2"], "--span A:B needs 0 <= A < B <= 1"),
 ])
 def test_bad_input_is_one_line(inputs, tmp_path, capsys, argv, message):
     rec, _ = inputs
@@ -72,7 +72,7 @@ def test_bad_input_is_one_line(inputs, tmp_path, capsys, argv, message):
     assert not (tmp_path / "out").exists()
 
 
-def test_without_a_recording_the_usage_says_so(capsys):
+def test_without_data_the_usage_says_so(capsys):
     with pytest.raises(SystemExit) as e:
         precision.main([])
-    assert e.value.code == 2 and "--recording" in capsys.readouterr().err.splitlines()[-1]
+    assert e.value.code == 2 and "--data" in capsys.readouterr().err.splitlines()[-1]
