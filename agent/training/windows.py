@@ -102,16 +102,23 @@ def block_pieces(lengths: list[int], val_fraction: float, gap: int, held: list[i
     return train, val
 
 
-def describe_blocks(data: Data, split: tuple[list[int], list[int]]) -> str:
-    """One line saying which steps train and which validate, for a split in time blocks."""
+def describe_blocks(data: Data, split: tuple[list[int], list[int]], shown: int = 4) -> str:
+    """One line saying which steps train and which validate, for a split in time blocks (the first ``shown``
+    episodes in full, the rest counted: a pool has hundreds)."""
     assert data.pieces is not None
     train, val = split
     parts = [f"episode {data.pieces[v][0]}: trains on steps {data.pieces[t][1]}..{data.pieces[t][2] - 1}, validates on "
              f"{data.pieces[v][1]}..{data.pieces[v][2] - 1}"
              for v in val for t in train if data.pieces[t][0] == data.pieces[v][0]]
     whole = [str(data.pieces[t][0]) for t in train if not any(data.pieces[v][0] == data.pieces[t][0] for v in val)]
-    return ("split in time blocks (the gap between them is one window or half the label average, so no training "
-            "window or label sees a validation frame): " + "; ".join(parts) + (f"; too short to split, trained whole: episodes {', '.join(whole)}" if whole else ""))
+    line = ("split in time blocks (the gap between them is one window or half the label average, so no training "
+            "window or label sees a validation frame): " + "; ".join(parts[:shown]))
+    if len(parts) > shown:
+        line += f"; and so on for {len(parts) - shown} more episodes"
+    if whole:
+        line += (f"; too short to split, trained whole: {len(whole)} episode(s) ({', '.join(whole[:shown])}"
+                 + (", ...)" if len(whole) > shown else ")"))
+    return line
 
 
 def split_episodes(n_episodes: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:

@@ -194,3 +194,15 @@ def test_mirroring_is_off_by_default_only_for_a_recording_with_a_steady_steering
         assert resolve_env_defaults(TrainArgs(data=str(data), flip=True)).flip is True  # as given
     sim = _ramp(tmp_path / "sim", episodes=2)  # simulator data: mirrored whatever its labels
     assert resolve_env_defaults(TrainArgs(data=str(sim))).flip is True
+
+
+def test_the_block_split_line_stays_one_short_line_for_a_pool_of_many_episodes():
+    """Hundreds of episodes (a pool and its DAgger rounds) are counted, not listed."""
+    from types import SimpleNamespace
+
+    from agent.training.windows import describe_blocks
+
+    pieces = [(e, 0, 80) for e in range(300)] + [(e, 89, 100) for e in range(300)] + [(e, 0, 5) for e in range(300, 500)]
+    line = describe_blocks(SimpleNamespace(pieces=pieces), (list(range(300)) + list(range(600, 800)), list(range(300, 600))))
+    assert "episode 0: trains on steps 0..79, validates on 89..99" in line and "296 more episodes" in line
+    assert "trained whole: 200 episode(s) (300, 301, 302, 303, ...)" in line and len(line) < 600
