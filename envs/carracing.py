@@ -37,6 +37,7 @@ from gymnasium.wrappers import TimeLimit
 
 from envs import privileged
 from envs.carracing_render import RENDERERS, FastRenderer
+from envs.spec import EnvSpec
 
 ACTION_SPACES = ("continuous", "discrete")
 DISCRETE_ACTION_NAMES = ("noop", "right", "left", "gas", "brake")
@@ -501,9 +502,7 @@ def _make(action_space: str = "continuous", *, render: bool = True, max_episode_
                           renderer=renderer)
 
 
-def _make_spec():
-    from envs.registry import EnvSpec
-
+def _make_spec() -> EnvSpec:
     return EnvSpec(
         name="carracing",
         gym_id="CarRacing-v3",

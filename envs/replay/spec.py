@@ -15,7 +15,8 @@ import numpy as np
 
 from driving_data.dataset import REPLAY_PREFIX as PREFIX
 from driving_data.dataset import is_recording, open_dataset
-from envs.registry import EnvSpec, SeedRanges, camera_envs, dataset_env, get_spec
+from envs.catalog import camera_envs, dataset_env, named_spec
+from envs.spec import EnvSpec, SeedRanges
 from envs.replay.camera import CameraGeometry
 from envs.udacity.real_look import (REAL_CAMERA_HEIGHT_M, REAL_CAMERA_PITCH_DEG, REAL_CAMERA_VFOV_DEG, REAL_WHEELBASE_M,
                                     hfov_from_vfov)
@@ -147,7 +148,7 @@ def replay_spec(folder: str) -> EnvSpec:
         raise ValueError(f"{folder!r}: frames are {frame_shape[0]}x{frame_shape[1]}; the replay's camera models are "
                          f"{geometry.height}x{geometry.width} (first-person Udacity frames)")
     feeds = camera_envs(frame_shape)
-    recipe = get_spec("udacity-hard" if geometry == SIM_V1 else "udacity")  # a student's crop, size and colours
+    recipe = named_spec("udacity-hard" if geometry == SIM_V1 else "udacity")  # a student's crop, size and colours
     longest = max((int(m["length"]) for m in ds.episodes), default=1)
     dt = float(ds.card.get("dt") or 0.1)
 

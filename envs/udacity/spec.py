@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envs.registry import EnvSpec
+from envs.spec import EnvSpec
 from envs.udacity.env import recovery_start
 from envs.udacity.track import CLASSIC_THEMES
 from envs.udacity import (
