@@ -22,3 +22,16 @@ def _seed_everything():
     np.random.seed(0)
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="session")
+def udacity_drive(tmp_path_factory):
+    """The udacity expert's drive of ``DRIVE_STEPS`` steps on one track without noise, as collect.py records it: the
+    recording the replay (envs/replay), its benchmarks and the replay's whole pipeline are tested on (made once)."""
+    import collect
+    from tests.helpers import DRIVE_STEPS
+
+    out = tmp_path_factory.mktemp("replay") / "drive"
+    assert collect.main(["--env", "udacity", "--episodes", "1", "--max-steps", str(DRIVE_STEPS), "--noise", "0",
+                         "--seed", "3000001", "--workers", "1", "--out", str(out), "--no-progress"]) == 0
+    return out

@@ -5,6 +5,8 @@ import torch
 
 from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
 
+DRIVE_STEPS = 120  # steps of the recorded udacity drive (conftest.py's udacity_drive fixture)
+
 
 def constant_policy_checkpoint(path: Path, action=(0.3, 0.2, 0.0), action_space: str = "continuous",
                                discrete_actions: str = "argmax", action_temperature: float = 1.0) -> Path:

@@ -7,7 +7,7 @@ a function counts too), names nothing of this repository above its layer (docs/a
     envs/           common/, driving_data/
 
 And no module of the project's packages or root scripts imports itself through others: the import graph has no
-circle.
+circle. The tests mirror the packages: ``tests/<package>/.../test_<module>.py`` tests that module.
 """
 from __future__ import annotations
 
@@ -163,3 +163,18 @@ def test_the_circle_check_sees_lazy_relative_and_looked_up_imports():
     graph = import_graph(sources, packages={"p"})
     assert graph == {"p": {"p.a"}, "p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "q": {"p", "p.a"}}
     assert circles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+def misnamed_tests() -> list[str]:
+    """Test files below ``tests/<package>/`` not named ``test_<module>.py`` after a module of the same folder of
+    ``<package>/``: tests mirror the packages (whole-repository and CLI tests sit at the top of ``tests/``)."""
+    bad = []
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        folder = path.parent.relative_to(REPO / "tests")
+        if folder.parts and not (REPO / folder / f"{path.stem[len('test_'):]}.py").is_file():
+            bad.append(str(path.relative_to(REPO)))
+    return bad
+
+
+def test_every_test_file_below_the_top_is_named_after_the_module_it_tests():
+    assert misnamed_tests() == []

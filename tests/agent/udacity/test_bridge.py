@@ -1,12 +1,17 @@
-"""The Udacity simulator bridge: the telemetry handler without a socket, the CLI's errors, and the real protocol."""
+"""The Udacity simulator bridge: the telemetry handler without a socket, the CLI's errors, the real protocol, and the
+bridge as a process (one torch thread unless asked; SIGTERM stops it with the summary as Ctrl-C does)."""
 import base64
 import csv
 import importlib.util
 import logging
 import math
 import queue
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 
 import cv2
 import numpy as np
@@ -18,6 +23,8 @@ from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, save_c
 from tests.helpers import constant_policy_checkpoint
 
 HAVE_SOCKETIO = all(importlib.util.find_spec(m) is not None for m in ("socketio", "eventlet", "websocket"))
+NEEDS_SOCKETIO = pytest.mark.skipif(not HAVE_SOCKETIO, reason="python-socketio/eventlet/websocket-client not installed "
+                                                              "(pip install -e '.[bridge]' plus websocket-client)")
 TIMEOUT_S = 10.0  # no socket wait in this file may take longer
 
 
@@ -233,8 +240,7 @@ def test_help_shows_defaults(capsys):
     assert "4567" in out and "127.0.0.1" in out and "25" in out and "Autonomous Mode" in out
 
 
-@pytest.mark.skipif(not HAVE_SOCKETIO, reason="python-socketio/eventlet/websocket-client not installed "
-                                              "(pip install -e '.[bridge]' plus websocket-client)")
+@NEEDS_SOCKETIO
 def test_cli_port_in_use(checkpoint, capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -264,8 +270,7 @@ def _run_with_timeout(fn, timeout: float = TIMEOUT_S):
     return box.get("value")
 
 
-@pytest.mark.skipif(not HAVE_SOCKETIO, reason="python-socketio/eventlet/websocket-client not installed "
-                                              "(pip install -e '.[bridge]' plus websocket-client)")
+@NEEDS_SOCKETIO
 def test_protocol_over_socketio(checkpoint):
     import socketio
 
@@ -346,3 +351,36 @@ def test_frames_of_another_size_are_stopped_not_resized(checkpoint, caplog):
     other = ub.SteeringServer(_udacity_policy(frame_shape=[480, 640, 3]))
     assert other.on_telemetry(_telemetry(_frames(1)[0])) == ub.STOP
     assert other.on_telemetry(_telemetry(big)) != ub.STOP
+
+
+# ------------------------------------------------------------------------------- the bridge as a process
+def _serve(argv, stop):
+    proc = subprocess.Popen([sys.executable, "-m", "agent.udacity.bridge", *argv, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("serving"), proc.communicate(timeout=30)
+        time.sleep(0.3)
+        proc.send_signal(stop)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, first + out, err
+
+
+@NEEDS_SOCKETIO
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_bridge_prints_its_summary(stop, checkpoint):
+    rc, out, err = _serve([str(checkpoint)], stop)
+    assert rc == 0 and "served 0 frames" in out and "Traceback" not in err, (out, err)
+    assert "with 1 torch thread(s)" in out
+
+
+@NEEDS_SOCKETIO
+def test_threads_flag(checkpoint, capsys):
+    rc, out, _ = _serve([str(checkpoint), "--threads", "2"], signal.SIGTERM)
+    assert rc == 0 and "with 2 torch thread(s)" in out
+    with pytest.raises(SystemExit) as e:
+        ub.main([str(checkpoint), "--threads", "0"])
+    assert e.value.code == 2 and "threads must be an integer >= 1, got 0" in capsys.readouterr().err
