@@ -6,9 +6,10 @@ dict of numbers (one row of ``episodes.csv``). What "on the road", "completion" 
 the env's spec (``envs.registry.EnvSpec``), whose ``episode_meta`` also adds the env's own columns
 (CarRacing: tiles visited; udacity: laps, distance). ``aggregate()`` summarises the rows (``metrics.json``),
 ``write_tensorboard()`` logs them as ``eval/...`` scalars, ``comparison_markdown()`` puts several runs
-side by side. Each figure is declared once, in ``METRICS``: its label and format, whether it is averaged and
-whether TensorBoard draws it per episode; every writer and table (here and in ``agent.evaluation.table``) reads
-that declaration, and the tables' layouts (``RACE_COLUMNS``, ``LANE_COLUMNS``, ``PAIRED``) name metrics by key.
+side by side. Each figure is declared once, in ``METRICS``: its label and format, whether it is averaged,
+whether TensorBoard draws it per episode, and the table columns that show it (``Column``, in the tables of
+``TABLES``); every writer and table (here and in ``agent.evaluation.table``) reads that declaration, so a new
+metric is one line.
 
 Steering convention (``steer_of``): continuous actions use ``action[0]`` in env units (-1 full left,
 +1 full right; the expert stays within the ±0.4 wheel limit); discrete actions map 1 RIGHT -> +1,
@@ -22,7 +23,7 @@ import csv
 import io
 import math
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -39,6 +40,61 @@ EPISODE_KEYS: tuple[str, ...] = (
 )
 
 
+# The tables whose columns the metrics declare (Metric.columns), by name.
+TABLES: dict[str, str] = {
+    "race": "comparison.md of a racing env (CarRacing)",
+    "lane": "comparison.md of a lane-keeping env (udacity)",
+    "replay": "comparison.md of a replay (a recording driven in closed loop)",
+    "race pairs": "paired differences of racing envs (comparison.md and python -m agent.evaluation.table); "
+                  "the first is the headline",
+    "lane pairs": "paired differences of lane-keeping envs and replays; the first is the headline",
+    "race pool": "python -m agent.evaluation.table, racing envs: each policy's episodes pooled over training seeds",
+    "lane pool": "python -m agent.evaluation.table, lane-keeping envs: each policy's episodes pooled (the summary "
+                 "also holds `runs`, the number of training seeds)",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """Where a metric is shown: in each of ``tables`` (names of ``TABLES``) at ``place`` (columns run left to right
+    by place), with the metric's label and format unless given. A cell shows the summary's ``figure`` (default
+    ``mean_<metric>``), as mean ± std with ``spread``; ``show(summary, fmt)`` writes a cell of other figures. The
+    paired tables show the metric's key (their header) in the column's format. ``metric`` is filled in by
+    ``columns()``."""
+
+    tables: str | tuple[str, ...]
+    place: int
+    figure: str | None = None
+    label: str | None = None
+    fmt: str | None = None
+    spread: bool = False
+    show: Callable[[dict[str, Any], str], str] | None = None
+    metric: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.in_tables if t not in TABLES]
+        if unknown:
+            raise ValueError(f"Column tables must be among {list(TABLES)}, got {unknown}")
+
+    @property
+    def in_tables(self) -> tuple[str, ...]:
+        return (self.tables,) if isinstance(self.tables, str) else tuple(self.tables)
+
+    @property
+    def header(self) -> str:
+        return self.label or METRICS[self.metric].label
+
+    @property
+    def format(self) -> str:
+        return self.fmt or METRICS[self.metric].fmt
+
+    def cell(self, s: dict[str, Any]) -> str:
+        if self.show is not None:
+            return self.show(s, self.format)
+        key = self.figure or f"mean_{self.metric}"
+        return _pm(s[key], s[f"std_{self.metric}"], self.format) if self.spread else _num(s.get(key), self.format)
+
+
 @dataclass(frozen=True)
 class Metric:
     """One per-episode figure, declared once: aggregate(), write_tensorboard(), the group summaries and every table
@@ -49,7 +105,7 @@ class Metric:
     TensorBoard ``eval/mean_<key>``); the figures it is not averaged into (return: mean, std, min, max; laps: a count;
     latency: pooled over every step; interventions: a run total and autonomy) are aggregate()'s own. curve: also
     ``eval/<key>`` in TensorBoard, one point per episode. group: kept, as ``mean_<key>``, in the per-theme and
-    per-condition summaries."""
+    per-condition summaries. columns: the table columns that show it (``Column``)."""
 
     key: str
     label: str
@@ -57,34 +113,81 @@ class Metric:
     mean: bool = True
     curve: bool = False
     group: bool = False
+    columns: tuple[Column, ...] = ()
+
+
+def _laps(s: dict[str, Any], fmt: str) -> str:
+    return f"{s['laps_completed']}/{s['num_episodes']}"
+
+
+def _laps_per_episode(s: dict[str, Any], fmt: str) -> str:
+    return f"{_num(s['mean_completion'], fmt)} per episode"
+
+
+def _latency(s: dict[str, Any], fmt: str) -> str:
+    return " / ".join(_num(s[k], METRICS[k].fmt) for k in ("latency_median_ms", "latency_p95_ms"))
+
+
+def _wrong_way_episodes(s: dict[str, Any], fmt: str) -> str:
+    """In how many episodes the car drove the wrong way at all: a spin that rejoins the road backwards shows here."""
+    wrong_way = [e["wrong_way_steps"] for e in s["episodes"] if e.get("wrong_way_steps") is not None]
+    return f"{sum(w > 0 for w in wrong_way)}/{len(wrong_way)}" if wrong_way else "n/a"
+
+
+LANE = ("lane", "replay")  # a replay's comparison.md is the lane-keeping one, without laps
 
 
 # Declaration order is the order of the mean_<key> figures in metrics.json. Figures of some envs only (wrong_way,
 # interventions, stalls, autonomy, cte: spec.wrong_way / recover / stall / lateral_error) are aggregated only where
 # the episodes have them.
 METRICS: dict[str, Metric] = {m.key: m for m in (
-    Metric("return", "return", ".1f", mean=False, curve=True),
-    Metric("lap_completed", "laps", "d", mean=False, curve=True),
-    Metric("completion", "completion", ".3f", curve=True),
+    Metric("return", "return", ".1f", mean=False, curve=True, columns=(
+        Column("race", 10, spread=True), Column("race pairs", 10), Column("race pool", 10, label="mean return"))),
+    Metric("lap_completed", "laps", "d", mean=False, curve=True,
+           columns=(Column(("race", "race pool"), 30, show=_laps),)),
+    Metric("completion", "completion", ".3f", curve=True, columns=(
+        Column("race", 20, spread=True), Column("race pairs", 20), Column("race pool", 20),
+        Column("lane", 40, label="laps", fmt=".2f", show=_laps_per_episode))),
     Metric("length", "steps", ".1f", curve=True),
-    Metric("off_track_steps", "off-track steps", ".1f", curve=True),
+    Metric("off_track_steps", "off-track steps", ".1f", curve=True,
+           columns=(Column("race", 40), Column("race pool", 60))),
     Metric("off_track_fraction", "off-track fraction", ".3f"),
-    Metric("steer_mae", "steer MAE", ".3f", curve=True, group=True),
-    Metric("steer_mse", "steer MSE vs expert", ".4f"),
-    Metric("steer_jerk", "steer jerk", ".4f", group=True),
-    Metric("steer_smoothness", "steer smoothness", ".3f", curve=True),
+    Metric("steer_mae", "steer MAE", ".3f", curve=True, group=True, columns=(Column("race", 60),)),
+    Metric("steer_mse", "steer MSE vs expert", ".4f",
+           columns=(Column("lane", 70), Column("replay", 70, label="steer MSE vs path controller"))),
+    Metric("steer_jerk", "steer jerk", ".4f", group=True,
+           columns=(Column(LANE, 80), Column("lane pairs", 50), Column("lane pool", 30))),
+    Metric("steer_smoothness", "steer smoothness", ".3f", curve=True, columns=(Column("race", 70),)),
     Metric("expert_steer_smoothness", "expert steer smoothness", ".3f"),
-    Metric("mean_speed", "speed", ".1f", curve=True, group=True),
-    Metric("wrong_way_steps", "wrong-way steps", ".1f", curve=True),
-    Metric("interventions", "interventions", ".1f"),
+    Metric("mean_speed", "speed", ".1f", curve=True, group=True, columns=(Column("race", 80),)),
+    Metric("wrong_way_steps", "wrong-way steps", ".1f", curve=True, columns=(
+        Column("race", 50), Column("race pairs", 30), Column("race pool", 40),
+        Column("race pool", 50, label="episodes with wrong-way driving", show=_wrong_way_episodes))),
+    Metric("interventions", "interventions", ".1f", columns=(
+        Column(LANE, 20, figure="total_interventions", fmt="d"), Column("lane pairs", 20),
+        Column("lane pool", 10, label="interventions per run",
+               show=lambda s, fmt: f"{s['total_interventions'] / s['runs']:{fmt}}"))),
     Metric("stalls", "stalls", ".1f"),
-    Metric("autonomy", "autonomy %", ".1f"),
-    Metric("mean_abs_cte", "mean abs CTE (m)", ".3f", group=True),
-    Metric("max_abs_cte", "max abs CTE (m)", ".2f"),
-    Metric("interventions_per_100s", "per 100 s", ".1f", mean=False),
-    Metric("latency_median_ms", "latency median (ms)", ".2f", mean=False, curve=True),
+    Metric("autonomy", "autonomy %", ".1f",
+           columns=(Column(LANE, 10, figure="autonomy", fmt=".2f"), Column("lane pairs", 10))),
+    Metric("mean_abs_cte", "mean abs CTE (m)", ".3f", group=True,
+           columns=(Column(LANE, 50), Column("lane pairs", 40), Column("lane pool", 20))),
+    Metric("max_abs_cte", "max abs CTE (m)", ".2f", columns=(Column(LANE, 60, figure="max_abs_cte"),)),
+    Metric("interventions_per_100s", "per 100 s", ".1f", mean=False,
+           columns=(Column(LANE, 30, figure="interventions_per_100s"), Column("lane pairs", 30))),
+    Metric("latency_median_ms", "latency median (ms)", ".2f", mean=False, curve=True,
+           columns=(Column(("race", *LANE), 90, label="latency median / p95 (ms)", show=_latency),)),
     Metric("latency_p95_ms", "latency p95 (ms)", ".2f", mean=False),
 )}
+
+
+def columns(table: str) -> tuple[Column, ...]:
+    """The columns of ``table`` (a name of ``TABLES``), left to right: every column a metric of ``METRICS`` declares
+    there, read when a table is written (a metric added to ``METRICS`` shows in its tables with no other edit)."""
+    if table not in TABLES:
+        raise ValueError(f"table must be one of {list(TABLES)}, got {table!r}")
+    found = [replace(c, metric=m.key) for m in METRICS.values() for c in m.columns if table in c.in_tables]
+    return tuple(sorted(found, key=lambda c: c.place))
 
 
 def steer_of(action: Any, action_space: str) -> float:
@@ -381,55 +484,6 @@ def _num(x: float, fmt: str) -> str:
     return "n/a" if x is None or _isnan(x) else f"{x:{fmt}}"
 
 
-@dataclass(frozen=True)
-class Column:
-    """A table column showing one metric: the metric's label and format unless given. It shows the summary's
-    ``figure`` (default ``mean_<metric>``), as mean ± std with ``spread``; ``show`` writes a cell of several
-    figures."""
-
-    metric: str
-    figure: str | None = None
-    label: str | None = None
-    fmt: str | None = None
-    spread: bool = False
-    show: Callable[[dict[str, Any]], str] | None = None
-
-    @property
-    def header(self) -> str:
-        return self.label or METRICS[self.metric].label
-
-    def cell(self, s: dict[str, Any]) -> str:
-        if self.show is not None:
-            return self.show(s)
-        fmt, key = self.fmt or METRICS[self.metric].fmt, self.figure or f"mean_{self.metric}"
-        return _pm(s[key], s[f"std_{self.metric}"], fmt) if self.spread else _num(s.get(key), fmt)
-
-
-def _latency_cell(s: dict[str, Any]) -> str:
-    return " / ".join(_num(s[k], METRICS[k].fmt) for k in ("latency_median_ms", "latency_p95_ms"))
-
-
-LATENCY = Column("latency_median_ms", label="latency median / p95 (ms)", show=_latency_cell)
-LAPS = Column("lap_completed", show=lambda s: f"{s['laps_completed']}/{s['num_episodes']}")
-LAPS_PER_EPISODE = Column("completion", label="laps", show=lambda s: f"{_num(s['mean_completion'], '.2f')} per episode")
-# comparison.md's columns: racing envs (CarRacing), lane-keeping envs (udacity, a replay)
-RACE_COLUMNS: tuple[Column, ...] = (
-    Column("return", spread=True), Column("completion", spread=True), LAPS, Column("off_track_steps"),
-    Column("wrong_way_steps"), Column("steer_mae"), Column("steer_smoothness"), Column("mean_speed"), LATENCY,
-)
-LANE_COLUMNS: tuple[Column, ...] = (
-    Column("autonomy", figure="autonomy", fmt=".2f"), Column("interventions", figure="total_interventions", fmt="d"),
-    Column("interventions_per_100s", figure="interventions_per_100s"),
-    LAPS_PER_EPISODE, Column("mean_abs_cte"), Column("max_abs_cte", figure="max_abs_cte"), Column("steer_mse"),
-    Column("steer_jerk"), LATENCY,
-)
-# the figures compared per episode on the same tracks, the headline first
-PAIRED: dict[str, tuple[str, ...]] = {
-    "lane": ("autonomy", "interventions", "interventions_per_100s", "mean_abs_cte", "steer_jerk"),
-    "race": ("return", "completion", "wrong_way_steps"),
-}
-
-
 def _table(columns: Sequence[Column], rows: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
     lines = ["| policy | " + " | ".join(c.header for c in columns) + " |", "|" + "---|" * (len(columns) + 1)]
     return lines + [f"| {name} | " + " | ".join(c.cell(s) for c in columns) + " |" for name, s in rows]
@@ -437,26 +491,23 @@ def _table(columns: Sequence[Column], rows: Sequence[tuple[str, dict[str, Any]]]
 
 def lane_keeping_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """The lane-keeping table (udacity): autonomy and interventions first, then lateral error and steering. A
-    replay's table has no laps (a part of a recording is driven once, to its end), compares steering with its path
-    controller and ends with always-straight."""
+    replay's table (its own columns: no laps, as a part of a recording is driven once, to its end; steering compared
+    with its path controller) ends with always-straight."""
     replay = bool(rows) and "straight_autonomy" in rows[0][1]
-    columns = [c for c in LANE_COLUMNS if not (replay and c is LAPS_PER_EPISODE)]
-    if replay:
-        columns = [Column("steer_mse", label="steer MSE vs path controller") if c.metric == "steer_mse" else c
-                   for c in columns]
-    lines = _table(columns, rows)
+    shown = columns("replay" if replay else "lane")
+    lines = _table(shown, rows)
     if replay:  # the trivial reference on the same frames
         s = rows[0][1]
         lines.append(f"| always-straight (reference) | {_num(s['straight_autonomy'], '.2f')} "
                      f"| {s['straight_interventions']} | {_num(s['straight_interventions_per_100s'], '.1f')} "
-                     + "| " * (len(columns) - 3) + "|")
+                     + "| " * (len(shown) - 3) + "|")
     return "\n".join(lines) + "\n"
 
 
 def paired_keys(summary: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """(episode key, format) of the figures compared per pair, the headline first: autonomy for lane-keeping
     summaries, return for racing ones."""
-    return tuple((k, METRICS[k].fmt) for k in PAIRED["lane" if "autonomy" in summary else "race"])
+    return tuple((c.metric, c.format) for c in columns("lane pairs" if "autonomy" in summary else "race pairs"))
 
 
 def paired_differences(base: list[dict[str, Any]], other: list[dict[str, Any]], key: str) -> tuple[float, float, int]:
@@ -506,4 +557,4 @@ def comparison_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
 def _summary_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     if rows and "autonomy" in rows[0][1]:
         return lane_keeping_markdown(rows)
-    return "\n".join(_table(RACE_COLUMNS, rows)) + "\n"
+    return "\n".join(_table(columns("race"), rows)) + "\n"

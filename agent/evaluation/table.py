@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.evaluation.metrics import LAPS, METRICS, Column, aggregate, paired_differences, paired_keys
+from agent.evaluation.metrics import METRICS, aggregate, columns, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from common.cli import option, run_command
 from common.files import atomic_write_text
@@ -164,24 +164,18 @@ def _summary(episodes: list[dict[str, Any]], first: dict[str, Any]) -> dict[str,
     return aggregate(episodes, groups=False, **units)
 
 
-def _label(key: str) -> str:
-    return METRICS[key].label
-
-
 def _lane_table(runs: Sequence[Run], names: list[str]) -> str:
     """The table for lane-keeping envs (udacity): autonomy per group, interventions, |CTE|, steering jerk."""
     first = runs[0][names[0]]
     groups = _groups(first)
     autonomy = METRICS["autonomy"]
-    pooled_columns = (Column("interventions", label=f"{_label('interventions')} per run",
-                             show=lambda s: f"{s['total_interventions'] / len(runs):{METRICS['interventions'].fmt}}"),
-                      Column("mean_abs_cte"), Column("steer_jerk"))
+    pooled_columns = columns("lane pool")
     head = ["policy", f"{autonomy.label} per training seed"] + [f"{g[0]} %" for g in groups] + [
         c.header for c in pooled_columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
         eps = _tagged(runs, name)
-        pooled = _summary(eps, first)
+        pooled = {**_summary(eps, first), "runs": len(runs)}
         cells = [name, " / ".join(f"{_summary(run[name]['episodes'], first)['autonomy']:{autonomy.fmt}}"
                                   for run in runs)]
         cells += [f"{_summary(_pick(eps, key, value), first)['autonomy']:{autonomy.fmt}}" for _, key, value in groups]
@@ -190,30 +184,18 @@ def _lane_table(runs: Sequence[Run], names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _wrong_way_episodes(s: dict[str, Any]) -> str:
-    """In how many episodes the car drove the wrong way at all: a spin that rejoins the road backwards shows here."""
-    wrong_way = [e["wrong_way_steps"] for e in s["episodes"] if e.get("wrong_way_steps") is not None]
-    return f"{sum(w > 0 for w in wrong_way)}/{len(wrong_way)}" if wrong_way else "n/a"
-
-
-# the racing table's columns after the return per training seed, each of the policy's pooled episodes
-RACE_POOLED = (Column("return", label=f"mean {_label('return')}"), Column("completion"), LAPS,
-               Column("wrong_way_steps"),
-               Column("wrong_way_steps", label="episodes with wrong-way driving", show=_wrong_way_episodes),
-               Column("off_track_steps"))
-
-
 def _race_table(runs: Sequence[Run], names: list[str]) -> str:
     """The table for racing envs (CarRacing): return per training seed, completion, laps, wrong-way driving (mean
     steps, and in how many episodes at all), off-track steps."""
     first = runs[0][names[0]]
     ret = METRICS["return"]
-    head = ["policy", f"{ret.label} per training seed"] + [c.header for c in RACE_POOLED]
+    pooled_columns = columns("race pool")  # after the return per training seed: the policy's pooled episodes
+    head = ["policy", f"{ret.label} per training seed"] + [c.header for c in pooled_columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
         pooled = _summary(_tagged(runs, name), first)
         lines.append("| " + " | ".join([name, " / ".join(f"{run[name]['mean_return']:{ret.fmt}}" for run in runs)]
-                                       + [c.cell(pooled) for c in RACE_POOLED]) + " |")
+                                       + [c.cell(pooled) for c in pooled_columns]) + " |")
     return "\n".join(lines) + "\n"
 
 

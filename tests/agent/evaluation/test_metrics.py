@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.evaluation import metrics
 from agent.evaluation.evaluate import EvalArgs, evaluate
-from agent.evaluation.metrics import METRICS, PAIRED, RACE_COLUMNS, Column, Metric, aggregate, comparison_markdown
+from agent.evaluation.metrics import METRICS, TABLES, Column, Metric, aggregate, columns, comparison_markdown
 from agent.evaluation.table import table_markdown
 from tests.helpers import constant_policy_checkpoint
 
@@ -40,8 +39,8 @@ def test_a_tiny_evaluation_writes_every_declared_metric_where_its_declaration_sa
     out = run["out"]
     comparison = (out / "comparison.md").read_text()
     table, paired = comparison.split("## Paired differences")
-    assert "| policy | " + " | ".join(c.header for c in RACE_COLUMNS) + " |" in table
-    assert "| policy | episodes | n | " + " | ".join(PAIRED["race"]) + " |" in paired
+    assert "| policy | " + " | ".join(c.header for c in columns("race")) + " |" in table
+    assert "| policy | episodes | n | " + " | ".join(c.metric for c in columns("race pairs")) + " |" in paired
     for name in run["names"]:
         m = json.loads((out / name / "metrics.json").read_text())
         recorded = set(m["episodes"][0])
@@ -54,15 +53,14 @@ def test_a_tiny_evaluation_writes_every_declared_metric_where_its_declaration_sa
                      or k == "laps_completed") and isinstance(v, (int, float)) and not np.isnan(v)}
         assert _tb_tags(out / name / "tb") == curves | summaries
         row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
-        assert row == f"| {name} | " + " | ".join(c.cell(m) for c in RACE_COLUMNS) + " |"
+        assert row == f"| {name} | " + " | ".join(c.cell(m) for c in columns("race")) + " |"
 
 
 def test_a_metric_declared_once_reaches_metrics_json_tensorboard_and_the_comparison(tmp_path, monkeypatch):
-    """The episode row's `truncated` flag, declared as a metric and placed in the racing layouts, is averaged,
+    """The episode row's `truncated` flag, declared as a metric with columns in the racing tables, is averaged,
     drawn per episode, shown and compared per pair with nothing else changed."""
-    monkeypatch.setitem(METRICS, "truncated", Metric("truncated", "cut short", ".2f", curve=True))
-    monkeypatch.setattr(metrics, "RACE_COLUMNS", (*RACE_COLUMNS, Column("truncated")))
-    monkeypatch.setitem(PAIRED, "race", (*PAIRED["race"], "truncated"))
+    monkeypatch.setitem(METRICS, "truncated", Metric("truncated", "cut short", ".2f", curve=True,
+                                                     columns=(Column("race", 95), Column("race pairs", 40))))
     out = _two_policies(tmp_path)["out"]
     m = json.loads((out / "a" / "metrics.json").read_text())
     assert m["mean_truncated"] == 1.0  # both episodes end at --max-steps
@@ -123,3 +121,31 @@ def rendered() -> dict[str, str]:
                                   "table_race.md", "table_lane.md"])
 def test_the_tables_text_is_unchanged(name):
     assert rendered()[name] == (GOLDEN / name).read_text()
+
+
+def test_a_metric_declared_once_shows_in_every_table_it_names(monkeypatch):
+    """One line in METRICS puts a metric into the tables its columns name, at their places, with its header and
+    format: comparison.md (racing, lane keeping, replay), the paired differences, and agent.evaluation.table's pooled
+    tables."""
+    before = rendered()
+    monkeypatch.setitem(METRICS, "off_track_fraction", Metric("off_track_fraction", "off-road share", ".2f", columns=(
+        Column(("race", "lane", "replay", "race pool", "lane pool"), 15), Column(("race pairs", "lane pairs"), 99))))
+    after = rendered()
+    assert {c.metric for table in TABLES for c in columns(table)} >= {"off_track_fraction"}
+    for name, text in after.items():
+        header = next(line for line in text.splitlines() if line.startswith("| policy |"))
+        assert "| off-road share |" in header, name
+        assert "off_track_fraction |" in text.split("aired")[-1], name  # the paired table's last column
+        assert text != before[name]
+    race = after["comparison_race.md"].splitlines()
+    cells = [c.strip() for c in race[0].split("|")[1:-1]]
+    assert cells[cells.index("off-road share") - 1] == "return"  # place 15: after return (10), before completion (20)
+    nac = [c.strip() for c in race[2].split("|")[1:-1]]
+    assert nac[cells.index("off-road share")] == f"{_run('race', 0)['nac']['mean_off_track_fraction']:.2f}"
+
+
+def test_a_column_in_an_unknown_table_is_refused():
+    with pytest.raises(ValueError, match="Column tables must be among"):
+        Column("racing", 10)
+    with pytest.raises(ValueError, match="table must be one of"):
+        columns("racing")
