@@ -84,8 +84,8 @@ def run(plan: TrainPlan) -> dict[str, Any]:
     anything touches --out): one or several policies, one split or k folds. Returns the summaries.
 
     The folder is locked (by rank 0 alone), then what the data decides is resolved once (resolve_data). Under
-    torchrun (agent.training.distributed) every rank runs this: the checks and the data on each, one process group
-    around the training runs, the files written by rank 0."""
+    torchrun (agent.training.distributed) every rank resolves its arguments and runs this: the checks and the data
+    on each, one process group around the training runs, the files written by rank 0."""
     out = Path(plan.run.out)
     with run_folder(out, "train.py", lock=int(os.environ.get("RANK", "0")) == 0):
         if not plan.run.resume and (out / "args.json").exists() and not plan.run.overwrite:
