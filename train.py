@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 
-from agent.training.config import TrainArgs
+from agent.training.config import TrainArgs, resolve
 from agent.training.experiment import run
 from common.cli import run_command
 
@@ -29,7 +29,7 @@ PROG = "python train.py"
 
 def main(argv: list[str] | None = None) -> int:
     # the run installs its own stop-signal handling around the training (agent.training.distributed.joined)
-    return run_command(TrainArgs, run, argv, prog=PROG, doc=__doc__, stop_signals=False)
+    return run_command(TrainArgs, lambda a: run(resolve(a)), argv, prog=PROG, doc=__doc__, stop_signals=False)
 
 
 if __name__ == "__main__":

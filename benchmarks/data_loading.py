@@ -127,17 +127,16 @@ def train(data: Path, mode: str, out: Path, epochs: int = 1, seconds: float | No
 def data_path_ms(data: Path, mode: str, batches: int = 300) -> float:
     """Milliseconds per batch of building the batch's frames, index and targets alone (gather_segments over
     the first ``batches`` of epoch 0's plan): what lazy loading adds to a step, without the training around it."""
-    from agent.training.config import TrainArgs, plan_of, resolve_env_defaults
+    from agent.training.config import TrainArgs, resolve, with_env_defaults
     from agent.training.data import load_data
     from agent.training.windows import batch_plan, gather_segments
 
-    a = resolve_env_defaults(TrainArgs(data=str(data), data_loading=mode, progress=False))
-    options = plan_of(a)
+    options = with_env_defaults(resolve(TrainArgs(data=str(data), data_loading=mode, progress=False)))
     loaded = load_data(options.data)
     plan = batch_plan({e: len(loaded.frames[e]) for e in range(loaded.num_episodes)}, options.windows, 0)[:batches]
     t0 = time.perf_counter()
     for segments in plan:
-        gather_segments(loaded, segments, a.window, a.frame_stride, slice(0, 3))
+        gather_segments(loaded, segments, options.windows.window, options.windows.frame_stride, slice(0, 3))
     return (time.perf_counter() - t0) / len(plan) * 1000
 
 

@@ -114,10 +114,10 @@ def training_rows(label: str, data: Path, root: Path, a: PrecisionArgs, span: st
     would make alone. ``span``: the part of every episode both train and validate on."""
     import torch
 
-    from agent.training.config import TrainArgs, check_args
+    from agent.training.config import TrainArgs, resolve
     from agent.training.data import load_data, resolve_head, take_pieces
     from agent.training.distributed import SINGLE
-    from agent.training.experiment import resolve
+    from agent.training.experiment import resolve_data
     from agent.training.loop import Trainer, rng_state, set_rng_state
     from agent.training.windows import make_splits
     from envs.replay.spec import parse_span
@@ -129,8 +129,7 @@ def training_rows(label: str, data: Path, root: Path, a: PrecisionArgs, span: st
     loaded = splits = head = None
     for p in PRECISIONS:
         args = replace(base, out=str(root / f"{label}_{p}"), precision="fp32" if p == "fp32" else "auto")
-        check_args(args)
-        plan, dataset = resolve(args, Path(args.out), SINGLE)
+        plan, dataset = resolve_data(resolve(args), SINGLE)
         if loaded is None:  # the same frames for both runs, as train.py shares them among its cores
             loaded = load_data(plan.data, SINGLE, Path(args.out), dataset)
             loaded = take_pieces(loaded, [(e, round(first * len(f)), round(last * len(f)))

@@ -119,11 +119,11 @@ def evaluation_rows(root: Path, episodes: int, steps: int, repeats: int) -> list
 
 
 def training_row(data: Path, root: Path, epochs: int) -> list[tuple[str, str, float]]:
-    from agent.training.config import TrainArgs
+    from agent.training.config import TrainArgs, resolve
     from agent.training.experiment import run
 
-    res = run(TrainArgs(data=str(data), out=str(root / "train"), policy="nac-focus", epochs=epochs, threads=2,
-                        progress=False, val_fraction=0.25))
+    res = run(resolve(TrainArgs(data=str(data), out=str(root / "train"), policy="nac-focus", epochs=epochs, threads=2,
+                        progress=False, val_fraction=0.25)))
     rate = res["summaries"][0]["samples_per_sec"]["mean"]
     return [("training (nac-focus, window 8, batch 64, 2 threads)", "samples/s", rate)]
 

@@ -103,15 +103,15 @@ def test_color_jitter_keeps_greys_and_light_and_turns_colours():
 
 def test_color_jitter_defaults_to_the_env_s_and_refuses_out_of_range(capsys, tmp_path):
     import train
-    from agent.training.config import TrainArgs, resolve_env_defaults
+    from agent.training.config import TrainArgs, resolve, with_env_defaults
 
     assert train.main(["--data", "nowhere", "--color-jitter", "1.5"]) == 2
     assert "--color-jitter must be in [0, 1]" in _err(capsys)
     data = tmp_path / "d"
     assert collect.main(["--env", "udacity-hard", "--episodes", "1", "--max-steps", "3", "--workers", "1",
                          "--out", str(data), "--no-progress"]) == 0
-    assert resolve_env_defaults(TrainArgs(data=str(data))).color_jitter == 0.5
-    assert resolve_env_defaults(TrainArgs(data=str(data), color_jitter=0.0)).color_jitter == 0.0
+    assert with_env_defaults(resolve(TrainArgs(data=str(data)))).augmentation.color_jitter == 0.5
+    assert with_env_defaults(resolve(TrainArgs(data=str(data), color_jitter=0.0))).augmentation.color_jitter == 0.0
 
 
 def test_a_car_that_stands_still_is_a_stall_intervention_and_is_restarted(tmp_path):

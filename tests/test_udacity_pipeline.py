@@ -15,7 +15,7 @@ from driving_data.dataset import open_dataset
 from agent.evaluation.args import EvalArgs
 from agent.evaluation.evaluate import evaluate
 from agent.experts.expert import Expert
-from agent.training.config import TrainArgs
+from agent.training.config import TrainArgs, resolve
 from agent.training.experiment import run
 from agent.udacity.recordings import export_udacity
 from driving_data.udacity_import import import_udacity
@@ -59,8 +59,8 @@ def test_collect_records_three_cameras_as_jpeg_with_telemetry(udacity_ds):
 
 def test_train_on_udacity_data_uses_the_pilotnet_recipe(udacity_ds, tmp_path):
     out = tmp_path / "train"
-    run(TrainArgs(data=str(udacity_ds), out=str(out), policy="nac", epochs=1, window=3, batch_size=16, segment=8,
-                  feature_dim=16, d_model=16, heads=4, threads=1, log_every=1, val_fraction=0.5))
+    run(resolve(TrainArgs(data=str(udacity_ds), out=str(out), policy="nac", epochs=1, window=3, batch_size=16, segment=8,
+                  feature_dim=16, d_model=16, heads=4, threads=1, log_every=1, val_fraction=0.5)))
     cfg = json.loads((out / "metrics.json").read_text())["policy_config"]
     assert cfg["encoder"] == "pilotnet" and cfg["image_size"] == [66, 200] and cfg["crop"] == [60, 135]
     assert cfg["color"] == "yuv" and cfg["env"] == "UdacityStyle-v0" and cfg["action_names"] == ["steer"]
@@ -96,8 +96,8 @@ def test_udacity_format_round_trip_of_a_collected_dataset(udacity_ds, tmp_path):
 
     # train.py takes the simulator's recording folder itself (imported once into the run folder)
     out = tmp_path / "train_from_recording"
-    run(TrainArgs(data=str(tmp_path / "sim"), out=str(out), policy="gru", epochs=1, window=2, batch_size=16,
-                  segment=8, feature_dim=8, d_model=8, threads=1, val_fraction=0.5))
+    run(resolve(TrainArgs(data=str(tmp_path / "sim"), out=str(out), policy="gru", epochs=1, window=2, batch_size=16,
+                  segment=8, feature_dim=8, d_model=8, threads=1, val_fraction=0.5)))
     m = json.loads((out / "metrics.json").read_text())
     assert m["args"]["data"] == str(out / "imported_data") and m["policy_config"]["env"] == "UdacityStyle-v0"
     assert (out / "imported_data" / "dataset.json").is_file() and (out / "best.pt").is_file()

@@ -27,7 +27,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -193,41 +193,97 @@ class PPOTrainArgs:
         "chosen, D drawn per episode from A:B (or fixed D); the expert sees D and the actions on their way "
         "(continuous only; with --init the regular expert's weights start it, the new inputs at 0)", group="model")
 
-    @property
-    def spec(self) -> EnvSpec:
-        return get_spec(self.env)
 
-    def validate(self) -> None:
-        spec = self.spec
-        self.action_space = spec.check_action_space(self.action_space or spec.action_spaces[0])
-        for name in ("timesteps", "n_envs", "eval_every", "eval_episodes", "card_episodes", "n_steps", "batch_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.eval_episodes > len(spec.seeds.validation):
-            raise ValueError(f"--eval-episodes must be <= {len(spec.seeds.validation)}, got {self.eval_episodes}")
-        if self.card_episodes > len(spec.seeds.card):
-            raise ValueError(f"--card-episodes must be <= {len(spec.seeds.card)}, got {self.card_episodes}")
-        if self.out.suffix != ".zip":
-            raise ValueError(f"--out must end in .zip (an SB3 model file), got {str(self.out)!r}")
-        if self.bc_episodes < 0 or self.bc_epochs <= 0:
-            raise ValueError(f"--bc-episodes must be >= 0 and --bc-epochs > 0, got {self.bc_episodes}, {self.bc_epochs}")
-        if self.init is not None and self.bc_episodes:
-            raise ValueError("--init and --bc-episodes are exclusive (both choose the starting policy)")
-        if self.init is not None and not resolve_path(self.init).is_file():
-            raise FileNotFoundError(f"--init expert file not found: {str(self.init)!r}")
-        if self.latency is not None and self.action_space != "continuous":
-            raise ValueError("--latency-steps needs --action-space continuous (the expert sees its queued actions)")
+def check_args(a: PPOTrainArgs) -> None:
+    """Validate at the boundary: every flag's value, before any env is made."""
+    spec = get_spec(a.env)
+    space = spec.check_action_space(a.action_space or spec.action_spaces[0])
+    for name in ("timesteps", "n_envs", "eval_every", "eval_episodes", "card_episodes", "n_steps", "batch_size"):
+        if getattr(a, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
+    if a.eval_episodes > len(spec.seeds.validation):
+        raise ValueError(f"--eval-episodes must be <= {len(spec.seeds.validation)}, got {a.eval_episodes}")
+    if a.card_episodes > len(spec.seeds.card):
+        raise ValueError(f"--card-episodes must be <= {len(spec.seeds.card)}, got {a.card_episodes}")
+    if a.out.suffix != ".zip":
+        raise ValueError(f"--out must end in .zip (an SB3 model file), got {str(a.out)!r}")
+    if a.bc_episodes < 0 or a.bc_epochs <= 0:
+        raise ValueError(f"--bc-episodes must be >= 0 and --bc-epochs > 0, got {a.bc_episodes}, {a.bc_epochs}")
+    if a.init is not None and a.bc_episodes:
+        raise ValueError("--init and --bc-episodes are exclusive (both choose the starting policy)")
+    if a.init is not None and not resolve_path(a.init).is_file():
+        raise FileNotFoundError(f"--init expert file not found: {str(a.init)!r}")
+    if parse_latency_range(a.latency_steps) is not None and space != "continuous":
+        raise ValueError("--latency-steps needs --action-space continuous (the expert sees its queued actions)")
 
-    @property
-    def latency(self) -> tuple[int, int] | None:
-        return parse_latency_range(self.latency_steps)
 
-    def validation_latencies(self) -> list[int] | None:
+@dataclass(frozen=True)
+class PPOSettings:
+    """What SB3's PPO is built with (a fresh model, or the --init one loaded to fine-tune)."""
+
+    learning_rate: float
+    n_steps: int
+    batch_size: int
+    ent_coef: float
+    target_kl: float | None
+    log_std_init: float  # continuous policies only
+    seed: int
+    logdir: Path  # TensorBoard root
+
+
+@dataclass(frozen=True)
+class Validation:
+    """How checkpoints are selected and the card scored: every ``every`` env steps, deterministic episodes on the
+    env's first ``episodes`` validation seeds; the card on its first ``card_episodes`` card seeds."""
+
+    every: int
+    episodes: int
+    card_episodes: int
+    max_steps: int | None  # None: the env's own limit
+    latency: tuple[int, int] | None  # --latency-steps A:B
+
+    def latencies(self) -> list[int] | None:
         """One latency per validation track, lo..hi in turn (every latency of the range is selected for)."""
         if self.latency is None:
             return None
         lo, hi = self.latency
-        return [lo + k % (hi - lo + 1) for k in range(self.eval_episodes)]
+        return [lo + k % (hi - lo + 1) for k in range(self.episodes)]
+
+
+@dataclass(frozen=True)
+class PPOPlan:
+    """A training run's arguments once resolved (resolve): the env and action space, the starting policy, the
+    PPO settings, the selection; ``record``: the arguments the card keeps as its hyperparameters."""
+
+    out: Path
+    spec: EnvSpec
+    action_space: str
+    timesteps: int
+    seed: int
+    n_envs: int
+    subprocesses: bool
+    init: Path | None
+    bc_episodes: int
+    bc_epochs: int
+    latency: tuple[int, int] | None
+    ppo: PPOSettings
+    validation: Validation
+    record: dict[str, Any]
+
+
+def resolve(a: PPOTrainArgs) -> PPOPlan:
+    """The boundary: the arguments checked (check_args), the action space defaulted to the env's first, and cut
+    into the plan train reads."""
+    check_args(a)
+    spec = get_spec(a.env)
+    space = spec.check_action_space(a.action_space or spec.action_spaces[0])
+    latency = parse_latency_range(a.latency_steps)
+    return PPOPlan(a.out, spec, space, a.timesteps, a.seed, a.n_envs, a.subprocesses, a.init, a.bc_episodes,
+                   a.bc_epochs, latency,
+                   PPOSettings(a.learning_rate, a.n_steps, a.batch_size, a.ent_coef, a.target_kl, a.log_std_init,
+                               a.seed, a.logdir),
+                   Validation(a.eval_every, a.eval_episodes, a.card_episodes, a.max_steps, latency),
+                   asdict(replace(a, action_space=space)))
 
 
 def _atomic_save(model: Any, path: Path) -> None:
@@ -236,7 +292,8 @@ def _atomic_save(model: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _make_best_callback(args: PPOTrainArgs, best_path: Path, log: Any):
+def _make_best_callback(v: Validation, spec: EnvSpec, action_space: str, warm_start: bool, best_path: Path,
+                        log: Any):
     from stable_baselines3.common.callbacks import BaseCallback
 
     class BestByMultiSeedEval(BaseCallback):
@@ -249,22 +306,22 @@ def _make_best_callback(args: PPOTrainArgs, best_path: Path, log: Any):
             self.best_step = 0
             self.best_result: EvalResult | None = None
             self.history: list[dict[str, Any]] = []
-            self._next = args.eval_every
+            self._next = v.every
 
         def _on_training_start(self) -> None:
-            if args.bc_episodes or args.init is not None:  # the warm start itself is a candidate
+            if warm_start:  # the warm start itself is a candidate
                 self.evaluate()
 
         def _on_step(self) -> bool:
             if self.num_timesteps >= self._next:
-                self._next += args.eval_every
+                self._next += v.every
                 self.evaluate()
             return True
 
         def evaluate(self) -> None:
-            res = evaluate_model(self.model, args.spec, args.action_space, args.spec.seeds.validation[: args.eval_episodes],
-                                 max_episode_steps=args.max_steps, latencies=args.validation_latencies(),
-                                 max_latency=(args.latency or (0, 0))[1])
+            res = evaluate_model(self.model, spec, action_space, spec.seeds.validation[: v.episodes],
+                                 max_episode_steps=v.max_steps, latencies=v.latencies(),
+                                 max_latency=(v.latency or (0, 0))[1])
             self.logger.record("eval/mean_return", res.mean)
             self.logger.record("eval/std_return", res.std)
             self.logger.record("eval/laps_finished", sum(res.laps) / len(res.laps))
@@ -284,91 +341,91 @@ def _make_best_callback(args: PPOTrainArgs, best_path: Path, log: Any):
     return BestByMultiSeedEval()
 
 
-def train(args: PPOTrainArgs, *, command: str | None = None, log: Any = print) -> Path:
-    """Train a PPO expert, keep the best checkpoint by multi-seed validation, write .zip + JSON card."""
+def train(plan: PPOPlan, *, command: str | None = None, log: Any = print) -> Path:
+    """Train a PPO expert as ``plan`` (resolve) says, keep the best checkpoint by multi-seed validation, write .zip +
+    JSON card."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
 
-    args.validate()
     torch.set_num_threads(1)
     t0 = time.time()
-    out = args.out
+    out, spec, space, v, seed, latency = plan.out, plan.spec, plan.action_space, plan.validation, plan.seed, plan.latency
     out.parent.mkdir(parents=True, exist_ok=True)
-    spec = args.spec
-    run_name = f"{spec.name}_{args.action_space}_seed{args.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
-    vec_env = SubprocVecEnv if args.subprocesses else DummyVecEnv
-    venv = VecMonitor(vec_env([(lambda i=i: make_train_env(spec, args.action_space, args.seed * 1000 + i, args.latency))
-                               for i in range(args.n_envs)]))
-    model, init_card = _initial_model(args, venv)
+    run_name = f"{spec.name}_{space}_seed{seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+    vec_env = SubprocVecEnv if plan.subprocesses else DummyVecEnv
+    venv = VecMonitor(vec_env([(lambda i=i: make_train_env(spec, space, seed * 1000 + i, latency))
+                               for i in range(plan.n_envs)]))
+    model, init_card = _initial_model(plan, venv)
     teacher = spec.teacher()
-    if args.bc_episodes:
+    if plan.bc_episodes:
         tb = time.time()
-        data = collect_teacher_data(spec, args.action_space, args.bc_episodes, args.seed, model.gamma, teacher)
-        log(f"teacher data: {len(data['obs'])} states from {args.bc_episodes} training tracks ({time.time() - tb:.0f} s)")
-        behaviour_clone(model, data, epochs=args.bc_epochs, seed=args.seed, log=log)
+        data = collect_teacher_data(spec, space, plan.bc_episodes, plan.seed, model.gamma, teacher)
+        log(f"teacher data: {len(data['obs'])} states from {plan.bc_episodes} training tracks ({time.time() - tb:.0f} s)")
+        behaviour_clone(model, data, epochs=plan.bc_epochs, seed=plan.seed, log=log)
     best_path = out.with_name(out.stem + ".best.tmp.zip")
-    callback = _make_best_callback(args, best_path, log)
-    model.learn(total_timesteps=args.timesteps, callback=callback, tb_log_name=run_name, progress_bar=False)
+    callback = _make_best_callback(v, spec, space, bool(plan.bc_episodes) or plan.init is not None, best_path, log)
+    model.learn(total_timesteps=plan.timesteps, callback=callback, tb_log_name=run_name, progress_bar=False)
     if callback.best_result is None:  # shorter than one validation period
         callback.evaluate()
     best = PPO.load(best_path, device="cpu")
-    card_latencies = None if args.latency is None else [args.latency[1]] * args.card_episodes
-    res = evaluate_model(best, spec, args.action_space, spec.seeds.card[: args.card_episodes],
-                         max_episode_steps=args.max_steps, latencies=card_latencies,
-                         max_latency=(args.latency or (0, 0))[1])
+    card_latencies = None if plan.latency is None else [plan.latency[1]] * v.card_episodes
+    res = evaluate_model(best, spec, space, spec.seeds.card[: v.card_episodes],
+                         max_episode_steps=v.max_steps, latencies=card_latencies,
+                         max_latency=(plan.latency or (0, 0))[1])
     log(f"card evaluation (unseen seeds): {res.summary()}")
     os.replace(best_path, out)
-    card = _expert_card(args, venv, model, teacher, callback, res, init_card)
+    card = _expert_card(plan, venv, model, teacher, callback, res, init_card)
     card.update(wall_time_s=round(time.time() - t0, 1), command=command or "",
-                tensorboard=str(args.logdir / f"{run_name}_1"))
+                tensorboard=str(plan.ppo.logdir / f"{run_name}_1"))
     write_json(out.with_suffix(".json"), card)
     venv.close()
     log(f"saved {out} and {out.with_suffix('.json')} ({card['wall_time_s']:.0f} s)")
     return out
 
 
-def _initial_model(args: PPOTrainArgs, venv: Any) -> tuple[Any, dict[str, Any] | None]:
+def _initial_model(plan: PPOPlan, venv: Any) -> tuple[Any, dict[str, Any] | None]:
     """A fresh PPO model, or (--init) a trained one to fine-tune, with that one's card."""
     from stable_baselines3 import PPO
 
-    if args.init is not None:
-        init_json = resolve_path(args.init).with_suffix(".json")
+    p = plan.ppo
+    if plan.init is not None:
+        init_json = resolve_path(plan.init).with_suffix(".json")
         init_card = json.loads(init_json.read_text()) if init_json.is_file() else None
-        source = PPO.load(resolve_path(args.init), device="cpu")
-        if space_of(source) != args.action_space:
-            raise ValueError(f"--init {str(args.init)!r} is not a {args.action_space!r} expert")
+        source = PPO.load(resolve_path(plan.init), device="cpu")
+        if space_of(source) != plan.action_space:
+            raise ValueError(f"--init {str(plan.init)!r} is not a {plan.action_space!r} expert")
         if source.observation_space.shape != venv.observation_space.shape:  # a regular expert -> a latency expert
-            model = _fresh_model(args, venv)
+            model = _fresh_model(p, plan.action_space, venv)
             widen_policy(source, model)
             return model, init_card
-        model = PPO.load(resolve_path(args.init), env=venv, device="cpu", learning_rate=args.learning_rate,
-                         n_steps=args.n_steps, batch_size=args.batch_size, ent_coef=args.ent_coef,
-                         target_kl=args.target_kl, tensorboard_log=str(args.logdir), seed=args.seed)
+        model = PPO.load(resolve_path(plan.init), env=venv, device="cpu", learning_rate=p.learning_rate,
+                         n_steps=p.n_steps, batch_size=p.batch_size, ent_coef=p.ent_coef,
+                         target_kl=p.target_kl, tensorboard_log=str(p.logdir), seed=p.seed)
         return model, init_card
-    return _fresh_model(args, venv), None
+    return _fresh_model(p, plan.action_space, venv), None
 
 
-def _fresh_model(args: PPOTrainArgs, venv: Any) -> Any:
+def _fresh_model(p: PPOSettings, action_space: str, venv: Any) -> Any:
     from stable_baselines3 import PPO
 
     return PPO(
         "MlpPolicy",
         venv,
-        learning_rate=args.learning_rate,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
+        learning_rate=p.learning_rate,
+        n_steps=p.n_steps,
+        batch_size=p.batch_size,
         n_epochs=10,
         gamma=0.99,
         gae_lambda=0.95,
         clip_range=0.2,
-        ent_coef=args.ent_coef,
+        ent_coef=p.ent_coef,
         max_grad_norm=0.5,
-        target_kl=args.target_kl,
+        target_kl=p.target_kl,
         policy_kwargs=dict(net_arch=dict(pi=[128, 128], vf=[128, 128]),
-                           **({"log_std_init": args.log_std_init} if args.action_space == "continuous" else {})),
-        tensorboard_log=str(args.logdir),
-        seed=args.seed,
+                           **({"log_std_init": p.log_std_init} if action_space == "continuous" else {})),
+        tensorboard_log=str(p.logdir),
+        seed=p.seed,
         device="cpu",
         verbose=0,
     )
@@ -386,42 +443,42 @@ def _shaping_of(spec: EnvSpec, action_space: str) -> Any:
         probe.close()
 
 
-def _expert_card(args: PPOTrainArgs, venv: Any, model: Any, teacher: Any, callback: Any, res: EvalResult,
+def _expert_card(plan: PPOPlan, venv: Any, model: Any, teacher: Any, callback: Any, res: EvalResult,
                  init_card: dict[str, Any] | None) -> dict[str, Any]:
     """The expert's JSON card: how it was made, how it was selected, how it scores on unseen tracks."""
-    spec = args.spec
+    spec = plan.spec
     return {
         "env": f"{spec.gym_id} ({spec.name}); physics-only for training and evaluation",
         "env_name": spec.name,
-        "action_space": args.action_space,
+        "action_space": plan.action_space,
         "policy_action": str(venv.action_space) + " -> env action by the env spec's expert_to_env_action ("
         + spec.expert_to_env_action.__doc__.strip().splitlines()[0] + ")",
         "algorithm": "stable-baselines3 PPO, MlpPolicy (pi/vf 128x128) on the privileged observation, "
-        + (f"fine-tuned from {args.init}" if args.init else
+        + (f"fine-tuned from {plan.init}" if plan.init else
            f"behaviour-cloned from the scripted driver {type(teacher).__module__}.{type(teacher).__name__} "
-           f"({args.bc_episodes} perturbed training tracks, {args.bc_epochs} epochs) then PPO fine-tuned"
-           if args.bc_episodes else "PPO from scratch")
+           f"({plan.bc_episodes} perturbed training tracks, {plan.bc_epochs} epochs) then PPO fine-tuned"
+           if plan.bc_episodes else "PPO from scratch")
         + f"; shipped checkpoint = best validation at {callback.best_step} PPO timesteps"
-        + (" (i.e. the behaviour-cloned policy before any PPO update)" if callback.best_step == 0 and args.bc_episodes else ""),
-        "teacher": asdict(teacher) if args.bc_episodes and hasattr(teacher, "__dataclass_fields__") else None,
+        + (" (i.e. the behaviour-cloned policy before any PPO update)" if callback.best_step == 0 and plan.bc_episodes else ""),
+        "teacher": asdict(teacher) if plan.bc_episodes and hasattr(teacher, "__dataclass_fields__") else None,
         "init_card": init_card,  # how the --init policy was obtained (its command reproduces it)
         "features": list(spec.feature_names),
         "timesteps": int(model.num_timesteps),
         "best_checkpoint_timesteps": int(callback.best_step),
         "train_seeds": f"track seeds drawn uniformly from [{spec.seeds.train_low}, {spec.seeds.train_high})",
-        "selection": {"seeds": list(spec.seeds.validation[: args.eval_episodes]), "mean_return": callback.best[0],
+        "selection": {"seeds": list(spec.seeds.validation[: plan.validation.episodes]), "mean_return": callback.best[0],
                       "history": callback.history},
         "evaluation": {"seeds": res.seeds, "mean_return": res.mean, "std_return": res.std,
                        "laps_finished": int(sum(res.laps)), "episodes": len(res.seeds),
                        "returns": [round(r, 2) for r in res.returns], "lengths": res.lengths,
                        "off_road_steps": res.off_road_steps,
-                       "latency_steps": None if args.latency is None else args.latency[1],  # the hardest
+                       "latency_steps": None if plan.latency is None else plan.latency[1],  # the hardest
                        "reward": "true env reward, deterministic policy"},
-        "shaping": _shaping_of(spec, args.action_space),
-        "latency_steps": None if args.latency is None else list(args.latency),  # drawn per episode; shown to it
+        "shaping": _shaping_of(spec, plan.action_space),
+        "latency_steps": None if plan.latency is None else list(plan.latency),  # drawn per episode; shown to it
         # the expert it was fine-tuned from: a latency expert's data may join that expert's (driving_data.dataset)
-        "init_sha256": None if args.init is None else file_sha256(resolve_path(args.init)),
-        "hyperparameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
+        "init_sha256": None if plan.init is None else file_sha256(resolve_path(plan.init)),
+        "hyperparameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.record.items()},
     }
 
 
@@ -475,7 +532,7 @@ def _evaluate(ns: EvaluateArgs) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = f"{PROG} " + shlex.join(argv)
-    return run_command(COMMANDS, lambda args: train(args, command=command) if isinstance(args, PPOTrainArgs)
+    return run_command(COMMANDS, lambda args: train(resolve(args), command=command) if isinstance(args, PPOTrainArgs)
                        else _evaluate(args), argv, prog=PROG, doc=__doc__)
 
 

@@ -1,10 +1,11 @@
 """What train.py is asked to do (TrainArgs, one flag per field), its checks, the arguments whose defaults come
 from the dataset's env or from a checkpoint (--init), and the small typed configs the training modules take once
-the arguments are resolved (plan_of: RunOptions, Model, DataOptions, SplitOptions, Windows, Augmentation,
+the arguments are resolved (resolve: RunOptions, Model, DataOptions, SplitOptions, Windows, Augmentation,
 RecoveryOptions, Optimisation, bundled as a TrainPlan)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+import json
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import torch
 from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
 from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
 from common.checks import is_int
-from common.cli import option
+from common.cli import flag_of, option
 from driving_data.dataset import DemoDataset, is_recording, open_datasets
 from envs.registry import dataset_env
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
@@ -337,11 +338,16 @@ def parse_crop(text: str | None) -> list[int] | None:
     return [top, bottom]
 
 
-def init_architecture(a: TrainArgs) -> TrainArgs:
+SHAPE = ("policy", "window", "frame_stride", "encoder", "feature_dim", "image_size", "crop", "color")  # --init's
+
+
+def checkpoint_shape(init: str, given: dict[str, Any], time_input: str | None, latency_input: str | None,
+                     latency_queue: int | None) -> dict[str, Any]:
     """--init: the arguments that shape the policy and its input come from the checkpoint, not the flags; the
-    time input too unless --time-input is given (it changes what the core is fed, not its weights). A shape flag
-    set away from its default to something else than the checkpoint's is refused: it would be ignored."""
-    payload = read_checkpoint(a.init)
+    time input too unless --time-input is given (it changes what the core is fed, not its weights). ``given``:
+    this command's values of SHAPE. A shape flag set away from its default to something else than the
+    checkpoint's is refused: it would be ignored. Returns the arguments the checkpoint sets."""
+    payload = read_checkpoint(init)
     c = PolicyConfig.from_dict(payload["config"])
     label = (payload.get("metadata") or {}).get("policy") or c.core
     shape = dict(policy=str(label), window=c.window, frame_stride=c.frame_stride, encoder=c.encoder,
@@ -349,45 +355,26 @@ def init_architecture(a: TrainArgs) -> TrainArgs:
                  crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color)
     defaults = {f.name: f.default for f in fields(TrainArgs)}
     for name, kept in shape.items():
-        given = getattr(a, name)
-        if given not in (defaults[name], kept):
+        if given[name] not in (defaults[name], kept):
             flag = "--" + ("core" if name == "policy" else name.replace("_", "-"))
-            raise ValueError(f"--init takes the policy's shape from {a.init}: {flag} {given} contradicts its "
+            raise ValueError(f"--init takes the policy's shape from {init}: {flag} {given[name]} contradicts its "
                              f"{kept}; leave {flag} out to fine-tune it, or train from scratch without --init")
-    told = a.latency_input or c.latency_input
+    told = latency_input or c.latency_input
     if c.latency_input == "input" and told != "input":
-        raise ValueError(f"--latency-input {told}: {a.init} reads its latency as an input; fine-tune it with "
+        raise ValueError(f"--latency-input {told}: {init} reads its latency as an input; fine-tune it with "
                          "--latency-input input, or train from scratch")
-    queue = c.queue_steps if a.latency_queue is None else a.latency_queue
+    queue = c.queue_steps if latency_queue is None else latency_queue
     if c.queue_steps and queue != c.queue_steps:
-        raise ValueError(f"--latency-queue {queue}: {a.init} is shown {c.queue_steps} actions on their way; leave "
+        raise ValueError(f"--latency-queue {queue}: {init} is shown {c.queue_steps} actions on their way; leave "
                          "--latency-queue out to fine-tune it, or train from scratch")
     if queue and told != "input":
         raise ValueError(f"--latency-queue {queue} shows the actions on their way beside the latency input; add "
                          "--latency-input input")
-    return replace(a, **shape, time_input=a.time_input or c.time_input, latency_input=told, latency_queue=queue)
+    return {**shape, "time_input": time_input or c.time_input, "latency_input": told, "latency_queue": queue}
 
 
 SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the PilotNet/Udacity recipe's label shifts
 RECORDING_AUGMENTATION = {"side_correction": 0.0, "shift_steer": 0.0}  # real recordings: center camera, no shifts
-
-
-def resolve_env_defaults(a: TrainArgs, dataset: DemoDataset | None = None) -> TrainArgs:
-    """Fill the arguments whose default depends on the dataset (encoder, frame stride, colour jitter, the augmentations that
-    shift the steering label: on for simulator data, off when any episode is a real simulator's recording).
-    ``dataset``: the opened --data, when the caller has it."""
-    if (a.encoder != "auto" and a.frame_stride and a.side_correction is not None and a.shift_steer is not None
-            and a.color_jitter is not None and a.flip is not None):
-        return a
-    dataset = dataset or open_datasets(a.data)
-    env = dataset_env(dataset.card, dataset.episodes)
-    recorded = any(is_recording(m) for m in dataset.episodes)
-    recipe = {**(RECORDING_AUGMENTATION if recorded else SIMULATOR_AUGMENTATION),
-              "flip": not (recorded and steady_steering_bias(dataset))}
-    return replace(a, encoder=env.default_encoder if a.encoder == "auto" else a.encoder,
-                   frame_stride=a.frame_stride or env.default_frame_stride,
-                   color_jitter=env.default_color_jitter if a.color_jitter is None else a.color_jitter,
-                   **{k: v if getattr(a, k) is None else getattr(a, k) for k, v in recipe.items()})
 
 
 STEADY_BIAS = 0.1  # mean^2 / variance of the recorded steering above which a driver's bias is steady
@@ -423,11 +410,13 @@ class DataOptions:
     paths: str | list[str]
     crop: str  # "top:bottom" | none | auto
     image_size: str | None  # "HxW"; None: the env's
-    side_cameras: bool  # load the left/right cameras (--side-correction > 0)
+    side_cameras: bool | None  # load the left/right cameras (--side-correction > 0); None: the dataset's
     recovery_views: bool  # the camera geometry and recorded speed are needed
     smooth_labels: str  # seconds | auto
     loading: str  # auto | memory | lazy
     progress: bool
+    dataset_weight: str = "auto"  # --dataset-weight as given (agent.training.data.use_recording resolves it)
+    strict_images: bool = False  # a recording's rows naming a missing image: refused, not skipped
 
 
 @dataclass(frozen=True)
@@ -457,14 +446,15 @@ class Windows:
 
 @dataclass(frozen=True)
 class Augmentation:
-    """The camera augmentations of a training batch (agent.training.augment)."""
+    """The camera augmentations of a training batch (agent.training.augment); None: the dataset's, until
+    with_env_defaults fills it in."""
 
     enabled: bool
-    side_correction: float
-    shift_steer: float
-    flip: bool
+    side_correction: float | None
+    shift_steer: float | None
+    flip: bool | None
     shadows: bool
-    color_jitter: float
+    color_jitter: float | None
 
 
 @dataclass(frozen=True)
@@ -499,10 +489,10 @@ class Model:
 
     init: str | None
     head: str  # auto | continuous | discrete | steer
-    encoder: str
+    encoder: str  # auto: the env's, until with_env_defaults
     feature_dim: int
     window: int
-    frame_stride: int
+    frame_stride: int  # 0: the env's, until with_env_defaults
     time_input: str | None
     color: str  # rgb | yuv | auto (the env's)
     d_model: int
@@ -520,7 +510,8 @@ class Model:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Where a run is written and how it runs: its folder, --resume / --overwrite, device, precision, progress."""
+    """Where a run is written and how it runs: its folder, --resume / --overwrite, device, precision, progress,
+    CPU threads (0: agent.training.experiment.auto_threads)."""
 
     out: str
     resume: bool
@@ -530,13 +521,15 @@ class RunOptions:
     progress: bool
     seed: int
     folds: int
+    threads: int = 0
 
 
 @dataclass(frozen=True)
 class TrainPlan:
-    """A run's arguments once resolved (--resume, the recording's import, --init, the env's defaults) cut into the
-    small configs agent.training.loop and the modules under it are given; ``record``: the resolved arguments as
-    args.json, the checkpoints' metadata and comparison.json keep them."""
+    """A run's arguments once resolved (resolve: --resume, the checks, --init; then, once the data is there,
+    imported and with_env_defaults) cut into the small configs agent.training.loop and the modules under it are
+    given; ``record``: the resolved arguments as args.json, the checkpoints' metadata and comparison.json keep
+    them."""
 
     record: dict[str, Any]
     specs: list[str]  # the cores, in --core's order
@@ -550,23 +543,102 @@ class TrainPlan:
     optimisation: Optimisation
 
 
-def plan_of(a: TrainArgs) -> TrainPlan:
-    """The small configs of the resolved arguments ``a``: the one place they are cut from TrainArgs."""
+def resolve(a: TrainArgs) -> TrainPlan:
+    """The boundary: the arguments resolved once, into the plan every later step reads. --out filled in; with
+    --resume, the arguments the run in --out started with (only where it runs and how it reports are taken from
+    this command); checked (check_args); --init's architecture (checkpoint_shape). What the data decides is
+    filled in once it is there: its import (imported), its env's defaults (with_env_defaults)."""
+    out = Path(a.out or default_out(a.policy))
+    a = replace(a, out=str(out))
+    if a.resume and a.overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    if a.resume:
+        if not (out / "args.json").exists():
+            raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
+        saved = json.loads((out / "args.json").read_text())
+        keep = {"resume": True, "out": str(out), "device": a.device, "precision": a.precision, "threads": a.threads,
+                "progress": a.progress, "data_loading": a.data_loading}
+        ignored = [f"{flag_of(f)} {_shown(getattr(a, f.name))} (the run's: {_shown(saved[f.name])})"
+                   for f in fields(TrainArgs) if f.name not in keep and f.name in saved
+                   and getattr(a, f.name) != _default(f) and not _same_value(f.name, getattr(a, f.name), saved[f.name])]
+        if ignored:
+            raise ValueError(f"--resume continues the run in {str(out)!r} with the arguments it started with, which "
+                             f"this command contradicts: {'; '.join(ignored)}; drop them, or start a new run (another "
+                             "--out, or --overwrite)")
+        a = TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
+    check_args(a)  # a bad flag is the likelier mistake: say that before anything about the folder
+    if a.init is not None and not a.resume:  # the run's label is the checkpoint's core, not --core's default
+        a = replace(a, **checkpoint_shape(a.init, {name: getattr(a, name) for name in SHAPE}, a.time_input,
+                                          a.latency_input, a.latency_queue))
     default_hidden = next(f.default for f in fields(TrainArgs) if f.name == "hidden")
     return TrainPlan(
         asdict(a), core_names(a.policy),
-        RunOptions(str(a.out), a.resume, a.overwrite, a.device, a.precision, a.progress, a.seed, a.folds),
+        RunOptions(str(a.out), a.resume, a.overwrite, a.device, a.precision, a.progress, a.seed, a.folds, a.threads),
         Model(a.init, a.head, a.encoder, a.feature_dim, a.window, a.frame_stride, a.time_input, a.color, a.d_model,
               a.heads, a.topk, a.sparsity, a.nac_mode, None if a.hidden == default_hidden else a.hidden,
               22222 + a.seed, a.discrete_actions, a.action_temperature, a.latency_input, a.latency_queue),
-        DataOptions(a.data, a.crop, a.image_size, (a.side_correction or 0) > 0, a.recovery_views > 0,
-                    a.smooth_labels, a.data_loading, a.progress),
+        DataOptions(a.data, a.crop, a.image_size, None if a.side_correction is None else a.side_correction > 0,
+                    a.recovery_views > 0, a.smooth_labels, a.data_loading, a.progress, a.dataset_weight,
+                    a.strict_images),
         SplitOptions(a.split, a.val_fraction, a.folds, a.seed if a.split_seed is None else a.split_seed),
         Windows(a.window, a.frame_stride, a.window_gaps, a.segment, a.batch_size, a.oversample_turns, a.seed,
                 parse_latency_steps(a.latency_steps), "frames" if a.dataset_weight == "auto" else a.dataset_weight),
-        Augmentation(a.augment, a.side_correction or 0.0, a.shift_steer or 0.0, a.flip is not False, a.shadows,
-                     a.color_jitter or 0.0),
+        Augmentation(a.augment, a.side_correction, a.shift_steer, a.flip, a.shadows, a.color_jitter),
         RecoveryOptions(a.recovery_views, a.recovery_offset, a.recovery_yaw, a.recovery_return)
         if a.recovery_views > 0 else None,
         Optimisation(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every,
                      a.seed))
+
+
+def _default(f: Any) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _same_value(name: str, given: Any, saved: Any) -> bool:
+    """Whether a flag given with --resume asks for what the run started with: the same value as args.json holds
+    (after a JSON round trip), and for --data the same folders, a recording being the run's import of it."""
+    if name != "data":
+        return json.loads(json.dumps(given)) == saved
+    from driving_data.udacity_import import imported_from
+
+    return [imported_from(p) for p in data_paths(given)] == [imported_from(p) for p in data_paths(saved)]
+
+
+def imported(plan: TrainPlan, data: str | list[str], dataset_weight: str) -> TrainPlan:
+    """The plan once --data is what the run trains on (agent.training.data.use_recording: a recording's import,
+    a pool's recordings) and --dataset-weight auto is that data's rule."""
+    return replace(plan, record={**plan.record, "data": data, "dataset_weight": dataset_weight},
+                   data=replace(plan.data, paths=data, dataset_weight=dataset_weight),
+                   windows=replace(plan.windows, dataset_weight=dataset_weight))
+
+
+def with_env_defaults(plan: TrainPlan, dataset: DemoDataset | None = None) -> TrainPlan:
+    """The plan with the arguments whose default depends on the dataset filled in (encoder, frame stride, colour
+    jitter, the augmentations that shift the steering label: on for simulator data, off when any episode is a
+    real simulator's recording; mirroring, off for recordings whose steering holds a steady bias). ``dataset``:
+    the opened --data, when the caller has it."""
+    m, aug = plan.model, plan.augmentation
+    if (m.encoder != "auto" and m.frame_stride and aug.side_correction is not None and aug.shift_steer is not None
+            and aug.color_jitter is not None and aug.flip is not None):
+        return plan
+    dataset = dataset or open_datasets(plan.data.paths)
+    env = dataset_env(dataset.card, dataset.episodes)
+    recorded = any(is_recording(e) for e in dataset.episodes)
+    recipe = {**(RECORDING_AUGMENTATION if recorded else SIMULATOR_AUGMENTATION),
+              "flip": not (recorded and steady_steering_bias(dataset))}
+    given = {"side_correction": aug.side_correction, "shift_steer": aug.shift_steer, "flip": aug.flip}
+    filled = dict(encoder=env.default_encoder if m.encoder == "auto" else m.encoder,
+                  frame_stride=m.frame_stride or env.default_frame_stride,
+                  color_jitter=env.default_color_jitter if aug.color_jitter is None else aug.color_jitter,
+                  **{k: v if given[k] is None else given[k] for k, v in recipe.items()})
+    return replace(plan, record={**plan.record, **filled},
+                   model=replace(m, encoder=filled["encoder"], frame_stride=filled["frame_stride"]),
+                   windows=replace(plan.windows, frame_stride=filled["frame_stride"]),
+                   data=replace(plan.data, side_cameras=filled["side_correction"] > 0),
+                   augmentation=replace(aug, side_correction=filled["side_correction"],
+                                        shift_steer=filled["shift_steer"], flip=filled["flip"],
+                                        color_jitter=filled["color_jitter"]))

@@ -281,6 +281,7 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     """Run (or finish) every round of ``lin``; returns lineage.json's content. Interrupted (Ctrl-C/SIGTERM) with
     what was kept; a re-run goes on from there."""
     from agent.data.collection import collect
+    from agent.training.config import resolve
     from agent.training.experiment import run as train
 
     recipe = lin.validate(recipes)
@@ -294,7 +295,7 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
         for config, wanted in plan.collects:
             _collect_round(lin, k, len(plans), config, wanted, collect, log)
         log(f"{lin.name} round {k}/{len(plans) - 1}: training {plan.run_dir} ({plan.train.epochs} epochs)")
-        train(plan.train)
+        train(resolve(plan.train))
     final = str(plans[-1].run_dir / "best.pt")
     summary = {"lineage": lin.name, "core": lin.core, "seed": lin.seed, "recipe": lin.recipe_name,
                "data": str(lin.data_dir), "final": final, "rounds": steps}

@@ -2,9 +2,7 @@
 a summary line per core and, for several, a comparison table (comparison.md / .json)."""
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +12,11 @@ import torch
 from agent.data.out_folder import run_folder
 from agent.runtime import NO_STRAIGHT_RATIO
 from agent.training import distributed
-from agent.training.config import (
-    TrainArgs,
-    TrainPlan,
-    plan_of,
-    check_args,
-    data_label,
-    data_paths,
-    default_out,
-    init_architecture,
-    resolve_env_defaults,
-)
+from agent.training.config import TrainPlan, data_label, data_paths, imported, with_env_defaults
 from agent.training.data import load_data, resolve_head, use_recording
 from agent.training.distributed import barrier, device_for
 from agent.training.loop import train_run
 from agent.training.windows import describe_blocks, make_splits, validation_candidates
-from common.cli import flag_of
 from common.files import write_json
 from driving_data.dataset import DemoDataset, open_datasets
 
@@ -92,21 +79,19 @@ def auto_threads(processes: int = 1) -> int:
     return 1 if busy or cores < 2 else 2
 
 
-def run(a: TrainArgs) -> dict[str, Any]:
-    """The whole command: one or several policies, one split or k folds. Returns the summaries.
+def run(plan: TrainPlan) -> dict[str, Any]:
+    """The whole command, from its plan (agent.training.config.resolve: the arguments checked and resolved before
+    anything touches --out): one or several policies, one split or k folds. Returns the summaries.
 
-    The arguments are checked once, before anything touches --out; then the folder is locked (by rank 0
-    alone) and the arguments resolved once (resolve), into the plan every later step reads. Under torchrun
-    (agent.training.distributed) every rank runs this: the checks and the data on each, one process group around
-    the training runs, the files written by rank 0."""
-    a = resumed_args(a)
-    check_args(a)  # a bad flag is the likelier mistake: say that before anything about the folder
-    out = Path(a.out)
+    The folder is locked (by rank 0 alone), then what the data decides is resolved once (resolve_data). Under
+    torchrun (agent.training.distributed) every rank resolves its arguments and runs this: the checks and the data
+    on each, one process group around the training runs, the files written by rank 0."""
+    out = Path(plan.run.out)
     with run_folder(out, "train.py", lock=int(os.environ.get("RANK", "0")) == 0):
-        if not a.resume and (out / "args.json").exists() and not a.overwrite:
+        if not plan.run.resume and (out / "args.json").exists() and not plan.run.overwrite:
             from driving_data.udacity_import import is_raw_recording
 
-            datasets = [d for d in data_paths(a.data) if not is_raw_recording(d)]  # a recording is imported, not opened
+            datasets = [d for d in data_paths(plan.data.paths) if not is_raw_recording(d)]  # a recording is imported, not opened
             if datasets:
                 open_datasets(datasets)  # a mistyped --data is the likelier mistake: say that first
             raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "
@@ -115,75 +100,33 @@ def run(a: TrainArgs) -> dict[str, Any]:
 
         made: list[Path] = []
         with removed_if_refused(made):  # a run refused after importing its recording leaves no import behind
-            return _run_in(out, a, made)
+            return _run_in(plan, made)
 
 
-def resumed_args(a: TrainArgs) -> TrainArgs:
-    """--out filled in; with --resume, the arguments the run in --out started with (only where it runs and how it
-    reports are taken from this command)."""
-    out = Path(a.out or default_out(a.policy))
-    a = replace(a, out=str(out))
-    if a.resume and a.overwrite:
-        raise ValueError("--resume and --overwrite exclude each other")
-    if not a.resume:
-        return a
-    if not (out / "args.json").exists():
-        raise FileNotFoundError(f"--resume: {str(out)!r} holds no run to resume (no args.json)")
-    saved = json.loads((out / "args.json").read_text())
-    keep = {"resume": True, "out": str(out), "device": a.device, "precision": a.precision, "threads": a.threads,
-            "progress": a.progress, "data_loading": a.data_loading}
-    ignored = [f"{flag_of(f)} {_shown(getattr(a, f.name))} (the run's: {_shown(saved[f.name])})"
-               for f in fields(TrainArgs) if f.name not in keep and f.name in saved
-               and getattr(a, f.name) != _default(f) and not _same_value(f.name, getattr(a, f.name), saved[f.name])]
-    if ignored:
-        raise ValueError(f"--resume continues the run in {str(out)!r} with the arguments it started with, which "
-                         f"this command contradicts: {'; '.join(ignored)}; drop them, or start a new run (another "
-                         "--out, or --overwrite)")
-    return TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
-
-
-def _default(f: Any) -> Any:
-    return f.default_factory() if f.default_factory is not MISSING else f.default
-
-
-def _shown(value: Any) -> str:
-    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def _same_value(name: str, given: Any, saved: Any) -> bool:
-    """Whether a flag given with --resume asks for what the run started with: the same value as args.json holds
-    (after a JSON round trip), and for --data the same folders, a recording being the run's import of it."""
-    if name != "data":
-        return json.loads(json.dumps(given)) == saved
-    from driving_data.udacity_import import imported_from
-
-    return [imported_from(p) for p in data_paths(given)] == [imported_from(p) for p in data_paths(saved)]
-
-
-def resolve(a: TrainArgs, out: Path, world: distributed.World,
-            made: list[Path] | None = None) -> tuple[TrainPlan, DemoDataset]:
-    """The arguments resolved once: a raw recording imported (by rank 0 first, the others then read the import),
-    --init's architecture, the defaults of the dataset's env. Returns the plan and the opened dataset. ``made``:
-    the imports made now."""
+def resolve_data(plan: TrainPlan, world: distributed.World,
+                 made: list[Path] | None = None) -> tuple[TrainPlan, DemoDataset]:
+    """What the data decides, resolved once: a raw recording imported into --out (by rank 0 first, the others then
+    read the import), the defaults of the dataset's env. Returns the plan and the opened dataset. ``made``: the
+    imports made now."""
+    d, out = plan.data, Path(plan.run.out)
     if world.main:
-        data, weight = use_recording(a.data, a.dataset_weight, a.strict_images, out, made)
+        data, weight = use_recording(d.paths, d.dataset_weight, d.strict_images, out, made)
     barrier(world)
     if not world.main:
-        data, weight = use_recording(a.data, a.dataset_weight, a.strict_images, out)
-    a = replace(a, data=data, dataset_weight=weight)
-    if a.init is not None and not a.resume:
-        a = init_architecture(a)  # the run's label is the checkpoint's core, not --core's default
-    dataset = open_datasets(a.data)
-    return plan_of(resolve_env_defaults(a, dataset)), dataset
+        data, weight = use_recording(d.paths, d.dataset_weight, d.strict_images, out)
+    plan = imported(plan, data, weight)
+    dataset = open_datasets(plan.data.paths)
+    return with_env_defaults(plan, dataset), dataset
 
 
-def _run_in(out: Path, a: TrainArgs, made: list[Path]) -> dict[str, Any]:
+def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
+    out = Path(plan.run.out)
     world = distributed.from_env()
-    device = device_for(a.device, world)
+    device = device_for(plan.run.device, world)
     with distributed.joined(world, device) as world:
         barrier(world)  # every rank has read and checked the folder before rank 0 writes into it
-        torch.set_num_threads(a.threads or auto_threads(world.local_size))
-        plan, dataset = resolve(a, out, world, made)
+        torch.set_num_threads(plan.run.threads or auto_threads(world.local_size))
+        plan, dataset = resolve_data(plan, world, made)
         folds = plan.run.folds
         data = load_data(plan.data, world, out, dataset)
         head = resolve_head(plan, data)  # fail early on a head the data cannot feed

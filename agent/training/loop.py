@@ -60,7 +60,7 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
                    discrete_actions: str | None = None, temperature: float | None = None,
                    latency_input: str | None = None, queue_steps: int | None = None) -> DrivingPolicy:
     """--init: the checkpoint's policy, checked to drive this dataset's env and predict its actions (its frame
-    size and crop already shaped the data: init_architecture), fed ``time_input`` and driving with
+    size and crop already shaped the data: agent.training.config.checkpoint_shape), fed ``time_input`` and driving with
     ``discrete_actions`` at ``temperature`` from now on (None: the checkpoint's; a new rule starts at 1), shown
     ``queue_steps`` of its actions on their way (None: the checkpoint's). Its target normalisation is kept: the
     weights were trained against it."""
@@ -71,7 +71,7 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
         policy = told_as_input(policy, queue_steps)  # its weights kept, any new inputs' at 0
         c = policy.config
     c.time_input = time_input or c.time_input
-    c.latency_input = latency_input or c.latency_input  # clock on a nac core adds no weights (init_architecture)
+    c.latency_input = latency_input or c.latency_input  # clock on a nac core adds no weights (checkpoint_shape)
     c.validate()
     c.action_temperature = c.temperature_for(discrete_actions)
     c.discrete_actions = discrete_actions or c.discrete_actions

@@ -596,14 +596,15 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
     import collect
     from agent.data.card import file_sha256
     from driving_data.dataset import join_datasets, open_dataset
-    from agent.experts.ppo import PPOTrainArgs, train
+    from agent.experts.ppo import PPOTrainArgs, resolve, train
     from benchmarks.latency_labels import queue_dependence
     from envs.carracing import SPEC
 
     expert_zip = tmp_path / "late.zip"
-    train(PPOTrainArgs(action_space="continuous", timesteps=64, out=expert_zip, n_envs=1, n_steps=64, batch_size=64,
-                    eval_every=64, eval_episodes=1, card_episodes=1, max_steps=20, logdir=tmp_path / "tb",
-                    init=SPEC.default_expert["continuous"], latency_steps="0:4"), log=lambda *_: None)
+    train(resolve(PPOTrainArgs(action_space="continuous", timesteps=64, out=expert_zip, n_envs=1, n_steps=64,
+                               batch_size=64, eval_every=64, eval_episodes=1, card_episodes=1, max_steps=20,
+                               logdir=tmp_path / "tb", init=SPEC.default_expert["continuous"], latency_steps="0:4")),
+          log=lambda *_: None)
     out = tmp_path / "data"
     assert collect.main(["--episodes", "1", "--max-steps", "30", "--noise", "0", "--latency-steps", "3", "--expert",
                          str(expert_zip), "--renderer", "fast", "--workers", "1", "--out", str(out), "--no-progress",
@@ -626,9 +627,9 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
     with pytest.raises(ValueError, match="not labelled by a latency expert"):
         queue_dependence(expert, open_dataset(regular), states=5)
     other_zip = tmp_path / "other.zip"  # another regular expert (fine-tuned a little): its labels differ
-    train(PPOTrainArgs(action_space="continuous", timesteps=64, out=other_zip, n_envs=1, n_steps=64, batch_size=64,
-                    eval_every=64, eval_episodes=1, card_episodes=1, max_steps=20, logdir=tmp_path / "tb",
-                    init=SPEC.default_expert["continuous"]), log=lambda *_: None)
+    train(resolve(PPOTrainArgs(action_space="continuous", timesteps=64, out=other_zip, n_envs=1, n_steps=64,
+                               batch_size=64, eval_every=64, eval_episodes=1, card_episodes=1, max_steps=20,
+                               logdir=tmp_path / "tb", init=SPEC.default_expert["continuous"])), log=lambda *_: None)
     other = tmp_path / "other"
     assert collect.main(["--episodes", "1", "--max-steps", "20", "--renderer", "fast", "--workers", "1", "--out",
                          str(other), "--no-progress", "--expert", str(other_zip)]) == 0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agent.experts.expert import Expert
-from agent.experts.ppo import PPOTrainArgs, main, train
+from agent.experts.ppo import PPOTrainArgs, main, resolve, train
 from envs.carracing import (
     N_FEATURES,
     SPEC,
@@ -79,7 +79,7 @@ def test_tiny_training_run_writes_loadable_zip_and_card(tmp_path):
         action_space="discrete", timesteps=256, out=out, n_envs=2, n_steps=64, batch_size=64,
         eval_every=128, eval_episodes=1, card_episodes=1, logdir=tmp_path / "runs",
     )
-    train(args, command="test", log=lambda *_: None)
+    train(resolve(args), command="test", log=lambda *_: None)
     expert = Expert.load(out, "discrete")
     card = json.loads(out.with_suffix(".json").read_text())
     assert card == expert.card
@@ -89,6 +89,18 @@ def test_tiny_training_run_writes_loadable_zip_and_card(tmp_path):
     assert any((tmp_path / "runs").rglob("events.out.tfevents*")), "TensorBoard log written"
     assert not list(tmp_path.glob("*.tmp*")), "no temporary files left behind"
     assert isinstance(expert.act(np.zeros(N_FEATURES, np.float32)), int)
+
+
+def test_resolve_cuts_the_plan_train_reads(tmp_path):
+    """resolve checks the arguments, takes the env's first action space when none is given, and cuts the plan;
+    the card's hyperparameters keep every argument, the action space resolved."""
+    plan = resolve(PPOTrainArgs(out=tmp_path / "e.zip", latency_steps="1:3", eval_episodes=5, learning_rate=1e-4))
+    assert plan.spec is SPEC and plan.action_space == "continuous" and plan.record["action_space"] == "continuous"
+    assert plan.latency == plan.validation.latency == (1, 3) and plan.validation.latencies() == [1, 2, 3, 1, 2]
+    assert (plan.ppo.learning_rate, plan.ppo.seed, plan.validation.every) == (1e-4, 0, 50_000)
+    assert set(plan.record) == set(PPOTrainArgs.__dataclass_fields__)
+    with pytest.raises(ValueError, match="--latency-steps needs --action-space continuous"):
+        resolve(PPOTrainArgs(out=tmp_path / "e.zip", latency_steps="1:3", action_space="discrete"))
 
 
 def test_load_errors(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from agent.experts.expert import Expert, evaluate_model
 from agent.experts.latency import LatencyQueue, extra_features, widen_policy
-from agent.experts.ppo import PPOTrainArgs, main, train
+from agent.experts.ppo import PPOTrainArgs, main, resolve, train
 from envs.carracing import N_FEATURES, SPEC, make_expert_env
 
 
@@ -106,7 +106,7 @@ def test_tiny_latency_training_run_loads_with_its_card_and_subprocesses_change_n
                          eval_every=256, eval_episodes=2, card_episodes=1, max_steps=60,
                          logdir=tmp_path / "runs", init=SPEC.default_expert["continuous"], latency_steps="0:3",
                          subprocesses=subprocesses)
-        train(args, command="test", log=lambda *_: None)
+        train(resolve(args), command="test", log=lambda *_: None)
         cards[subprocesses] = json.loads(out.with_suffix(".json").read_text())
     assert [h["timesteps"] for h in cards[True]["selection"]["history"]] == [0, 256]  # after one PPO update
     assert cards[True]["selection"] == cards[False]["selection"]

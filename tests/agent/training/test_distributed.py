@@ -16,7 +16,7 @@ from agent.data.collection import collect
 from agent.data.config import CollectConfig
 from agent.data.merge import merge_datasets
 from agent.data.out_folder import inspect_out
-from agent.training.config import plan_of, resolve_env_defaults
+from agent.training.config import resolve, with_env_defaults
 from agent.training.data import load_data, resolve_head, use_lazy_loading
 from agent.training.distributed import World, from_env, step_seed
 from agent.training.experiment import run
@@ -75,7 +75,7 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     monkeypatch.setattr(loop, "loss_fn", interrupting_loss)
     out = tmp_path / "run"
     with pytest.raises(Interrupted):
-        run(tiny_args(data_dir, out, policy="gru", epochs=3, val_fraction=0.34))  # 2 val episodes: one per rank
+        run(resolve(tiny_args(data_dir, out, policy="gru", epochs=3, val_fraction=0.34)))  # 2 val episodes: one per rank
     monkeypatch.setattr(loop, "loss_fn", real_loss)
     cut = torch.load(out / "last.pt", weights_only=True)["train_state"]
     assert cut["epoch"] == 1 and 0 < cut["batch"] and not cut["done"]
@@ -92,12 +92,12 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     # every step's windows were counted once, over both ranks: the single process's epochs
     assert last["train_state"]["global_step"] == 3 * metrics["train_windows"]
     # the ranks scored one validation episode each and reduced them in episode order: one process's numbers
-    a = resolve_env_defaults(tiny_args(data_dir, out, policy="gru", val_fraction=0.34))
-    data = load_data(plan_of(a).data)
+    plan = with_env_defaults(resolve(tiny_args(data_dir, out, policy="gru", val_fraction=0.34)))
+    data = load_data(plan.data)
     from policies.policy import policy_from_checkpoint
 
-    val = evaluate(policy_from_checkpoint(last).use_precision(metrics["precision"]), data, metrics["val_episodes"], a.loss,
-                           resolve_head(plan_of(a), data)[2])
+    val = evaluate(policy_from_checkpoint(last).use_precision(metrics["precision"]), data, metrics["val_episodes"],
+                   plan.optimisation.loss, resolve_head(plan, data)[2])
     assert val["val_loss"] == pytest.approx(metrics["last"]["val_loss"], rel=1e-6)
     assert metrics["best"]["val_loss"] < 0.8 * metrics["initial"]["val_loss"], metrics["history"]
 
@@ -139,8 +139,8 @@ def test_data_parallel_turns_buffer_sync_off_under_old_and_new_torch(monkeypatch
 
 # ----------------------------------------------------------------------------- lazy frames
 def test_lazy_loading_trains_identically_and_the_folder_still_takes_appends(data_dir, tmp_path):
-    run(tiny_args(data_dir, tmp_path / "mem", policy="mlp", epochs=2, data_loading="memory"))
-    run(tiny_args(data_dir, tmp_path / "lazy", policy="mlp", epochs=2, data_loading="lazy"))
+    run(resolve(tiny_args(data_dir, tmp_path / "mem", policy="mlp", epochs=2, data_loading="memory")))
+    run(resolve(tiny_args(data_dir, tmp_path / "lazy", policy="mlp", epochs=2, data_loading="lazy")))
     mem, lazy = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("mem", "lazy"))
     assert (mem["data_loading"], lazy["data_loading"]) == ("memory", "lazy")
     assert mem["history"] == lazy["history"] and mem["initial"] == lazy["initial"]
@@ -159,20 +159,20 @@ def test_lazy_loading_trains_identically_and_the_folder_still_takes_appends(data
 
 
 def test_auto_loading_goes_lazy_when_frames_would_crowd_memory(data_dir, tmp_path, monkeypatch):
-    a = replace(resolve_env_defaults(tiny_args(data_dir, tmp_path)), data_loading="auto")
-    assert not load_data(plan_of(a).data).lazy  # a few MB: memory
+    options = with_env_defaults(resolve(tiny_args(data_dir, tmp_path, data_loading="auto"))).data
+    assert not load_data(options).lazy  # a few MB: memory
     monkeypatch.setattr(training_data, "available_memory", lambda: 1_000_000)  # 1 MB free
-    assert load_data(plan_of(a).data).lazy
+    assert load_data(options).lazy
     monkeypatch.setattr(training_data, "available_memory", lambda: None)
     dataset = open_dataset(data_dir)  # two ranks on one machine would each hold a copy:
-    assert use_lazy_loading(a.data_loading, dataset, [32, 32], [], World(1, 2, 1, 2))
-    assert not use_lazy_loading(a.data_loading, dataset, [32, 32], [], World(1, 2, 0, 1))  # one per machine
+    assert use_lazy_loading(options.loading, dataset, [32, 32], [], World(1, 2, 1, 2))
+    assert not use_lazy_loading(options.loading, dataset, [32, 32], [], World(1, 2, 0, 1))  # one per machine
 
 
 MEASURE = r"""
 import sys
 import cv2, tqdm  # imported by loading in either mode: not part of what is measured
-from agent.training.config import TrainArgs, plan_of, resolve_env_defaults
+from agent.training.config import TrainArgs, resolve, with_env_defaults
 from agent.training.data import load_data
 from agent.training.windows import gather_segments
 
@@ -181,9 +181,9 @@ def rss(key):
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
 
-a = resolve_env_defaults(TrainArgs(data=sys.argv[1], data_loading=sys.argv[2], progress=False))  # imports the env
+plan = with_env_defaults(resolve(TrainArgs(data=sys.argv[1], data_loading=sys.argv[2], progress=False)))  # imports the env
 before = rss("VmRSS")
-data = load_data(plan_of(a).data)
+data = load_data(plan.data)
 for e in range(data.num_episodes):  # read every window once, as an epoch does
     n = len(data.frames[e])
     for s in range(0, n, 64):
@@ -255,8 +255,8 @@ def test_merged_shards_equal_one_collection_and_take_a_dagger_round(shards, tmp_
 def test_training_on_several_folders_is_training_on_their_merge(shards, tmp_path):
     merge_datasets([shards / "shard0", shards / "shard1"], tmp_path / "merged")
     kw = dict(policy="mlp", epochs=1, window=2, val_fraction=0.34)
-    run(tiny_args(tmp_path / "merged", tmp_path / "a", **kw))
-    run(replace(tiny_args("", tmp_path / "b", **kw), data=[str(shards / "shard1"), str(shards / "shard0")]))
+    run(resolve(tiny_args(tmp_path / "merged", tmp_path / "a", **kw)))
+    run(resolve(replace(tiny_args("", tmp_path / "b", **kw), data=[str(shards / "shard1"), str(shards / "shard0")])))
     a, b = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("a", "b"))
     assert a["history"] == b["history"] and a["val_episodes"] == b["val_episodes"]
     assert b["args"]["data"] == [str(shards / "shard1"), str(shards / "shard0")]
@@ -285,4 +285,4 @@ def test_merge_refusals_are_one_line_errors(data_dir, shards, tmp_path):
     with pytest.raises(ValueError, match="at least two"):
         merge_datasets([data_dir], tmp_path / "m")
     with pytest.raises(ValueError, match="track seed 0 is in both"):  # train.py --data A B: the same check
-        run(replace(tiny_args("", tmp_path / "t"), data=[str(data_dir), str(other)]))
+        run(resolve(replace(tiny_args("", tmp_path / "t"), data=[str(data_dir), str(other)])))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import agent.training.loop as loop
-from agent.training.config import TrainArgs, default_out
+from agent.training.config import TrainArgs, default_out, resolve
 from agent.training.experiment import run
 from agent.training.loop import Interrupted
 from driving_data.dataset import write_episode
@@ -59,9 +59,28 @@ def tiny_args(data, out, **kw) -> TrainArgs:
     return TrainArgs(**base)
 
 
+def test_resolve_cuts_the_plan_the_run_trains_and_records(data_dir, tmp_path):
+    """resolve cuts the arguments once; what the dataset decides (--frame-stride 0, the encoder, the
+    augmentations) is filled in by with_env_defaults, and the run trains that plan and records it as args.json."""
+    from agent.training.config import with_env_defaults
+
+    plan = resolve(tiny_args(data_dir, tmp_path / "r", policy="mlp", epochs=1, frame_stride=0))
+    assert (plan.run.out, plan.run.threads, plan.specs) == (str(tmp_path / "r"), 1, ["mlp"])
+    assert (plan.model.encoder, plan.windows.frame_stride, plan.augmentation.flip) == ("auto", 0, None)
+    full = with_env_defaults(plan)
+    assert full.model.encoder != "auto" and full.windows.frame_stride == full.model.frame_stride > 0
+    assert full.augmentation.flip is not None and full.augmentation.side_correction is not None
+    assert {k: full.record[k] for k in ("encoder", "frame_stride")} == {"encoder": full.model.encoder,
+                                                                         "frame_stride": full.model.frame_stride}
+    run(plan)
+    written = json.loads((tmp_path / "r" / "args.json").read_text())
+    assert written == json.loads(json.dumps({**full.record, "dataset_weight": "frames"}))
+    assert read_checkpoint(tmp_path / "r" / "best.pt")["config"]["frame_stride"] == full.model.frame_stride
+
+
 @pytest.mark.parametrize("core", list(CORES))
 def test_every_core_learns_the_synthetic_task(core, data_dir, tmp_path):
-    result = run(tiny_args(data_dir, tmp_path / core, policy=core, epochs=6, val_fraction=0.34))
+    result = run(resolve(tiny_args(data_dir, tmp_path / core, policy=core, epochs=6, val_fraction=0.34)))
     metrics = json.loads((tmp_path / core / "metrics.json").read_text())
     history = metrics["history"]
     assert metrics["best"]["val_loss"] < 0.7 * metrics["initial"]["val_loss"], (metrics["initial"], history)
@@ -75,7 +94,7 @@ def test_every_core_learns_the_synthetic_task(core, data_dir, tmp_path):
 
 def test_discrete_head_with_class_weights(tmp_path):
     data = write_synthetic(tmp_path / "d", episodes=4, action_space="discrete")
-    run(tiny_args(data, tmp_path / "run", policy="gru", class_weights=True, epochs=3))
+    run(resolve(tiny_args(data, tmp_path / "run", policy="gru", class_weights=True, epochs=3)))
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert 0.0 <= metrics["best"]["val_accuracy"] <= 1.0 and "val_mae" not in metrics["best"]
     policy = load_checkpoint(tmp_path / "run" / "best.pt")
@@ -87,40 +106,40 @@ def test_discrete_students_carry_the_action_rule_they_drive_with(data_dir, tmp_p
     """--discrete-actions is written into the checkpoint (evaluate.py's and collect.py --driver's default);
     --init keeps the checkpoint's unless told; a continuous student is refused the flag with a clear error."""
     discrete = write_synthetic(tmp_path / "d", episodes=3, action_space="discrete")
-    run(tiny_args(discrete, tmp_path / "plain", policy="mlp", epochs=1))
+    run(resolve(tiny_args(discrete, tmp_path / "plain", policy="mlp", epochs=1)))
     assert load_checkpoint(tmp_path / "plain" / "best.pt").config.discrete_actions == "argmax"
-    run(tiny_args(discrete, tmp_path / "sampled", policy="mlp", epochs=1, discrete_actions="sample"))
+    run(resolve(tiny_args(discrete, tmp_path / "sampled", policy="mlp", epochs=1, discrete_actions="sample")))
     sampled = tmp_path / "sampled" / "best.pt"
     assert load_checkpoint(sampled).config.discrete_actions == "sample"
-    run(tiny_args(discrete, tmp_path / "kept", epochs=1, init=str(sampled)))
+    run(resolve(tiny_args(discrete, tmp_path / "kept", epochs=1, init=str(sampled))))
     assert load_checkpoint(tmp_path / "kept" / "best.pt").config.discrete_actions == "sample"
-    run(tiny_args(discrete, tmp_path / "told", epochs=1, init=str(sampled), discrete_actions="dither"))
+    run(resolve(tiny_args(discrete, tmp_path / "told", epochs=1, init=str(sampled), discrete_actions="dither")))
     assert load_checkpoint(tmp_path / "told" / "best.pt").config.discrete_actions == "dither"
     with pytest.raises(ValueError, match="--discrete-actions sample is for discrete students"):
-        run(tiny_args(data_dir, tmp_path / "cont", policy="mlp", epochs=1, discrete_actions="sample"))
+        run(resolve(tiny_args(data_dir, tmp_path / "cont", policy="mlp", epochs=1, discrete_actions="sample")))
     with pytest.raises(ValueError, match="--discrete-actions must be one of argmax, sample, dither"):
-        run(tiny_args(discrete, tmp_path / "bad", policy="mlp", epochs=1, discrete_actions="greedy"))
+        run(resolve(tiny_args(discrete, tmp_path / "bad", policy="mlp", epochs=1, discrete_actions="greedy")))
     # the sampling temperature travels the same way; a new rule starts at 1, argmax takes none
     warm = tmp_path / "warm" / "best.pt"
-    run(tiny_args(discrete, tmp_path / "warm", epochs=1, init=str(sampled), action_temperature=1.5))
+    run(resolve(tiny_args(discrete, tmp_path / "warm", epochs=1, init=str(sampled), action_temperature=1.5)))
     assert load_checkpoint(warm).config.action_temperature == 1.5
-    run(tiny_args(discrete, tmp_path / "warm_kept", epochs=1, init=str(warm)))
+    run(resolve(tiny_args(discrete, tmp_path / "warm_kept", epochs=1, init=str(warm))))
     assert load_checkpoint(tmp_path / "warm_kept" / "best.pt").config.action_temperature == 1.5
-    run(tiny_args(discrete, tmp_path / "warm_dither", epochs=1, init=str(warm), discrete_actions="dither"))
+    run(resolve(tiny_args(discrete, tmp_path / "warm_dither", epochs=1, init=str(warm), discrete_actions="dither")))
     assert load_checkpoint(tmp_path / "warm_dither" / "best.pt").config.action_temperature == 1.0
     with pytest.raises(ValueError, match="--action-temperature: .*argmax.*add --discrete-actions sample"):
-        run(tiny_args(discrete, tmp_path / "cold", policy="mlp", epochs=1, action_temperature=1.5))
+        run(resolve(tiny_args(discrete, tmp_path / "cold", policy="mlp", epochs=1, action_temperature=1.5)))
     with pytest.raises(ValueError, match="--action-temperature: .*drives argmax"):
-        run(tiny_args(discrete, tmp_path / "cold2", epochs=1, init=str(tmp_path / "plain" / "best.pt"),
-                      action_temperature=1.5))
+        run(resolve(tiny_args(discrete, tmp_path / "cold2", epochs=1, init=str(tmp_path / "plain" / "best.pt"),
+                      action_temperature=1.5)))
     with pytest.raises(ValueError, match="--action-temperature is for discrete students"):
-        run(tiny_args(data_dir, tmp_path / "cont2", policy="mlp", epochs=1, action_temperature=1.5))
+        run(resolve(tiny_args(data_dir, tmp_path / "cont2", policy="mlp", epochs=1, action_temperature=1.5)))
 
 
 def test_tensorboard_scalars_and_nac_internals_are_written(data_dir, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run(tiny_args(data_dir, tmp_path / "tb", policy="nac", epochs=2))
+    run(resolve(tiny_args(data_dir, tmp_path / "tb", policy="nac", epochs=2)))
     events = list((tmp_path / "tb").glob("events.out.tfevents.*"))
     assert len(events) == 1
     acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0, "histograms": 0, "images": 0})
@@ -139,7 +158,7 @@ def test_tensorboard_scalars_and_nac_internals_are_written(data_dir, tmp_path):
 
 def test_resume_after_interrupt_matches_an_uninterrupted_run(data_dir, tmp_path, monkeypatch):
     args = tiny_args(data_dir, tmp_path / "ref", policy="lstm", epochs=2)
-    run(args)
+    run(resolve(args))
     reference = torch.load(tmp_path / "ref" / "last.pt", weights_only=True)
 
     calls = {"n": 0}
@@ -154,11 +173,11 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(data_dir, tmp_path,
     monkeypatch.setattr(loop, "loss_fn", interrupting_loss)
     out = tmp_path / "cut"
     with pytest.raises(Interrupted, match="--resume"):
-        run(replace(args, out=str(out)))
+        run(resolve(replace(args, out=str(out))))
     state = read_checkpoint(out / "last.pt")["train_state"]
     assert not state["done"] and (state["epoch"], state["batch"]) != (0, 0)
     monkeypatch.setattr(loop, "loss_fn", real_loss)
-    run(TrainArgs(out=str(out), resume=True, threads=1))  # everything else comes from the run's args.json
+    run(resolve(TrainArgs(out=str(out), resume=True, threads=1)))  # everything else comes from the run's args.json
     resumed = torch.load(out / "last.pt", weights_only=True)
     assert resumed["train_state"]["done"] and resumed["train_state"]["epoch"] == 2
     for k, v in reference["state_dict"].items():
@@ -184,14 +203,14 @@ def test_a_resumed_run_shows_no_training_step_twice_in_tensorboard(data_dir, tmp
     monkeypatch.setattr(loop, "loss_fn", interrupting_loss)
     out = tmp_path / "killed"
     with pytest.raises(Interrupted):
-        run(tiny_args(data_dir, out, policy="mlp", epochs=2, log_every=1))
+        run(resolve(tiny_args(data_dir, out, policy="mlp", epochs=2, log_every=1)))
     saved = read_checkpoint(out / "last.pt")["train_state"]["global_step"]
     late = SummaryWriter(str(out))  # a process killed with -9 after the checkpoint kept on logging
     for k in range(1, 4):
         late.add_scalar("losses/train", 99.0, saved + k)
     late.close()
     monkeypatch.setattr(loop, "loss_fn", real_loss)
-    run(TrainArgs(out=str(out), resume=True, threads=1))
+    run(resolve(TrainArgs(out=str(out), resume=True, threads=1)))
     acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
     acc.Reload()
     steps = [e.step for e in acc.Scalars("losses/train")]
@@ -200,7 +219,7 @@ def test_a_resumed_run_shows_no_training_step_twice_in_tensorboard(data_dir, tmp
 
 def test_comparison_and_folds(data_dir, tmp_path):
     out = tmp_path / "cmp"
-    run(tiny_args(data_dir, out, policy="mlp,nac-steady", epochs=1, folds=2))
+    run(resolve(tiny_args(data_dir, out, policy="mlp,nac-steady", epochs=1, folds=2)))
     table = (out / "comparison.md").read_text()
     assert "| mlp |" in table and "| nac-steady |" in table and "±" in table and "samples/s" in table
     summary = json.loads((out / "comparison.json").read_text())["summaries"]
@@ -276,16 +295,16 @@ def test_cli_trains_and_prints_a_summary(data_dir, tmp_path, capsys):
 def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
     """--init starts from the checkpoint's weights (its untrained score is the checkpoint's best) and architecture."""
     first = tmp_path / "first"
-    run(tiny_args(data_dir, first, policy="gru", epochs=3, split_seed=1))
+    run(resolve(tiny_args(data_dir, first, policy="gru", epochs=3, split_seed=1)))
     best = json.loads((first / "metrics.json").read_text())["best"]["val_loss"]
     again = tmp_path / "again"
     # a shape flag set to something else than the checkpoint's would be ignored: refused, naming the flag
     for flags, needle in ((dict(policy="mlp"), "--core mlp contradicts its gru"),
                           (dict(window=5), "--window 5 contradicts its 3")):
         with pytest.raises(ValueError, match=needle):
-            run(tiny_args(data_dir, again, epochs=1, split_seed=1, init=str(first / "best.pt"), **flags))
+            run(resolve(tiny_args(data_dir, again, epochs=1, split_seed=1, init=str(first / "best.pt"), **flags)))
     # left at their defaults (--core) or equal to the checkpoint's (tiny_args' window 3), they take its shape
-    run(tiny_args(data_dir, again, epochs=1, split_seed=1, init=str(first / "best.pt")))
+    run(resolve(tiny_args(data_dir, again, epochs=1, split_seed=1, init=str(first / "best.pt"))))
     metrics = json.loads((again / "metrics.json").read_text())
     assert metrics["initial"]["val_loss"] == pytest.approx(best, rel=1e-4)
     tuned = load_checkpoint(again / "best.pt")
@@ -295,16 +314,16 @@ def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
     assert tuned.config.time_input == "seconds"
     # the time input is what the core is fed, not an architecture: --time-input given with --init applies
     blind = tmp_path / "blind"
-    run(tiny_args(data_dir, blind, epochs=1, split_seed=1, time_input="index", init=str(again / "best.pt")))
+    run(resolve(tiny_args(data_dir, blind, epochs=1, split_seed=1, time_input="index", init=str(again / "best.pt"))))
     assert load_checkpoint(blind / "best.pt").config.time_input == "index"
     kept = tmp_path / "kept"
-    run(tiny_args(data_dir, kept, epochs=1, split_seed=1, init=str(blind / "best.pt")))
+    run(resolve(tiny_args(data_dir, kept, epochs=1, split_seed=1, init=str(blind / "best.pt"))))
     assert load_checkpoint(kept / "best.pt").config.time_input == "index"
 
 
 def test_init_refuses_a_checkpoint_for_other_actions(data_dir, tmp_path):
     discrete = write_synthetic(tmp_path / "d", episodes=3, action_space="discrete")
-    run(tiny_args(discrete, tmp_path / "disc", policy="mlp", epochs=1))
+    run(resolve(tiny_args(discrete, tmp_path / "disc", policy="mlp", epochs=1)))
     r = cli("--data", str(data_dir), "--init", str(tmp_path / "disc" / "best.pt"), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "cannot be fine-tuned" in r.stderr and "head 'discrete'" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
@@ -339,7 +358,7 @@ def test_a_single_episode_trains_on_time_blocks_with_a_window_gap(tmp_path):
     from agent.training.windows import block_pieces, window_span
 
     data = write_synthetic(tmp_path / "one", episodes=1, length=120)
-    run(tiny_args(data, tmp_path / "run", epochs=3, val_fraction=0.25))
+    run(resolve(tiny_args(data, tmp_path / "run", epochs=3, val_fraction=0.25)))
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     span = window_span(3, 2)  # tiny_args: window 3, frame stride 2
     assert metrics["time_blocks"] == [[0, 0, 120 - 30 - span], [0, 90, 120]]
@@ -392,29 +411,28 @@ def test_oversample_turns_repeats_the_sharpest_segments_and_still_covers_every_s
 
 
 def test_oversample_turns_trains_longer_epochs_and_needs_steering_labels(data_dir, tmp_path):
-    run(tiny_args(data_dir, tmp_path / "plain", policy="mlp", epochs=1, split_seed=1))
-    run(tiny_args(data_dir, tmp_path / "turns", policy="mlp", epochs=1, split_seed=1, oversample_turns=3))
+    run(resolve(tiny_args(data_dir, tmp_path / "plain", policy="mlp", epochs=1, split_seed=1)))
+    run(resolve(tiny_args(data_dir, tmp_path / "turns", policy="mlp", epochs=1, split_seed=1, oversample_turns=3)))
     samples = [json.loads((tmp_path / n / "metrics.json").read_text())["train_samples"] for n in ("plain", "turns")]
     assert samples[0] < samples[1] <= 1.25 * samples[0]
     discrete = write_synthetic(tmp_path / "discrete", episodes=3, action_space="discrete")
     with pytest.raises(ValueError, match="--oversample-turns reads the steering labels"):
-        run(tiny_args(discrete, tmp_path / "d", policy="mlp", epochs=1, oversample_turns=2))
+        run(resolve(tiny_args(discrete, tmp_path / "d", policy="mlp", epochs=1, oversample_turns=2)))
 
 
 def test_a_single_episode_cannot_be_split_by_episode_or_folded(tmp_path):
     data = write_synthetic(tmp_path / "one", episodes=1, length=60)
     with pytest.raises(ValueError, match="--split blocks"):
-        run(tiny_args(data, tmp_path / "a", split="episodes"))
+        run(resolve(tiny_args(data, tmp_path / "a", split="episodes")))
     with pytest.raises(ValueError, match="drop --folds"):
-        run(tiny_args(data, tmp_path / "b", folds=2))
+        run(resolve(tiny_args(data, tmp_path / "b", folds=2)))
 
 
 def test_irregular_training_windows_keep_true_timestamps(tmp_path):
     """--window-gaps K: each gap between a window's frames is frame_stride x k, k in 1..K, ending at its step,
     and the times the core gets are the frames' true timestamps relative to the last one."""
     from driving_data.dataset import open_dataset
-    from agent.training.config import resolve_env_defaults
-    from agent.training.config import plan_of
+    from agent.training.config import with_env_defaults
     from agent.training.data import load_data
     from agent.training.windows import gather_segments, irregular_window_indices
 
@@ -423,15 +441,14 @@ def test_irregular_training_windows_keep_true_timestamps(tmp_path):
     gaps = np.diff(idx, axis=1)
     assert (idx[:, -1] == np.arange(30, 60)).all() and set(np.unique(gaps)) == {2, 4, 6}
     data_dir = write_synthetic(tmp_path / "d", episodes=2, length=50)
-    a = resolve_env_defaults(tiny_args(data_dir, tmp_path / "o", window=4, frame_stride=2))
-    data = load_data(plan_of(a).data)
+    data = load_data(with_env_defaults(resolve(tiny_args(data_dir, tmp_path / "o", window=4, frame_stride=2))).data)
     torch.manual_seed(1)
     frames, _, index, times, _ = gather_segments(data, [(1, 20, 36)], 4, 2, None, max_gap=3)
     ts = open_dataset(data_dir).load(1, keys=["time"])["time"]
     lo = 20 - 3 * 2 * 3
     np.testing.assert_allclose(times, ts[index + lo] - ts[np.arange(20, 36)][:, None], atol=1e-6)
     np.testing.assert_array_equal(frames[index[:, -1]], np.asarray(data.frames[1][20:36]))
-    run(tiny_args(data_dir, tmp_path / "run", window=4, frame_stride=2, window_gaps=3, epochs=1))
+    run(resolve(tiny_args(data_dir, tmp_path / "run", window=4, frame_stride=2, window_gaps=3, epochs=1)))
 
 
 def test_time_input_index_hides_the_clock_from_the_core():
@@ -453,14 +470,14 @@ def test_time_input_index_hides_the_clock_from_the_core():
 
 def test_precision_is_recorded_and_bf16_learns_as_fp32_does(data_dir, tmp_path):
     """--precision: the run's precision (auto resolved) in metrics.json and in every checkpoint; bf16 lands near fp32."""
-    from policies.precision import resolve
+    from policies.precision import resolve as resolve_precision
 
     best = {}
     for precision in ("fp32", "bf16", "auto"):
         out = tmp_path / precision
-        run(tiny_args(data_dir, out, policy="mlp", epochs=3, precision=precision))
+        run(resolve(tiny_args(data_dir, out, policy="mlp", epochs=3, precision=precision)))
         metrics = json.loads((out / "metrics.json").read_text())
-        resolved = resolve(precision, "cpu")
+        resolved = resolve_precision(precision, "cpu")
         assert metrics["precision"] == resolved and metrics["args"]["precision"] == precision
         assert read_checkpoint(out / "best.pt")["metadata"]["precision"] == resolved
         best[precision] = metrics["best"]["val_loss"]
@@ -475,14 +492,14 @@ def test_a_bad_precision_is_one_line(data_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "--precision: invalid choice: 'fp16'" in err[0], err
     with pytest.raises(ValueError, match=r"^--precision must be one of auto, fp32, bf16, got 'half'$"):
-        run(tiny_args(data_dir, tmp_path / "o", precision="half"))
+        run(resolve(tiny_args(data_dir, tmp_path / "o", precision="half")))
     assert not (tmp_path / "o").exists()
 
 
 def test_resume_refuses_options_that_contradict_the_run(data_dir, tmp_path, capsys):
     """--resume continues the run as it started: another --data or --epochs is refused in one line, not ignored."""
     out = tmp_path / "run"
-    run(tiny_args(data_dir, out, policy="mlp", epochs=1))
+    run(resolve(tiny_args(data_dir, out, policy="mlp", epochs=1)))
     other = write_synthetic(tmp_path / "other", episodes=3)
     code, err = main_in_process(capsys, "--resume", "--out", str(out), "--data", str(other), "--epochs", "3")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
@@ -499,7 +516,7 @@ def test_a_full_disk_ends_training_in_one_line_and_resume_continues_from_the_las
     from tests.helpers import full_disk
 
     reference = tmp_path / "ref"
-    run(tiny_args(data_dir, reference, policy="gru", epochs=3))
+    run(resolve(tiny_args(data_dir, reference, policy="gru", epochs=3)))
     out = tmp_path / "cut"
     argv = ["--data", str(data_dir), "--out", str(out), "--core", "gru", "--window", "3", "--frame-stride", "2",
             "--epochs", "3", "--batch-size", "32", "--segment", "8", "--lr", "5e-3", "--feature-dim", "16",
@@ -523,8 +540,8 @@ def test_a_full_disk_ends_training_in_one_line_and_resume_continues_from_the_las
 
 
 def test_a_checkpoint_records_its_frames_and_is_fine_tuned_on_those_only(data_dir, tmp_path):
-    run(tiny_args(data_dir, tmp_path / "first", policy="mlp", epochs=1))
+    run(resolve(tiny_args(data_dir, tmp_path / "first", policy="mlp", epochs=1)))
     assert load_checkpoint(tmp_path / "first" / "best.pt").config.frame_shape == [SIZE, SIZE, 3]
     smaller = write_synthetic(tmp_path / "small", episodes=3, size=24)
     with pytest.raises(ValueError, match=f"was trained on {SIZE}x{SIZE}x3 frames; this dataset's frames are 24x24x3"):
-        run(tiny_args(smaller, tmp_path / "tuned", epochs=1, init=str(tmp_path / "first" / "best.pt")))
+        run(resolve(tiny_args(smaller, tmp_path / "tuned", epochs=1, init=str(tmp_path / "first" / "best.pt"))))

@@ -15,7 +15,7 @@ import collect as collect_cli
 from driving_data.dataset import RECORDING_SOURCE, open_dataset
 import train as train_cli
 from agent.training.augment import augment_first_person
-from agent.training.config import TrainArgs, plan_of
+from agent.training.config import TrainArgs, resolve, with_env_defaults
 from agent.training.data import load_data
 from agent.training.recovery import RecoveryViews, dataset_geometry
 from envs.registry import get_spec
@@ -98,9 +98,10 @@ def test_side_cameras_are_labelled_from_their_own_pose_and_other_columns_stay():
 
 
 def test_a_mirror_after_the_reprojection_negates_the_new_label(udacity_ds):
-    a = TrainArgs(data=str(udacity_ds), recovery_views=1.0, side_correction=0.0, shift_steer=0.0, shadows=False,
-                  color_jitter=0.0, window=3, frame_stride=1, threads=1, progress=False)
-    data = load_data(plan_of(a).data)
+    plan = with_env_defaults(resolve(TrainArgs(data=str(udacity_ds), recovery_views=1.0, side_correction=0.0,
+                                               shift_steer=0.0, shadows=False, color_jitter=0.0, window=3,
+                                               frame_stride=1, threads=1, progress=False)))
+    data = load_data(plan.data)
     views = RecoveryViews(data.geometry, data.crop, data.image_size, 1.0, 1.0, 10.0)
     segment = (0, 20, 28)
     recorded = data.targets[0][20:28, 0]
@@ -113,7 +114,7 @@ def test_a_mirror_after_the_reprojection_negates_the_new_label(udacity_ds):
         pose = ((2 * u - 1) * 1.0, (2 * v - 1) * math.radians(10.0))
         flip = bool(r[0, 1] < 0.5)
         torch.manual_seed(seed)
-        _, _, _, target = augment_first_person(data, [segment], plan_of(a).augmentation, plan_of(a).windows, slice(0, 1), "yuv", torch.device("cpu"), views)
+        _, _, _, target = augment_first_person(data, [segment], plan.augmentation, plan.windows, slice(0, 1), "yuv", torch.device("cpu"), views)
         want = views.label(*pose, recorded, speed) * (-1 if flip else 1)
         np.testing.assert_allclose(target[:, 0], want, atol=1e-6)
         flips.add(flip)

@@ -10,7 +10,7 @@ import pytest
 from driving_data.dataset import open_dataset, write_episode
 import train
 from driving_data.dataset import open_dataset, write_episode
-from agent.training.config import TrainArgs, plan_of, resolve_env_defaults
+from agent.training.config import TrainArgs, resolve, with_env_defaults
 from agent.training.data import load_data
 from agent.training.experiment import run
 from agent.training.windows import gather_segments, label_shifts, latency_shifts
@@ -29,8 +29,7 @@ def drive(tmp_path_factory):
 
 
 def test_hindsight_labels_are_the_experts_action_when_the_action_lands(drive):
-    a = resolve_env_defaults(TrainArgs(data=str(drive), progress=False))
-    data = load_data(plan_of(a).data)
+    data = load_data(with_env_defaults(resolve(TrainArgs(data=str(drive), progress=False))).data)
     expert = open_dataset(drive).load(0, keys=["expert_action"])["expert_action"]
     n = len(expert)
     for d in (0, 3, 7):
@@ -82,10 +81,10 @@ def test_a_student_told_its_latency_learns_what_one_not_told_cannot(tmp_path):
     scores, configs = {}, {}
     for told in ("none", "input", "clock"):
         out = tmp_path / told
-        run(TrainArgs(data=str(data), out=str(out), policy="gru" if told != "clock" else "nac", window=3,
+        run(resolve(TrainArgs(data=str(data), out=str(out), policy="gru" if told != "clock" else "nac", window=3,
                       frame_stride=2, epochs=10, batch_size=32, segment=8, lr=5e-3, feature_dim=16, d_model=16,
                       heads=4, topk=3, threads=1, log_every=2, val_fraction=0.34, latency_steps="0:12",
-                      latency_input=told, progress=False, augment=False))
+                      latency_input=told, progress=False, augment=False)))
         scores[told] = json.loads((out / "metrics.json").read_text())["best"]["val_steer_mse"]
         configs[told] = read_checkpoint(out / "best.pt")["config"]["latency_input"]
     # not told: the ramp's spread over 0..12 steps ahead, (1.8 / 40)^2 x Var(D) = 0.028, is left unexplained
@@ -126,8 +125,8 @@ def test_windows_show_the_actions_applied_over_the_next_d_steps(tmp_path):
     from agent.experts.latency import queued_actions
     from agent.training.windows import window_queues
 
-    a = resolve_env_defaults(TrainArgs(data=str(_queue_data(tmp_path / "q", episodes=1)), progress=False))
-    data = load_data(plan_of(a).data)
+    data = load_data(with_env_defaults(resolve(TrainArgs(data=str(_queue_data(tmp_path / "q", episodes=1)),
+                                                         progress=False))).data)
     applied = data.applied[0]
     segments = [(0, 5, 12), (0, 55, 60)]
     told = latency_shifts(segments, "recorded", recorded=data.latency_steps)
@@ -145,18 +144,18 @@ def test_a_student_shown_its_actions_on_their_way_learns_labels_that_depend_on_t
     scores, queues = {}, {}
     for shown in (0, 3):
         out = tmp_path / f"shown{shown}"
-        run(TrainArgs(data=str(data), out=str(out), policy="gru", window=2, frame_stride=1, epochs=12, batch_size=32,
+        run(resolve(TrainArgs(data=str(data), out=str(out), policy="gru", window=2, frame_stride=1, epochs=12, batch_size=32,
                       segment=8, lr=5e-3, feature_dim=8, threads=1, log_every=2, val_fraction=0.34,
                       latency_steps="recorded", latency_input="input", latency_queue=shown, progress=False,
-                      augment=False))
+                      augment=False)))
         scores[shown] = json.loads((out / "metrics.json").read_text())["best"]["val_steer_mse"]
         queues[shown] = read_checkpoint(out / "best.pt")["config"]["queue_steps"]
     # not shown: the label's variance, Var(mean of 3 uniform draws) = 1/9, is left unexplained
     assert scores[0] > 0.07 and scores[3] < 0.3 * scores[0], scores
     assert queues == {0: 0, 3: 3}
     again = tmp_path / "again"  # a fine-tune keeps what it is shown
-    run(TrainArgs(data=str(data), out=str(again), init=str(tmp_path / "shown3" / "best.pt"), epochs=1, threads=1,
-                  latency_steps="recorded", progress=False, augment=False))
+    run(resolve(TrainArgs(data=str(data), out=str(again), init=str(tmp_path / "shown3" / "best.pt"), epochs=1, threads=1,
+                  latency_steps="recorded", progress=False, augment=False)))
     assert read_checkpoint(again / "best.pt")["config"]["queue_steps"] == 3
 
 
@@ -190,10 +189,10 @@ def test_mirroring_is_off_by_default_only_for_a_recording_with_a_steady_steering
     _sim_recording(tmp_path / "even", rows=symmetric)
     for name, flip in (("biased", False), ("even", True)):
         data = import_udacity(tmp_path / name, tmp_path / f"{name}_data")
-        assert resolve_env_defaults(TrainArgs(data=str(data))).flip is flip, name
-        assert resolve_env_defaults(TrainArgs(data=str(data), flip=True)).flip is True  # as given
+        assert with_env_defaults(resolve(TrainArgs(data=str(data)))).augmentation.flip is flip, name
+        assert with_env_defaults(resolve(TrainArgs(data=str(data), flip=True))).augmentation.flip is True  # as given
     sim = _ramp(tmp_path / "sim", episodes=2)  # simulator data: mirrored whatever its labels
-    assert resolve_env_defaults(TrainArgs(data=str(sim))).flip is True
+    assert with_env_defaults(resolve(TrainArgs(data=str(sim)))).augmentation.flip is True
 
 
 def test_the_block_split_line_stays_one_short_line_for_a_pool_of_many_episodes():

@@ -83,15 +83,15 @@ def test_sources_prints_a_clone_at_the_commit_for_each(capsys):
 
 
 def test_a_pool_trains_with_its_recordings_weighted_by_the_square_root(tmp_path):
-    from agent.training.config import TrainArgs
+    from agent.training.config import TrainArgs, resolve
     from agent.training.experiment import run
 
     manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b")])
     _sim_recording(tmp_path / "rec" / "a", offsets_s=tuple(0.1 * k for k in range(16)))
     _sim_recording(tmp_path / "rec" / "b", offsets_s=tuple(0.1 * k for k in range(4)))
     pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=lambda m: None)
-    run(TrainArgs(data=str(tmp_path / "pool"), out=str(tmp_path / "run"), epochs=1, batch_size=8, segment=4, window=2,
-                  frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False, split="episodes"))
+    run(resolve(TrainArgs(data=str(tmp_path / "pool"), out=str(tmp_path / "run"), epochs=1, batch_size=8, segment=4, window=2,
+                  frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False, split="episodes")))
     args = json.loads((tmp_path / "run" / "args.json").read_text())
     assert args["dataset_weight"] == "sqrt" and len(args["data"]) == 2
 

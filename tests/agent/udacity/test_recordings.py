@@ -151,13 +151,13 @@ def test_rows_with_missing_images_are_skipped_and_counted(tmp_path):
 
 def test_a_one_session_recording_trains_with_the_default_command(tmp_path):
     """The most common recording (drive, stop recording) has no pause: train.py splits it in time blocks."""
-    from agent.training.config import TrainArgs
+    from agent.training.config import TrainArgs, resolve
     from agent.training.experiment import run
 
     _sim_recording(tmp_path / "rec", offsets_s=tuple(round(0.1 * k, 1) for k in range(20)))
-    run(TrainArgs(data=str(tmp_path / "rec"), out=str(tmp_path / "run"), epochs=1, batch_size=8, segment=8,
+    run(resolve(TrainArgs(data=str(tmp_path / "rec"), out=str(tmp_path / "run"), epochs=1, batch_size=8, segment=8,
                   window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1,
-                  progress=False))
+                  progress=False)))
     metrics = __import__("json").loads((tmp_path / "run" / "metrics.json").read_text())
     # the last 20 % validates; the gap before it is the larger of one window (2 steps) and half the 0.5 s label
     # average (0.25 s at 0.1 s a frame: 3 steps, +1), so no training input or averaged label sees a validation frame
@@ -166,14 +166,14 @@ def test_a_one_session_recording_trains_with_the_default_command(tmp_path):
 
 def test_several_recordings_train_as_one(tmp_path):
     """--data A B with raw recordings: each is imported into the run folder, then they are read as one dataset."""
-    from agent.training.config import TrainArgs
+    from agent.training.config import TrainArgs, resolve
     from agent.training.experiment import run
 
     _sim_recording(tmp_path / "a")
     _sim_recording(tmp_path / "b", offsets_s=(0, 0.1, 0.2))
-    run(TrainArgs(data=[str(tmp_path / "a"), str(tmp_path / "b")], out=str(tmp_path / "run"), epochs=1, batch_size=8,
+    run(resolve(TrainArgs(data=[str(tmp_path / "a"), str(tmp_path / "b")], out=str(tmp_path / "run"), epochs=1, batch_size=8,
                   segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False,
-                  split="episodes"))  # sessions of 2-4 rows: too short to hold out in time
+                  split="episodes")))  # sessions of 2-4 rows: too short to hold out in time
     assert [open_dataset(tmp_path / "run" / "imported_data" / k).num_steps for k in ("0", "1")] == [6, 3]
     metrics = __import__("json").loads((tmp_path / "run" / "metrics.json").read_text())
     assert sorted(metrics["train_episodes"] + metrics["val_episodes"]) == [0, 1, 2], "3 sessions split by episode"
@@ -185,30 +185,30 @@ def test_real_recordings_train_with_simulator_data_and_only_the_recordings_valid
     stay off as for recordings alone."""
     import json
 
-    from agent.training.config import TrainArgs, plan_of, resolve_env_defaults
+    from agent.training.config import TrainArgs, resolve, with_env_defaults
     from agent.training.data import load_data
     from agent.training.experiment import run
 
     _sim_recording(tmp_path / "rec", offsets_s=(0, 0.1, 0.2, 0.3, 5.0, 5.1, 5.2, 9.0, 9.1, 9.2))
     rec = ui.import_udacity(tmp_path / "rec", tmp_path / "rec_data")
     sim = _write_dataset(tmp_path / "sim", lengths=(6, 5, 7), meta={"action_space": "continuous"}).root
-    a = resolve_env_defaults(TrainArgs(data=[str(rec), str(sim)], out=str(tmp_path / "run"), epochs=1, batch_size=8,
-                                       segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4,
-                                       threads=1, progress=False, seed=3))
-    assert (a.side_correction, a.shift_steer) == (0.0, 0.0)
-    data = load_data(plan_of(a).data)
+    plan = with_env_defaults(resolve(TrainArgs(data=[str(rec), str(sim)], out=str(tmp_path / "run"), epochs=1,
+                                               batch_size=8, segment=8, window=2, frame_stride=1, feature_dim=8,
+                                               d_model=16, heads=4, threads=1, progress=False, seed=3)))
+    assert (plan.augmentation.side_correction, plan.augmentation.shift_steer) == (0.0, 0.0)
+    data = load_data(plan.data)
     assert data.recorded == [True, True, True, False, False, False]
     raw = open_dataset(sim).load(0, keys=["expert_action"])["expert_action"]
     np.testing.assert_array_equal(data.targets[3], raw)  # the expert's labels are not averaged
     assert not np.allclose(data.targets[0], open_dataset(rec).load(0, keys=["expert_action"])["expert_action"])
-    run(a)
+    run(plan)
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["val_episodes"] and set(metrics["val_episodes"]) <= {0, 1, 2}
     assert {3, 4, 5} <= set(metrics["train_episodes"])
     # a recording joined with another env's data: one clear error
     other = _write_dataset(tmp_path / "other", lengths=(3,), meta={"env": "carracing", "action_space": "continuous"}).root
     with pytest.raises(ValueError, match="differs from .* in its env"):
-        load_data(plan_of(TrainArgs(data=[str(rec), str(other)])).data)
+        load_data(resolve(TrainArgs(data=[str(rec), str(other)])).data)
 
 
 def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors(tmp_path, capsys):
