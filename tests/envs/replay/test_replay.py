@@ -15,6 +15,7 @@ from driving_data.dataset import open_dataset
 import evaluate as evaluate_cli
 from driving_data.dataset import open_dataset
 from agent.evaluation.args import EvalArgs
+from agent.evaluation.config import resolve
 from agent.evaluation.evaluate import evaluate
 from envs.registry import get_spec
 from envs.replay.camera import Reprojector
@@ -97,8 +98,8 @@ def drive(tmp_path_factory):
 
 def test_recorded_steering_scores_100_and_always_straight_leaves_a_curved_road(drive, tmp_path):
     out = tmp_path / "expert"
-    results = evaluate(EvalArgs(replay=str(drive), expert_drives=True, out=str(out), workers=1, video_episodes=1,
-                                progress=False, tensorboard=False))
+    results = evaluate(resolve(EvalArgs(replay=str(drive), expert_drives=True, out=str(out), workers=1,
+                                        video_episodes=1, progress=False, tensorboard=False)))
     s = results["expert"]
     assert s["autonomy"] == 100.0 and s["total_interventions"] == 0 and s["max_abs_cte"] == 0.0
     assert s["straight_interventions"] >= 1 and s["straight_autonomy"] < 100.0
@@ -123,10 +124,10 @@ def _replay_table(path):
 
 def test_students_of_both_worlds_drive_the_replay_and_get_a_comparison(drive, tmp_path):
     out = tmp_path / "students"
-    results = evaluate(EvalArgs(replay=str(drive), checkpoint=["checkpoints/udacity_nac.pt",
-                                                               "checkpoints/udacity-hard_nac.pt"],
-                                out=str(out), workers=1, video_episodes=0, progress=False, tensorboard=False,
-                                replay_span="0.5:1"))
+    results = evaluate(resolve(EvalArgs(replay=str(drive), checkpoint=["checkpoints/udacity_nac.pt",
+                                                                       "checkpoints/udacity-hard_nac.pt"],
+                                        out=str(out), workers=1, video_episodes=0, progress=False, tensorboard=False,
+                                        replay_span="0.5:1")))
     assert set(results) == {"udacity_nac", "udacity-hard_nac"}
     for s in results["udacity_nac"], results["udacity-hard_nac"]:
         assert s["episodes"][0]["length"] == STEPS - STEPS // 2 and s["mean_mean_abs_cte"] >= 0
@@ -212,17 +213,17 @@ def test_a_real_recording_is_scored_and_replayed_by_students_of_both_worlds(driv
     export_udacity(drive, rec)
     (rec / "exported_dataset.json").unlink()  # as the Unity simulator records: no export card, its camera
     hard = "checkpoints/udacity-hard_nac.pt"
-    offline = evaluate(EvalArgs(data=[str(rec)], checkpoint=[hard], out=str(tmp_path / "off"), progress=False))
+    offline = evaluate(resolve(EvalArgs(data=[str(rec)], checkpoint=[hard], out=str(tmp_path / "off"), progress=False)))
     assert offline["udacity-hard_nac"]["pooled"]["frames"] == STEPS
     # without --checkpoint a real recording is scored by the student made for real frames
-    default = evaluate(EvalArgs(data=[str(rec)], out=str(tmp_path / "default"), progress=False))
+    default = evaluate(resolve(EvalArgs(data=[str(rec)], out=str(tmp_path / "default"), progress=False)))
     assert set(default) == {"udacity_real_nac"} and default["udacity_real_nac"]["pooled"]["frames"] == STEPS
     # and the replay of a person's recording drives it without --checkpoint too
-    loop = evaluate(EvalArgs(replay=str(rec), out=str(tmp_path / "default_loop"), workers=1, video_episodes=0,
-                             progress=False, tensorboard=False))
+    loop = evaluate(resolve(EvalArgs(replay=str(rec), out=str(tmp_path / "default_loop"), workers=1, video_episodes=0,
+                                     progress=False, tensorboard=False)))
     assert set(loop) == {"udacity_real_nac"}
-    closed = evaluate(EvalArgs(replay=str(rec), checkpoint=[hard], out=str(tmp_path / "loop"), workers=1,
-                               video_episodes=0, progress=False, tensorboard=False))
+    closed = evaluate(resolve(EvalArgs(replay=str(rec), checkpoint=[hard], out=str(tmp_path / "loop"), workers=1,
+                                       video_episodes=0, progress=False, tensorboard=False)))
     saved = json.loads((tmp_path / "loop" / "metrics.json").read_text())
     assert closed["udacity-hard_nac"]["num_episodes"] == 1
     assert saved["replay"]["geometry"]["cam_height_m"] == 1.2 and (tmp_path / "loop" / "imported_data").is_dir()
@@ -309,9 +310,9 @@ def test_interventions_where_the_middle_was_not_measured_are_counted(drive, monk
 
 def test_the_middle_reference_runs_end_to_end_and_says_so(drive, tmp_path):
     """The recorded steering never leaves the driver's line, so it needs no intervention whatever the middle."""
-    results = evaluate(EvalArgs(replay=str(drive), expert_drives=True, out=str(tmp_path / "road"), workers=1,
-                                video_episodes=0, progress=False, tensorboard=False,
-                                replay_reference="driver-or-middle"))
+    results = evaluate(resolve(EvalArgs(replay=str(drive), expert_drives=True, out=str(tmp_path / "road"), workers=1,
+                                        video_episodes=0, progress=False, tensorboard=False,
+                                        replay_reference="driver-or-middle")))
     assert results["expert"]["total_interventions"] == 0
     saved = json.loads((tmp_path / "road" / "metrics.json").read_text())
     assert "road's middle" in saved["replay"]["intervention"] and saved["reference"] == "driver-or-middle"
@@ -503,8 +504,8 @@ def test_the_label_drift_benchmark_drives_the_labels_open_loop(drive, tmp_path, 
     counts, seconds = label_drift.drift_table(open_dataset(drive), (0.0, 1.0), [3])
     assert seconds == pytest.approx(STEPS * 0.1, rel=0.02)
     assert counts[("driver", "recorded steering")] == counts[("driver-or-middle", "recorded steering")] == 0
-    replayed = evaluate(EvalArgs(replay=str(drive), expert_drives=True, out=str(tmp_path / "e"), workers=1,
-                                 video_episodes=0, progress=False, tensorboard=False))["expert"]
+    replayed = evaluate(resolve(EvalArgs(replay=str(drive), expert_drives=True, out=str(tmp_path / "e"), workers=1,
+                                         video_episodes=0, progress=False, tensorboard=False)))["expert"]
     assert counts[("driver", "always straight")] == replayed["straight_interventions"] >= 1
     late = label_drift.label_drivers(np.arange(5.0), np.arange(5) * 0.1, [2])["the label 2 rows late"]
     assert late.tolist() == pytest.approx([1.0, 1.0, 1.0, 1.5, 2.0])  # the 0.5 s label of 0..4 at 10 Hz, 2 rows late
