@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
-from pathlib import Path
+from contextlib import ExitStack
+from typing import Callable
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless pygame for the rendered env
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
-from agent.data.out_folder import clear_results, run_folder
-from agent.evaluation.args import EvalArgs, check_args, default_out
+from agent.evaluation.args import EvalArgs
+from agent.evaluation.config import EvalPlan, resolve
 from agent.evaluation.evaluate import evaluate
 from common.cli import run_command
 
@@ -41,17 +41,15 @@ PROG = "python evaluate.py"
 
 def main(argv: list[str] | None = None) -> int:
     command = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
-    return run_command(EvalArgs, lambda args: _evaluate_in_folder(args, command), argv, prog=PROG,
-                       doc=__doc__)  # kill keeps finished episodes
+    return run_command(EvalArgs, lambda args: _evaluate_in_folder(lambda claim: resolve(args, claim=claim), command),
+                       argv, prog=PROG, doc=__doc__)  # kill keeps finished episodes
 
 
-def _evaluate_in_folder(args: EvalArgs, command: str) -> None:
-    """The evaluation, with its --out checked writable and locked first; a re-run's results replace the last's."""
-    check_args(args)  # a bad flag is the likelier mistake: say that before anything about the folder
-    out = Path(args.out) if args.out is not None else default_out(args)
-    with run_folder(out, "evaluate.py"):
-        clear_results(out)
-        evaluate(replace(args, out=str(out)), command=command)
+def _evaluate_in_folder(plan_of: Callable[[ExitStack], EvalPlan], command: str) -> None:
+    """The evaluation, with its --out claimed (writable, locked, the last results cleared) while the plan is made
+    (a --replay recording is imported into it) and for as long as the run writes into it."""
+    with ExitStack() as claim:
+        evaluate(plan_of(claim), command=command)
 
 
 if __name__ == "__main__":

@@ -184,15 +184,16 @@ def training_rows(label: str, data: Path, root: Path, a: PrecisionArgs, span: st
 def offline_row(dataset: Path, root: Path, a: PrecisionArgs) -> Row:
     """evaluate.py --data with the real-frame student: frames scored per second of the whole call."""
     from agent.evaluation.args import EvalArgs
+    from agent.evaluation.config import resolve
     from agent.evaluation.evaluate import evaluate
 
     def once(p: str) -> float:
         out = root / f"offline_{p}"
         start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            res = evaluate(EvalArgs(data=[str(dataset)], data_span=a.span, checkpoint=[str(RECORDING_STUDENT)],
-                                    threads=a.threads,
-                                    precision="fp32" if p == "fp32" else "auto", progress=False, out=str(out)))
+            res = evaluate(resolve(EvalArgs(data=[str(dataset)], data_span=a.span, checkpoint=[str(RECORDING_STUDENT)],
+                                            threads=a.threads,
+                                            precision="fp32" if p == "fp32" else "auto", progress=False, out=str(out))))
         return next(iter(res.values()))["pooled"]["frames"] / (time.perf_counter() - start)
 
     got = median_pair(once, a.repeats)
@@ -252,11 +253,13 @@ def collection_row(out: Path, a: PrecisionArgs) -> Row:
 
 def drive_row(what: str, root: Path, **kwargs: Any) -> Row:
     from agent.evaluation.args import EvalArgs
+    from agent.evaluation.config import resolve
     from agent.evaluation.evaluate import evaluate
 
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        res = evaluate(EvalArgs(video=False, tensorboard=False, progress=False, workers=1, out=str(root), **kwargs))
+        res = evaluate(resolve(EvalArgs(video=False, tensorboard=False, progress=False, workers=1, out=str(root),
+                                        **kwargs)))
     steps = sum(e["length"] for m in res.values() for e in m["episodes"])
     return Row(f"{what} ({steps} steps)", "steps/s", steps / (time.perf_counter() - start),
                note="the precision does not reach it: a drive steps one frame at a time, fp32 under every precision")

@@ -100,6 +100,7 @@ def collection_rows(root: Path, episodes: int, steps: int, repeats: int) -> tupl
 
 def evaluation_rows(root: Path, episodes: int, steps: int, repeats: int) -> list[tuple[str, str, float]]:
     from agent.evaluation.args import EvalArgs
+    from agent.evaluation.config import resolve
     from agent.evaluation.evaluate import evaluate
 
     rows = []
@@ -107,9 +108,10 @@ def evaluation_rows(root: Path, episodes: int, steps: int, repeats: int) -> list
         for workers in (1, 2):
             def once(k: int) -> float:
                 t = time.perf_counter()
-                res = evaluate(EvalArgs(checkpoint=[str(STUDENT)], episodes=episodes, max_steps=steps, workers=workers,
-                                        renderer=renderer, video=False, tensorboard=False, progress=False,
-                                        out=str(root / f"eval_{renderer}_{workers}_{k}")))
+                res = evaluate(resolve(EvalArgs(checkpoint=[str(STUDENT)], episodes=episodes, max_steps=steps,
+                                                workers=workers,
+                                                renderer=renderer, video=False, tensorboard=False, progress=False,
+                                                out=str(root / f"eval_{renderer}_{workers}_{k}"))))
                 done = sum(e["length"] for m in res.values() for e in m["episodes"])
                 return done / (time.perf_counter() - t)
 

@@ -13,15 +13,21 @@ import pytest
 import collect as collect_cli
 import evaluate as evaluate_cli
 from agent.evaluation.args import EvalArgs
+from agent.evaluation.config import resolve
 from agent.evaluation.evaluate import evaluate
 from envs.replay.spec import SIM_V0
 from tests.helpers import DRIVE_STEPS
 
 
+
+def _evaluate(**args):
+    """evaluate.py's library path: the arguments resolved into their plan, then run."""
+    return evaluate(resolve(EvalArgs(**args)))
+
 def test_recorded_steering_scores_100_and_always_straight_leaves_a_curved_road(udacity_drive, tmp_path):
     out = tmp_path / "expert"
-    results = evaluate(EvalArgs(replay=str(udacity_drive), expert_drives=True, out=str(out), workers=1,
-                                video_episodes=1, progress=False, tensorboard=False))
+    results = _evaluate(replay=str(udacity_drive), expert_drives=True, out=str(out), workers=1,
+                        video_episodes=1, progress=False, tensorboard=False)
     s = results["expert"]
     assert s["autonomy"] == 100.0 and s["total_interventions"] == 0 and s["max_abs_cte"] == 0.0
     assert s["straight_interventions"] >= 1 and s["straight_autonomy"] < 100.0
@@ -46,10 +52,10 @@ def _replay_table(path):
 
 def test_students_of_both_worlds_drive_the_replay_and_get_a_comparison(udacity_drive, tmp_path):
     out = tmp_path / "students"
-    results = evaluate(EvalArgs(replay=str(udacity_drive), checkpoint=["checkpoints/udacity_nac.pt",
-                                                               "checkpoints/udacity-hard_nac.pt"],
-                                out=str(out), workers=1, video_episodes=0, progress=False, tensorboard=False,
-                                replay_span="0.5:1"))
+    results = _evaluate(replay=str(udacity_drive), checkpoint=["checkpoints/udacity_nac.pt",
+                                                       "checkpoints/udacity-hard_nac.pt"],
+                        out=str(out), workers=1, video_episodes=0, progress=False, tensorboard=False,
+                        replay_span="0.5:1")
     assert set(results) == {"udacity_nac", "udacity-hard_nac"}
     for s in results["udacity_nac"], results["udacity-hard_nac"]:
         assert s["episodes"][0]["length"] == DRIVE_STEPS - DRIVE_STEPS // 2 and s["mean_mean_abs_cte"] >= 0
@@ -98,17 +104,17 @@ def test_a_real_recording_is_scored_and_replayed_by_students_of_both_worlds(udac
     export_udacity(udacity_drive, rec)
     (rec / "exported_dataset.json").unlink()  # as the Unity simulator records: no export card, its camera
     hard = "checkpoints/udacity-hard_nac.pt"
-    offline = evaluate(EvalArgs(data=[str(rec)], checkpoint=[hard], out=str(tmp_path / "off"), progress=False))
+    offline = _evaluate(data=[str(rec)], checkpoint=[hard], out=str(tmp_path / "off"), progress=False)
     assert offline["udacity-hard_nac"]["pooled"]["frames"] == DRIVE_STEPS
     # without --checkpoint a real recording is scored by the student made for real frames
-    default = evaluate(EvalArgs(data=[str(rec)], out=str(tmp_path / "default"), progress=False))
+    default = _evaluate(data=[str(rec)], out=str(tmp_path / "default"), progress=False)
     assert set(default) == {"udacity_real_nac"} and default["udacity_real_nac"]["pooled"]["frames"] == DRIVE_STEPS
     # and the replay of a person's recording drives it without --checkpoint too
-    loop = evaluate(EvalArgs(replay=str(rec), out=str(tmp_path / "default_loop"), workers=1, video_episodes=0,
-                             progress=False, tensorboard=False))
+    loop = _evaluate(replay=str(rec), out=str(tmp_path / "default_loop"), workers=1, video_episodes=0,
+                     progress=False, tensorboard=False)
     assert set(loop) == {"udacity_real_nac"}
-    closed = evaluate(EvalArgs(replay=str(rec), checkpoint=[hard], out=str(tmp_path / "loop"), workers=1,
-                               video_episodes=0, progress=False, tensorboard=False))
+    closed = _evaluate(replay=str(rec), checkpoint=[hard], out=str(tmp_path / "loop"), workers=1,
+                       video_episodes=0, progress=False, tensorboard=False)
     saved = json.loads((tmp_path / "loop" / "metrics.json").read_text())
     assert closed["udacity-hard_nac"]["num_episodes"] == 1
     assert saved["replay"]["geometry"]["cam_height_m"] == 1.2 and (tmp_path / "loop" / "imported_data").is_dir()
@@ -116,9 +122,9 @@ def test_a_real_recording_is_scored_and_replayed_by_students_of_both_worlds(udac
 
 def test_the_middle_reference_runs_end_to_end_and_says_so(udacity_drive, tmp_path):
     """The recorded steering never leaves the driver's line, so it needs no intervention whatever the middle."""
-    results = evaluate(EvalArgs(replay=str(udacity_drive), expert_drives=True, out=str(tmp_path / "road"), workers=1,
-                                video_episodes=0, progress=False, tensorboard=False,
-                                replay_reference="driver-or-middle"))
+    results = _evaluate(replay=str(udacity_drive), expert_drives=True, out=str(tmp_path / "road"), workers=1,
+                        video_episodes=0, progress=False, tensorboard=False,
+                        replay_reference="driver-or-middle")
     assert results["expert"]["total_interventions"] == 0
     saved = json.loads((tmp_path / "road" / "metrics.json").read_text())
     assert "road's middle" in saved["replay"]["intervention"] and saved["reference"] == "driver-or-middle"

@@ -32,7 +32,7 @@ import numpy as np
 
 from agent.controllers import load_driver
 from agent.data.card import build_card, expert_summary, file_sha256
-from agent.data.config import CollectConfig, CollectError, shard_range
+from agent.data.config import CollectConfig, CollectError, CollectPlan, Drives, Recorded, Where, resolve, shard_range
 from agent.data.out_folder import Existing, check_compatible, folder_lock, inspect_out
 from agent.data.recorder import (
     OFF_ROAD_SECONDS,
@@ -48,7 +48,6 @@ from common.files import write_json
 from common.stops import sigterm_as_interrupt
 from driving_data.dataset import CARD_NAME, temp_files, write_episode
 from envs.registry import EnvSpec, get_spec
-from envs.replay.spec import parse_span
 
 
 @dataclass
@@ -188,23 +187,24 @@ def collect(
     """Collect `cfg.episodes` new episodes into `cfg.out_dir` (with `cfg.shard`: this shard's missing
     episodes). Ctrl-C/SIGTERM end it cleanly (result.interrupted); `after_episode(episode_id)` is a hook for
     tests and callers, called as each episode is saved."""
-    cfg.validate()
-    spec, out = cfg.spec, cfg.out_dir
-    if (cfg.workers or default_workers(cfg.episodes)) > 1:
+    p = resolve(cfg)
+    where, out = p.where, p.out
+    spec = where.spec
+    if (p.workers or default_workers(where.episodes)) > 1:
         warm_up(_preload(spec))
-    expert = _load_expert(cfg)
+    expert = _load_expert(p.drives.expert, where.env, where.action_space, where.latency_steps)
     exp = expert_summary(expert)
-    driver, driver_info = _load_student(cfg)
+    driver, driver_info = _load_student(p.drives, where.env, where.action_space, where.latency_steps)
     inspect_out(out)  # refuse a folder that is not a dataset before putting a lock file into it
     with folder_lock(out):
         for tmp in temp_files(out):  # leftovers of a SIGKILLed write; never data
             tmp.unlink(missing_ok=True)
         existing = inspect_out(out)
-        plan = plan_run(cfg, existing, exp, driver_info, command, log)
+        plan = plan_run(p, existing, exp, driver_info, command, log)
         if plan is None:
             return CollectResult(out, 0, 0, len(existing.metas), int(sum(m["length"] for m in existing.metas)),
                                  None, 0, 0.0, False, None, None)
-        recording = Recording(plan, list(existing.metas), exp, spec, out, cfg.progress, after_episode)
+        recording = Recording(plan, list(existing.metas), exp, spec, out, p.progress, after_episode)
         interrupted = False
         try:
             with sigterm_as_interrupt():
@@ -223,33 +223,33 @@ def collect(
         return recording.result(interrupted)
 
 
-def _load_expert(cfg: CollectConfig) -> Any:
+def _load_expert(path: Path | None, env: str, action_space: str, latency_steps: int) -> Any:
     from agent.experts.expert import Expert
 
     try:
-        expert = Expert.load(cfg.expert, cfg.action_space, cfg.env)
+        expert = Expert.load(path, action_space, env)
     except (FileNotFoundError, ValueError) as e:
         hint = ""
         if "expert, but action_space" in str(e):
-            other = "discrete" if cfg.action_space == "continuous" else "continuous"
-            hint = f" (pass --action-space {other} or an expert for {cfg.action_space})"
+            other = "discrete" if action_space == "continuous" else "continuous"
+            hint = f" (pass --action-space {other} or an expert for {action_space})"
         raise CollectError(f"{e}{hint}") from None
-    if getattr(expert, "max_latency", 0) and cfg.latency_steps > expert.max_latency:
-        raise CollectError(f"--latency-steps {cfg.latency_steps}: the latency expert {str(cfg.expert)!r} was trained "
+    if getattr(expert, "max_latency", 0) and latency_steps > expert.max_latency:
+        raise CollectError(f"--latency-steps {latency_steps}: the latency expert {str(path)!r} was trained "
                            f"for up to {expert.max_latency} steps")
     return expert
 
 
-def _load_student(cfg: CollectConfig) -> tuple[Any, dict[str, Any]]:
+def _load_student(d: Drives, env: str, action_space: str, latency_steps: int) -> tuple[Any, dict[str, Any]]:
     """DAgger: the --driver policy and what every episode's meta says about it."""
-    if cfg.driver is None:
+    if d.driver is None:
         return None, {"driver": None}
     try:
-        driver = load_driver(cfg.driver, cfg.env, cfg.action_space, cfg.driver_actions, cfg.driver_temperature,
-                             cfg.latency_steps * get_spec(cfg.env).dt)
+        driver = load_driver(d.driver, env, action_space, d.driver_actions, d.driver_temperature,
+                             latency_steps * get_spec(env).dt)
     except (FileNotFoundError, ValueError) as e:
         raise CollectError(f"--driver: {e}") from None
-    return driver, {"driver": str(cfg.driver), "driver_sha256": file_sha256(Path(cfg.driver)),
+    return driver, {"driver": str(d.driver), "driver_sha256": file_sha256(Path(d.driver)),
                     **({"driver_actions": driver.actions} if driver.actions != "argmax" else {}),
                     **({"driver_temperature": driver.temperature} if driver.temperature != 1 else {})}
 
@@ -275,22 +275,20 @@ class RunPlan:
         return list(zip(self.ids, self.seeds))
 
 
-def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver_info: dict[str, Any],
+def plan_run(p: CollectPlan, existing: Existing, exp: dict[str, Any], driver_info: dict[str, Any],
              command: str | None, log: Callable[[str], None]) -> RunPlan | None:
     """Settings, ids and seeds of this run (inherited from the dataset it appends to); None if a shard's
     re-run finds nothing left to collect."""
-    spec, out = cfg.spec, cfg.out_dir
-    renderer = spec.check_renderer(cfg.renderer)
-    scene = {**spec.scene(cfg.theme, cfg.condition, collect=True, allow_held_out=cfg.allow_held_out),
-             **({"span": parse_span(cfg.replay_span)} if cfg.replay_span is not None else {})}  # a replay's part
-    shard = shard_range(cfg.episodes, *cfg.shard) if cfg.shard else None
-    want_seed = cfg.seed if shard is None else (cfg.seed if cfg.seed is not None else spec.seeds.collect) + shard[0]
-    seed, noise, hold, config = _inherited(cfg, existing, exp, want_seed)
+    w, d, r, out = p.where, p.drives, p.recorded, p.out
+    spec, renderer, scene = w.spec, w.renderer, w.scene
+    shard = shard_range(w.episodes, *w.shard) if w.shard else None
+    want_seed = w.seed if shard is None else (w.seed if w.seed is not None else spec.seeds.collect) + shard[0]
+    seed, noise, hold, config = _inherited(w, r, out, existing, exp, want_seed)
     # a shard is a fixed seed range: a re-run completes it; otherwise --episodes says how many to add
-    wanted = cfg.episodes if shard is None else max(0, shard[1] - shard[0] - len(existing.metas))
+    wanted = w.episodes if shard is None else max(0, shard[1] - shard[0] - len(existing.metas))
     ids = existing.ids_to_collect(wanted)
     if not ids:
-        log(f"{out} already holds the {len(existing.metas)} episodes of shard {cfg.shard[0]}/{cfg.shard[1]}; "
+        log(f"{out} already holds the {len(existing.metas)} episodes of shard {w.shard[0]}/{w.shard[1]}; "
             "nothing to collect")
         return None
     seeds = [seed + i for i in ids]
@@ -299,87 +297,88 @@ def plan_run(cfg: CollectConfig, existing: Existing, exp: dict[str, Any], driver
     if reserved:
         log(f"warning: track seeds {min(reserved)}..{max(reserved)} are evaluation/validation seeds "
             f"(< {low}); a student trained on them would be tested on tracks it has seen")
-    config = _dataset_config(cfg, config, seed, noise, hold)
-    workers = min(cfg.workers if cfg.workers is not None else default_workers(len(ids)), len(ids))
+    config = _dataset_config(w.env, w.action_space, w.max_steps, r.early_stop, config, seed, noise, hold)
+    workers = min(p.workers if p.workers is not None else default_workers(len(ids)), len(ids))
     run = {
         "command": command,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "first_episode_id": ids[0],
         "episodes_requested": len(ids),
         **({"filled_episode_ids": [i for i in ids if i < existing.next_id]} if ids[0] < existing.next_id else {}),
-        **({"shard": f"{cfg.shard[0]}/{cfg.shard[1]}: episodes {shard[0]}..{shard[1] - 1} of {cfg.episodes} "
+        **({"shard": f"{w.shard[0]}/{w.shard[1]}: episodes {shard[0]}..{shard[1] - 1} of {w.episodes} "
                      f"from seed {seed - shard[0]}"} if shard else {}),
         "noise": noise,
         "noise_hold": hold,
-        "max_steps": cfg.max_steps,
-        "early_stop": cfg.early_stop,
-        **({"cut_wrong_way": True} if cfg.cut_wrong_way else {}),
+        "max_steps": w.max_steps,
+        "early_stop": r.early_stop,
+        **({"cut_wrong_way": True} if r.cut_wrong_way else {}),
         "renderer": renderer,
         "workers": workers,
-        "driver": str(cfg.driver) if cfg.driver is not None else None,
-        "beta": cfg.beta if cfg.driver is not None else None,
+        "driver": str(d.driver) if d.driver is not None else None,
+        "beta": d.beta if d.driver is not None else None,
         **{k: driver_info[k] for k in ("driver_actions", "driver_temperature") if k in driver_info},
-        **({"recovery_labels": True} if cfg.recovery_labels else {}),
-        **({"recovery_starts": cfg.recovery_starts} if cfg.recovery_starts else {}),
+        **({"recovery_labels": True} if r.recovery_labels else {}),
+        **({"recovery_starts": r.recovery_starts} if r.recovery_starts else {}),
         **{k: list(v) for k, v in scene.items()},
         "episodes_added": 0,
         "steps_added": 0,
         "interrupted": False,
     }
     settings = EpisodeSettings(
-        env=cfg.env, action_space=cfg.action_space, expert=None if cfg.expert is None else str(cfg.expert),
-        driver=None if cfg.driver is None else str(cfg.driver), driver_actions=cfg.driver_actions,
-        driver_temperature=cfg.driver_temperature,
-        max_steps=cfg.max_steps, renderer=renderer,
-        noise=noise, noise_hold=hold, early_stop=cfg.early_stop, beta=cfg.beta, out=str(out),
-        cut_wrong_way=cfg.cut_wrong_way,
+        env=w.env, action_space=w.action_space, expert=None if d.expert is None else str(d.expert),
+        driver=None if d.driver is None else str(d.driver), driver_actions=d.driver_actions,
+        driver_temperature=d.driver_temperature,
+        max_steps=w.max_steps, renderer=renderer,
+        noise=noise, noise_hold=hold, early_stop=r.early_stop, beta=d.beta, out=str(out),
+        cut_wrong_way=r.cut_wrong_way,
         meta={"expert_sha256": exp["sha256"], **driver_info,
               **({"expert_base_sha256": exp["init_sha256"]} if exp.get("init_sha256") else {})},
-        recovery_labels=cfg.recovery_labels,
-        recovery_starts=cfg.recovery_starts, scene=scene, latency_steps=cfg.latency_steps)
+        recovery_labels=r.recovery_labels,
+        recovery_starts=r.recovery_starts, scene=scene, latency_steps=w.latency_steps)
     return RunPlan(config, [*existing.card.get("runs", []), run], ids, seeds, workers, settings)
 
 
-def _inherited(cfg: CollectConfig, existing: Existing, exp: dict[str, Any],
+def _inherited(w: Where, r: Recorded, out: Path, existing: Existing, exp: dict[str, Any],
                want_seed: int | None) -> tuple[int, float, int, dict[str, Any]]:
     """(first track seed, noise, noise hold, dataset config): the dataset's when appending, else the defaults."""
-    spec = cfg.spec
+    spec = w.spec
     if existing.metas:
-        inherited = check_compatible(existing, cfg, exp["sha256"], exp["path"], seed=want_seed)
+        inherited = check_compatible(existing, w, out, exp["sha256"], exp["path"], seed=want_seed)
         seed = inherited["seed"]
-        noise = cfg.noise if cfg.noise is not None else inherited["noise"]
-        hold = cfg.noise_hold if cfg.noise_hold is not None else inherited["noise_hold"]
+        noise = r.noise if r.noise is not None else inherited["noise"]
+        hold = r.noise_hold if r.noise_hold is not None else inherited["noise_hold"]
         config = existing.card.get("config") or {}
     else:
         seed = want_seed if want_seed is not None else spec.seeds.collect
-        noise = cfg.noise if cfg.noise is not None else spec.default_noise[cfg.action_space]
-        hold = cfg.noise_hold if cfg.noise_hold is not None else spec.default_noise_hold[cfg.action_space]
+        noise = r.noise if r.noise is not None else spec.default_noise[w.action_space]
+        hold = r.noise_hold if r.noise_hold is not None else spec.default_noise_hold[w.action_space]
         config = {}
-    if cfg.action_space == "discrete" and noise > 1:
+    if w.action_space == "discrete" and noise > 1:
         raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {noise}")
     return seed, noise, hold, config
 
 
-def _dataset_config(cfg: CollectConfig, config: dict[str, Any], seed: int, noise: float, hold: int) -> dict[str, Any]:
+def _dataset_config(env: str, action_space: str, max_steps: int, early_stop: bool, config: dict[str, Any],
+                    seed: int, noise: float, hold: int) -> dict[str, Any]:
     """The card's config: how the dataset was recorded (an appended run keeps the first run's noise)."""
     return {
         **config,
-        "env": cfg.env,
-        "action_space": cfg.action_space,
+        "env": env,
+        "action_space": action_space,
         "seed": seed,
         "noise": config.get("noise", noise),
         "noise_hold": config.get("noise_hold", hold),
-        "max_steps": config.get("max_steps", cfg.max_steps),
+        "max_steps": config.get("max_steps", max_steps),
         "noise_model": (
             "continuous: N(0, noise^2) added to steer (and to throttle=gas-brake where the action has them), "
             "clipped, held noise_hold frames"
-            if cfg.action_space == "continuous"
+            if action_space == "continuous"
             else "discrete: with probability noise a uniformly random other action, decided every noise_hold frames"
         ),
         "render": True,
         "early_stop": (
             f"stuck (speed < {STUCK_SPEED} for {STUCK_SECONDS} s) or off road for {OFF_ROAD_SECONDS} s; stuck stretch cut"
-            if cfg.early_stop else None
+            if early_stop else None
         ),
     }
 

@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.workers import MAX_WORKERS, check_workers
 from common.cli import option
@@ -256,6 +257,81 @@ class CollectConfig:
         if self.shard is not None and not isinstance(self.shard, str):
             out = Path(f"{out}-shard-{self.shard[0]}-of-{self.shard[1]}")
         return out
+
+
+@dataclass(frozen=True)
+class Drives:
+    """What drives: the expert that labels every frame (None: the env's shipped one) and, for DAgger, the student
+    that drives instead, the expert's action executed with probability ``beta``."""
+
+    expert: Path | None
+    driver: Path | None
+    beta: float
+    driver_actions: str | None  # None: the checkpoint's own rule
+    driver_temperature: float | None  # None: the checkpoint's own
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where it drives: the env and action space, the tracks (first seed asked for, episodes to add, this shard's
+    part), the steps per episode, the renderer, the scenes and the latency of every action."""
+
+    env: str
+    action_space: str
+    seed: int | None  # None: the dataset's rule when appending, else the env's collection seeds
+    episodes: int
+    shard: tuple[int, int] | None
+    max_steps: int
+    renderer: str
+    scene: dict[str, Any]  # make()'s themes and conditions, and a replay's span (EnvSpec.scene)
+    latency_steps: int
+
+    @property
+    def spec(self) -> EnvSpec:
+        return get_spec(self.env)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """How the episodes are recorded: DART noise (None: the dataset's when appending, else the env's default),
+    when an episode ends early, and the recovery labels and starts."""
+
+    noise: float | None
+    noise_hold: int | None
+    early_stop: bool
+    cut_wrong_way: bool
+    recovery_labels: bool
+    recovery_starts: float
+
+
+@dataclass(frozen=True)
+class CollectPlan:
+    """A checked CollectConfig, resolved once: nothing after ``resolve`` reads the arguments."""
+
+    drives: Drives
+    where: Where
+    recorded: Recorded
+    out: Path  # the dataset folder (a shard's OUT-shard-I-of-N)
+    workers: int | None  # None: one per CPU core, at most the episodes
+    progress: bool
+
+
+def resolve(cfg: CollectConfig) -> CollectPlan:
+    """The arguments checked (CollectError, one line) and turned into the run's plan, every default the dataset
+    does not decide filled in."""
+    from envs.replay.spec import parse_span
+
+    cfg.validate()
+    spec = cfg.spec
+    scene = {**spec.scene(cfg.theme, cfg.condition, collect=True, allow_held_out=cfg.allow_held_out),
+             **({"span": parse_span(cfg.replay_span)} if cfg.replay_span is not None else {})}  # a replay's part
+    return CollectPlan(
+        Drives(cfg.expert, cfg.driver, cfg.beta, cfg.driver_actions, cfg.driver_temperature),
+        Where(cfg.env, cfg.action_space, cfg.seed, cfg.episodes, cfg.shard, cfg.max_steps, cfg.renderer, scene,
+              cfg.latency_steps),
+        Recorded(cfg.noise, cfg.noise_hold, cfg.early_stop, cfg.cut_wrong_way, cfg.recovery_labels,
+                 cfg.recovery_starts),
+        cfg.out_dir, cfg.workers, cfg.progress)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from agent.data.config import CollectConfig, CollectError
+from agent.data.config import CollectError, Where
 from common.files import check_writable, remove_stale_temp
 from driving_data.dataset import CARD_NAME, EPISODE_DIR, open_dataset
 
@@ -56,14 +56,13 @@ def inspect_out(out: Path) -> Existing:
     return Existing(metas=ds.episodes, card=ds.card)
 
 
-def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, expert_path: str,
+def check_compatible(existing: Existing, where: Where, out: Path, expert_sha: str, expert_path: str,
                      seed: int | None = None) -> dict:
-    """The settings this run inherits from the dataset; CollectError if it may not append to it. `seed`: the
-    first track seed this run asks for (cfg.seed, or where cfg.shard's range starts), None to inherit it."""
+    """The settings this run inherits from the dataset in ``out``; CollectError if it may not append to it.
+    `seed`: the first track seed this run asks for (--seed, or where --shard's range starts), None to inherit it."""
     first = existing.metas[0]
     old_cfg = existing.card.get("config", {})
-    out = cfg.out_dir
-    for key, want in (("env", cfg.env), ("action_space", cfg.action_space)):
+    for key, want in (("env", where.env), ("action_space", where.action_space)):
         have = first.get(key)
         if have != want:
             raise CollectError(
@@ -78,9 +77,10 @@ def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, ex
         )
     base = int(first["track_seed"]) - int(first["episode_id"])
     if seed is not None and seed != base:
-        if cfg.shard:
+        if where.shard:
+            i, n = where.shard
             raise CollectError(
-                f"--out {str(out)!r} uses track seeds {base}+episode id, but shard {cfg.shard[0]}/{cfg.shard[1]} of "
+                f"--out {str(out)!r} uses track seeds {base}+episode id, but shard {i}/{n} of "
                 f"this run starts at seed {seed}; give the --seed and --episodes of the first run, or use another --out")
         raise CollectError(
             f"--out {str(out)!r} uses track seeds {base}+episode id; --seed {seed} would break that rule. "
@@ -88,8 +88,9 @@ def check_compatible(existing: Existing, cfg: CollectConfig, expert_sha: str, ex
         )
     return {
         "seed": base,
-        "noise": old_cfg.get("noise", first.get("noise", cfg.spec.default_noise[cfg.action_space])),
-        "noise_hold": old_cfg.get("noise_hold", first.get("noise_hold", cfg.spec.default_noise_hold[cfg.action_space])),
+        "noise": old_cfg.get("noise", first.get("noise", where.spec.default_noise[where.action_space])),
+        "noise_hold": old_cfg.get("noise_hold", first.get("noise_hold",
+                                                          where.spec.default_noise_hold[where.action_space])),
     }
 
 

@@ -9,7 +9,6 @@ from typing import Sequence
 
 import torch
 
-from agent.controllers import shipped_checkpoint
 from driving_data.dataset import is_recording
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.evaluation.video import SALIENCY_METHODS
@@ -173,7 +172,25 @@ def check_args(a: EvalArgs) -> None:
     --replay before its recording is imported, only the replay's own flags: the rest needs the env the import
     makes (agent.evaluation.config.resolve checks again once it is made)."""
     if a.replay is not None and not a.env.startswith(REPLAY_PREFIX):
-        return _check_replay_flags(a)
+        if a.env != EvalArgs.env:
+            raise ValueError(f"--replay builds its env from the recording; drop --env {a.env}")
+        if a.data:
+            raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
+        if not Path(a.replay).exists():
+            raise FileNotFoundError(f"--replay {a.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
+                                    "or a dataset of the udacity envs)")
+        if not a.checkpoint and not a.expert_drives and not is_person_recording(a.replay):
+            raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
+                             "best.pt that train.py --data REC made), or --expert-drives to replay the recorded "
+                             "steering")
+        from envs.replay.road import check_reference
+        from envs.replay.spec import parse_span
+
+        parse_span(a.replay_span)
+        if isinstance(a.replay_max_offset, bool) or not a.replay_max_offset > 0:
+            raise ValueError(f"--replay-max-offset must be a distance > 0 in metres, got {a.replay_max_offset!r}")
+        check_reference(a.replay_reference, "--replay-reference")
+        return
     if a.replay is None and (a.replay_span is not None or a.replay_max_offset != EvalArgs.replay_max_offset
                              or a.replay_reference != EvalArgs.replay_reference):
         raise ValueError("--replay-span, --replay-max-offset and --replay-reference are options of a --replay "
@@ -241,27 +258,6 @@ def check_args(a: EvalArgs) -> None:
                          "--data scores recorded frames offline (drop one or the other)")
 
 
-def _check_replay_flags(a: EvalArgs) -> None:
-    if a.env != EvalArgs.env:
-        raise ValueError(f"--replay builds its env from the recording; drop --env {a.env}")
-    if a.data:
-        raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
-    if not Path(a.replay).exists():
-        raise FileNotFoundError(f"--replay {a.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
-                                "or a dataset of the udacity envs)")
-    if not a.checkpoint and not a.expert_drives and not is_person_recording(a.replay):
-        raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
-                         "best.pt that train.py --data REC made), or --expert-drives to replay the recorded "
-                         "steering")
-    from envs.replay.road import check_reference
-    from envs.replay.spec import parse_span
-
-    parse_span(a.replay_span)
-    if isinstance(a.replay_max_offset, bool) or not a.replay_max_offset > 0:
-        raise ValueError(f"--replay-max-offset must be a distance > 0 in metres, got {a.replay_max_offset!r}")
-    check_reference(a.replay_reference, "--replay-reference")
-
-
 def timing_of(drop_prob: float, jitter: str | None, latency_steps: int) -> TimingConditions:
     """The timing conditions of a run (ValueError on a malformed --jitter)."""
     return TimingConditions(drop_prob, parse_jitter(jitter), latency_steps)
@@ -275,17 +271,17 @@ def spared(temperature_spares: str | None) -> tuple[int, ...]:
         raise ValueError(f"--temperature-spares: {e}") from None
 
 
-def default_out(a: EvalArgs) -> Path:
-    """eval/offline for --data, eval/replay for --replay; else eval/<name> of the one policy that drives,
-    eval/compare for several."""
-    if a.data:
+def default_out(students: Sequence[str], names: Sequence[str], *, expert: bool, data: bool, replay: bool) -> Path:
+    """eval/offline for --data, eval/replay for --replay; else eval/<name> of the one who drives, eval/compare for
+    several. ``students``: the checkpoints that drive (the default one filled in), ``names``: their --name,
+    ``expert``: the expert drives too."""
+    if data:
         return Path("eval") / "offline"
-    if a.replay:
+    if replay:
         return Path("eval") / "replay"
-    names = [] if a.expert_drives else (
-        [safe_name(n) for n in a.name] if a.name else run_names(list(a.checkpoint) or [str(shipped_checkpoint(a.env))]))
-    names += ["expert"] if a.expert_drives or a.with_expert else []
-    return Path("eval") / (names[0] if len(names) == 1 else "compare")
+    drivers = ([safe_name(n) for n in names] or run_names(students)) if students else []
+    drivers += ["expert"] if expert else []
+    return Path("eval") / (drivers[0] if len(drivers) == 1 else "compare")
 
 
 def safe_name(text: str) -> str:

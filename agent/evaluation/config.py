@@ -3,6 +3,7 @@
 how it runs (Runtime). Nothing after ``resolve`` reads EvalArgs."""
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class Outputs:
     """What is written, and where."""
 
     out: Path
+    imported: tuple[Path, ...]  # the --replay import made for this run: removed again when the run is refused
     video_episodes: int  # the first N episodes of each policy are recorded (0: none)
     saliency: str | None  # the saliency method overlaid on the students' videos; None: off
     tensorboard: bool
@@ -93,42 +95,53 @@ class EvalPlan:
     runtime: Runtime
 
 
-def resolve(a: EvalArgs, made: list[Path] | None = None) -> EvalPlan:
+def resolve(a: EvalArgs, *, claim: ExitStack | None = None) -> EvalPlan:
     """The checked arguments turned into the run's configs: a --replay recording imported once into
-    OUT/imported_data (``made``: the import made now) and its env made the run's, every default filled."""
-    check_args(a)
-    out = Path(a.out) if a.out else default_out(a)
-    if a.replay is not None and not a.env.startswith(REPLAY_PREFIX):
-        from driving_data.udacity_import import import_recordings
+    OUT/imported_data and its env made the run's, every default filled. An import made now is removed again when
+    the arguments are refused after it (and, by evaluate, when the run is). ``claim``: evaluate.py's; OUT is
+    claimed on it (writable, locked, the last run's results cleared) before anything is written into it."""
+    check_args(a)  # a bad flag is the likelier mistake: say that before anything about the folder
+    students = [] if a.expert_drives or a.data or a.replay else a.checkpoint or [str(shipped_checkpoint(a.env))]
+    out = Path(a.out) if a.out else default_out(students, a.name, expert=a.expert_drives or a.with_expert,
+                                                    data=bool(a.data), replay=bool(a.replay))
+    if claim is not None:
+        from agent.data.out_folder import clear_results, run_folder
 
-        student = [] if a.checkpoint or a.expert_drives else [str(RECORDING_STUDENT)]  # made for real frames
-        [folder] = import_recordings([a.replay], [out / "imported_data"], warn=tqdm.write, made=made)
-        a = replace(a, env=REPLAY_PREFIX + str(Path(folder).resolve()), checkpoint=a.checkpoint or student)
-        check_args(a)
-    spec = get_spec(a.env)
-    seed, episodes = _seeds(a.seed, a.episodes, spec, a.replay, a.replay_span)
-    checkpoints = a.checkpoint if a.expert_drives or a.data else a.checkpoint or [str(shipped_checkpoint(a.env))]
-    policies = 1 if a.expert_drives else max(1, len(a.checkpoint)) + bool(a.with_expert)
-    threads = a.threads
-    from envs.replay.spec import parse_span
+        claim.enter_context(run_folder(out, "evaluate.py"))
+        clear_results(out)  # a re-run's results replace the last's
+    from driving_data.udacity_import import import_recordings, removed_if_refused
 
-    told = a.latency_steps if a.told_latency_steps is None else a.told_latency_steps
-    return EvalPlan(
-        Drivers(tuple(checkpoints), tuple(safe_name(n) for n in a.name), a.expert, a.expert_drives, a.with_expert,
-                a.action_space, a.discrete_actions, a.action_temperature, spared(a.temperature_spares),
-                a.temperature_spares is not None, a.pi_speed),
-        Where(a.env, tuple(range(seed, seed + episodes)), a.max_steps or spec.default_max_steps,
-              spec.check_renderer(a.renderer),
-              {**spec.scene(a.theme, a.condition), **({"pi_speed": True} if a.pi_speed else {}),
-               **({"span": a.replay_span, "max_offset": a.replay_max_offset, "reference": a.replay_reference}
-                  if a.replay else {})},
-              a.replay, a.replay_span, a.replay_max_offset, a.replay_reference, tuple(a.data),
-              parse_span(a.data_span, "--data-span")),
-        Conditions(timing_of(a.drop_prob, a.jitter, a.latency_steps), a.window_clock, told * spec.dt),
-        Outputs(out, a.video_episodes if a.video else 0, a.saliency_method if a.saliency else None, a.tensorboard,
-                a.progress),
-        Runtime(("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device, threads,
-                default_workers(episodes * policies, threads) if a.workers is None else a.workers, a.precision))
+    made: list[Path] = []
+    with removed_if_refused(made):
+        if a.replay is not None and not a.env.startswith(REPLAY_PREFIX):
+            student = [] if a.checkpoint or a.expert_drives else [str(RECORDING_STUDENT)]  # made for real frames
+            [folder] = import_recordings([a.replay], [out / "imported_data"], warn=tqdm.write, made=made)
+            a = replace(a, env=REPLAY_PREFIX + str(Path(folder).resolve()), checkpoint=a.checkpoint or student)
+            check_args(a)
+        spec = get_spec(a.env)
+        seed, episodes = _seeds(a.seed, a.episodes, spec, a.replay, a.replay_span)
+        checkpoints = a.checkpoint if a.expert_drives or a.data else a.checkpoint or [str(shipped_checkpoint(a.env))]
+        policies = 1 if a.expert_drives else max(1, len(a.checkpoint)) + bool(a.with_expert)
+        threads = a.threads
+        from envs.replay.spec import parse_span
+
+        told = a.latency_steps if a.told_latency_steps is None else a.told_latency_steps
+        return EvalPlan(
+            Drivers(tuple(checkpoints), tuple(safe_name(n) for n in a.name), a.expert, a.expert_drives, a.with_expert,
+                    a.action_space, a.discrete_actions, a.action_temperature, spared(a.temperature_spares),
+                    a.temperature_spares is not None, a.pi_speed),
+            Where(a.env, tuple(range(seed, seed + episodes)), a.max_steps or spec.default_max_steps,
+                  spec.check_renderer(a.renderer),
+                  {**spec.scene(a.theme, a.condition), **({"pi_speed": True} if a.pi_speed else {}),
+                   **({"span": a.replay_span, "max_offset": a.replay_max_offset, "reference": a.replay_reference}
+                      if a.replay else {})},
+                  a.replay, a.replay_span, a.replay_max_offset, a.replay_reference, tuple(a.data),
+                  parse_span(a.data_span, "--data-span")),
+            Conditions(timing_of(a.drop_prob, a.jitter, a.latency_steps), a.window_clock, told * spec.dt),
+            Outputs(out, tuple(made), a.video_episodes if a.video else 0,
+                    a.saliency_method if a.saliency else None, a.tensorboard, a.progress),
+            Runtime(("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device, threads,
+                    default_workers(episodes * policies, threads) if a.workers is None else a.workers, a.precision))
 
 
 def _seeds(seed: int | None, episodes: int | None, spec: Any, replay: str | None,

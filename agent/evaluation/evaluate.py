@@ -1,7 +1,7 @@
 """Closed-loop evaluation: drive a rendered env (CarRacing-v3, udacity) with a policy, shadowed by the expert.
 
-``evaluate(EvalArgs(...))`` is what ``evaluate.py`` calls; agent.evaluation.config.resolve turns the arguments into
-the run's small configs once. For each policy (checkpoints and/or the
+``evaluate(resolve(EvalArgs(...)))`` is what ``evaluate.py`` calls: agent.evaluation.config.resolve turns the
+arguments into the run's small configs once. For each policy (checkpoints and/or the
 shipped expert) and each track seed ``seed, seed+1, ...``:
 
 * the policy drives through its streaming interface -- ``stream.reset()`` at the episode start,
@@ -57,8 +57,7 @@ import torch
 from tqdm import tqdm
 
 from agent.controllers import ExpertController
-from agent.evaluation.args import EvalArgs
-from agent.evaluation.config import EvalPlan, resolve
+from agent.evaluation.config import EvalPlan
 from agent.evaluation.drivers import Driver, expert_meta, policy_drivers
 from agent.evaluation.episode import run_episode
 from agent.evaluation.parallel import episode_outputs, evaluate_parallel, preload
@@ -68,14 +67,13 @@ from agent.workers import warm_up
 from common.stops import stop_handled
 
 
-def evaluate(args: EvalArgs, *, command: str | None = None) -> dict[str, dict[str, Any]]:
+def evaluate(plan: EvalPlan, *, command: str | None = None) -> dict[str, dict[str, Any]]:
     """Evaluate every requested policy on the same seeds; returns {name: metrics.json summary}. A recording
     imported for it is removed again when the run is refused (a bad checkpoint, frames of another size)."""
     from driving_data.udacity_import import removed_if_refused
 
-    made: list[Path] = []
+    made = list(plan.outputs.imported)
     with removed_if_refused(made):
-        plan = resolve(args, made)
         previous = torch.get_num_threads()
         torch.set_num_threads(plan.runtime.threads)  # intra-op threads; single-frame inference is fastest with 1
         try:

@@ -262,8 +262,8 @@ def student(tmp_path_factory) -> Path:
 def test_two_workers_give_the_serial_metrics_and_videos(student, tmp_path):
     common = dict(checkpoint=[str(student)], with_expert=True, episodes=2, max_steps=25, seed=1234, video_episodes=2,
                   progress=False, tensorboard=False, renderer="fast")
-    serial = evaluate(EvalArgs(out=str(tmp_path / "s"), workers=1, **common))
-    parallel = evaluate(EvalArgs(out=str(tmp_path / "p"), workers=2, **common))
+    serial = evaluate(resolve(EvalArgs(out=str(tmp_path / "s"), workers=1, **common)))
+    parallel = evaluate(resolve(EvalArgs(out=str(tmp_path / "p"), workers=2, **common)))
     assert list(parallel) == list(serial) == ["nac", "expert"]
     for name in serial:
         a, b = (json.loads((tmp_path / run / name / "metrics.json").read_text()) for run in ("s", "p"))
@@ -292,8 +292,8 @@ def test_ctrl_c_in_a_parallel_evaluation_keeps_the_finished_episodes(student, tm
     monkeypatch.setattr(sys, "stderr", CtrlCAfterFirstEpisode())
     out = tmp_path / "e"
     with pytest.raises(Interrupted, match="interrupted: wrote 1 finished episode"):
-        evaluate(EvalArgs(expert_drives=True, episodes=6, max_steps=25, seed=1234, out=str(out), workers=2,
-                          tensorboard=False))
+        evaluate(resolve(EvalArgs(expert_drives=True, episodes=6, max_steps=25, seed=1234, out=str(out), workers=2,
+                                  tensorboard=False)))
     monkeypatch.undo()
     m = json.loads((out / "metrics.json").read_text())
     assert m["interrupted"] is True and m["num_episodes"] == 1 and m["requested_seeds"] == list(range(1234, 1240))

@@ -5,10 +5,16 @@ import numpy as np
 import pytest
 
 from agent.evaluation.args import EvalArgs
+from agent.evaluation.config import resolve
 from agent.evaluation.evaluate import evaluate
 from driving_data.dataset import open_dataset
 from tests.helpers import DRIVE_STEPS
 
+
+
+def _evaluate(**args):
+    """evaluate.py's library path: the arguments resolved into their plan, then run."""
+    return evaluate(resolve(EvalArgs(**args)))
 
 def test_the_label_drift_benchmark_drives_the_labels_open_loop(udacity_drive, tmp_path, capsys):
     """`python -m benchmarks.label_drift`: the recorded steering never leaves its own line, always-straight is
@@ -18,8 +24,8 @@ def test_the_label_drift_benchmark_drives_the_labels_open_loop(udacity_drive, tm
     counts, seconds = label_drift.drift_table(open_dataset(udacity_drive), (0.0, 1.0), [3])
     assert seconds == pytest.approx(DRIVE_STEPS * 0.1, rel=0.02)
     assert counts[("driver", "recorded steering")] == counts[("driver-or-middle", "recorded steering")] == 0
-    replayed = evaluate(EvalArgs(replay=str(udacity_drive), expert_drives=True, out=str(tmp_path / "e"), workers=1,
-                                 video_episodes=0, progress=False, tensorboard=False))["expert"]
+    replayed = _evaluate(replay=str(udacity_drive), expert_drives=True, out=str(tmp_path / "e"), workers=1,
+                         video_episodes=0, progress=False, tensorboard=False)["expert"]
     assert counts[("driver", "always straight")] == replayed["straight_interventions"] >= 1
     late = label_drift.label_drivers(np.arange(5.0), np.arange(5) * 0.1, [2])["the label 2 rows late"]
     assert late.tolist() == pytest.approx([1.0, 1.0, 1.0, 1.5, 2.0])  # the 0.5 s label of 0..4 at 10 Hz, 2 rows late

@@ -16,6 +16,7 @@ import torch
 import agent.evaluation.evaluate as evaluation
 from agent.controllers import shipped_checkpoint
 from agent.evaluation.args import EvalArgs, run_names
+from agent.evaluation.config import resolve
 from agent.evaluation.evaluate import evaluate
 from common.stops import Interrupted
 from agent.evaluation.metrics import EpisodeRecorder, aggregate, comparison_markdown, steer_of
@@ -64,7 +65,7 @@ def _video_frames(path: Path) -> np.ndarray:
 # ----------------------------------------------------------------------------- closed loop, real env
 def test_expert_drives_two_episodes_and_writes_consistent_metrics(tmp_path):
     out = tmp_path / "expert"
-    res = evaluate(_args(out, expert_drives=True, episodes=2, max_steps=40))["expert"]
+    res = evaluate(resolve(_args(out, expert_drives=True, episodes=2, max_steps=40)))["expert"]
     m = json.loads((out / "metrics.json").read_text())
     assert {"mean_return", "std_return", "episodes", "laps_completed", "latency_median_ms"} <= set(m)
     assert [e["seed"] for e in m["episodes"]] == [1234, 1235]
@@ -93,7 +94,7 @@ def test_driver_executes_the_policy_action(tmp_path, ckpts):
 
     out = tmp_path / "const"
     threads = torch.get_num_threads()
-    m = evaluate(_args(out, checkpoint=[str(ckpts["const"])], max_steps=30, video=False))["const"]
+    m = evaluate(resolve(_args(out, checkpoint=[str(ckpts["const"])], max_steps=30, video=False)))["const"]
     env = make_carracing("continuous", render=True, max_episode_steps=30)
     env.reset(seed=1234)
     ret, action = 0.0, np.array([0.3, 0.2, 0.0], np.float32)
@@ -110,7 +111,7 @@ def test_driver_executes_the_policy_action(tmp_path, ckpts):
 
 def test_tiny_nac_policy_video_has_attention_panel_and_saliency(tmp_path, ckpts):
     out = tmp_path / "nac"
-    m = evaluate(_args(out, checkpoint=[str(ckpts["nac"])], saliency=True, max_steps=25))["nac"]
+    m = evaluate(resolve(_args(out, checkpoint=[str(ckpts["nac"])], saliency=True, max_steps=25)))["nac"]
     e = m["episodes"][0]
     assert e["length"] == 25 and e["video"] == "videos/seed_1234.mp4"
     assert m["policy_config"]["core"] == "nac" and m["latency_steps"] == 25
@@ -120,7 +121,7 @@ def test_tiny_nac_policy_video_has_attention_panel_and_saliency(tmp_path, ckpts)
 
 
 def test_discrete_policy_drives_with_discrete_steering(tmp_path, ckpts):
-    m = evaluate(_args(tmp_path, checkpoint=[str(ckpts["discrete"])], video=False))["disc"]
+    m = evaluate(resolve(_args(tmp_path, checkpoint=[str(ckpts["discrete"])], video=False)))["disc"]
     assert m["action_space"] == "discrete"
     assert 0.0 <= m["episodes"][0]["steer_mae"] <= 2.0
 
@@ -129,7 +130,7 @@ def test_sampled_discrete_actions_repeat_per_track_seed_in_any_worker(tmp_path, 
     """--discrete-actions sample: actions drawn from a generator seeded by the track seed, so a rerun (serial or
     with workers) gives the same episodes, and they are not argmax's; dither's are recorded as such."""
     kw = dict(checkpoint=[str(ckpts["discrete"])], video=False, episodes=2, max_steps=30, renderer="fast")
-    runs = [evaluate(_args(tmp_path / name, discrete_actions=actions, workers=workers, **kw))["disc"]
+    runs = [evaluate(resolve(_args(tmp_path / name, discrete_actions=actions, workers=workers, **kw)))["disc"]
             for name, actions, workers in (("a", "sample", 1), ("b", "sample", 2), ("c", "argmax", 1),
                                            ("d", "dither", 2))]
     returns = [[(e["return"], e["steer_mae"]) for e in m["episodes"]] for m in runs]
@@ -146,9 +147,10 @@ def test_a_checkpoint_that_names_its_action_rule_drives_with_it_unless_told(tmp_
     sampler = tmp_path / "sampler.pt"
     torch.save(payload, sampler)
     kw = dict(video=False, episodes=2, max_steps=30, renderer="fast")
-    told = evaluate(_args(tmp_path / "told", checkpoint=[str(ckpts["discrete"])], discrete_actions="sample", **kw))
-    own = evaluate(_args(tmp_path / "own", checkpoint=[str(sampler)], workers=2, **kw))
-    argmax = evaluate(_args(tmp_path / "argmax", checkpoint=[str(sampler)], discrete_actions="argmax", **kw))
+    told = evaluate(resolve(_args(tmp_path / "told", checkpoint=[str(ckpts["discrete"])], discrete_actions="sample",
+                                  **kw)))
+    own = evaluate(resolve(_args(tmp_path / "own", checkpoint=[str(sampler)], workers=2, **kw)))
+    argmax = evaluate(resolve(_args(tmp_path / "argmax", checkpoint=[str(sampler)], discrete_actions="argmax", **kw)))
     (told,), (own,), (argmax,) = (list(r.values()) for r in (told, own, argmax))
     episodes = [[(e["return"], e["steer_mae"]) for e in m["episodes"]] for m in (told, own, argmax)]
     assert episodes[0] == episodes[1] != episodes[2]
@@ -164,7 +166,7 @@ def test_a_checkpoint_drives_at_its_own_temperature_unless_told(tmp_path, ckpts)
     warm = tmp_path / "warm.pt"
     torch.save(payload, warm)
     kw = dict(video=False, episodes=2, max_steps=30, renderer="fast")
-    runs = [next(iter(evaluate(_args(tmp_path / name, checkpoint=[str(c)], **kw, **extra)).values()))
+    runs = [next(iter(evaluate(resolve(_args(tmp_path / name, checkpoint=[str(c)], **kw, **extra))).values()))
             for name, c, extra in (("own", warm, {}),
                                    ("told", ckpts["discrete"], dict(discrete_actions="sample", action_temperature=3.0)),
                                    ("plain", ckpts["discrete"], dict(discrete_actions="sample")),
@@ -176,17 +178,17 @@ def test_a_checkpoint_drives_at_its_own_temperature_unless_told(tmp_path, ckpts)
     assert [m.get("temperature_spares") for m in runs] == [None] * 4 + [["brake"]]
     assert action_rule_label({"spared": runs[4]}) == "sampling at temperature 3, brake spared"
     with pytest.raises(ValueError, match="--action-temperature changes only the sample and dither rules"):
-        evaluate(_args(tmp_path / "x", checkpoint=[str(ckpts["discrete"])], action_temperature=2.0, **kw))
+        evaluate(resolve(_args(tmp_path / "x", checkpoint=[str(ckpts["discrete"])], action_temperature=2.0, **kw)))
     with pytest.raises(ValueError, match="--action-temperature is for discrete students"):
-        evaluate(_args(tmp_path / "y", checkpoint=[str(ckpts["nac"])], action_temperature=2.0, **kw))
+        evaluate(resolve(_args(tmp_path / "y", checkpoint=[str(ckpts["nac"])], action_temperature=2.0, **kw)))
     with pytest.raises(ValueError, match="--action-temperature: the action temperature must be a number > 0"):
-        evaluate(_args(tmp_path / "z", checkpoint=[str(ckpts["discrete"])], action_temperature=0.0, **kw))
+        evaluate(resolve(_args(tmp_path / "z", checkpoint=[str(ckpts["discrete"])], action_temperature=0.0, **kw)))
 
 
 def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts):
     out = tmp_path / "cmp"
-    res = evaluate(_args(out, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], with_expert=True,
-                         episodes=2, max_steps=20, video=False))
+    res = evaluate(resolve(_args(out, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], with_expert=True,
+                                 episodes=2, max_steps=20, video=False)))
     assert list(res) == ["nac", "const", "expert"]
     for name in res:
         m = json.loads((out / name / "metrics.json").read_text())
@@ -216,7 +218,7 @@ def test_ctrl_c_keeps_the_finished_episodes(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluation, "run_episode", interrupt_second)
     out = tmp_path / "int"
     with pytest.raises(Interrupted):
-        evaluate(_args(out, expert_drives=True, episodes=3, max_steps=10, video=False))
+        evaluate(resolve(_args(out, expert_drives=True, episodes=3, max_steps=10, video=False)))
     m = json.loads((out / "metrics.json").read_text())
     assert m["interrupted"] is True and [e["seed"] for e in m["episodes"]] == [1234]
 
@@ -320,13 +322,13 @@ def test_run_names_are_unique():
 
 def test_display_names_label_the_comparison(tmp_path, ckpts):
     """--name: comparison rows and folders say what each policy is, not 'best'."""
-    evaluate(_args(tmp_path, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], max_steps=5, video=False,
-                   tensorboard=False, name=["trained just now", "shipped"]))
+    evaluate(resolve(_args(tmp_path, checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], max_steps=5, video=False,
+                           tensorboard=False, name=["trained just now", "shipped"])))
     table = (tmp_path / "comparison.md").read_text()
     assert "| trained_just_now |" in table and "| shipped |" in table
     assert (tmp_path / "trained_just_now" / "metrics.json").is_file()
     with pytest.raises(ValueError, match="one name per --checkpoint"):
-        evaluate(_args(tmp_path / "x", checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], name=["only one"]))
+        evaluate(resolve(_args(tmp_path / "x", checkpoint=[str(ckpts["nac"]), str(ckpts["const"])], name=["only one"])))
 
 
 # ----------------------------------------------------------------------------- errors
@@ -338,12 +340,12 @@ def test_display_names_label_the_comparison(tmp_path, ckpts):
 ])
 def test_bad_arguments_raise_clear_errors(tmp_path, bad, match):
     with pytest.raises(ValueError, match=match):
-        evaluate(_args(tmp_path, **bad))
+        evaluate(resolve(_args(tmp_path, **bad)))
 
 
 def test_mixed_action_spaces_are_refused(tmp_path, ckpts):
     with pytest.raises(ValueError, match="mix action spaces"):
-        evaluate(_args(tmp_path, checkpoint=[str(ckpts["nac"]), str(ckpts["discrete"])]))
+        evaluate(resolve(_args(tmp_path, checkpoint=[str(ckpts["nac"]), str(ckpts["discrete"])])))
 
 
 def _cli(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -490,8 +492,8 @@ def test_precision_scores_recorded_frames_in_bf16_and_drives_exactly_as_fp32(tmp
         scores[p] = offline["pooled"]["policy_raw"]["mse"]
     assert scores["bf16"] != scores["fp32"] and scores["bf16"] == pytest.approx(scores["fp32"], rel=0.02)
     shipped = REPO / shipped_checkpoint("carracing")
-    drives = {p: evaluate(_args(tmp_path / f"drive_{p}", checkpoint=[str(shipped)], precision=p, video=False,
-                                max_steps=60))["carracing_nac"] for p in ("fp32", "bf16")}
+    drives = {p: evaluate(resolve(_args(tmp_path / f"drive_{p}", checkpoint=[str(shipped)], precision=p, video=False,
+                                        max_steps=60)))["carracing_nac"] for p in ("fp32", "bf16")}
     assert drives["fp32"]["precision"] == drives["bf16"]["precision"] == "fp32"
     same = ("return", "completion", "steer_mae", "steer_smoothness")
     assert [[e[k] for k in same] for e in drives["bf16"]["episodes"]] == [[e[k] for k in same]

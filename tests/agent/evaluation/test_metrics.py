@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.evaluation.evaluate import EvalArgs, evaluate
+from agent.evaluation.args import EvalArgs
+from agent.evaluation.config import resolve
+from agent.evaluation.evaluate import evaluate
 from agent.evaluation.metrics import METRICS, TABLES, Column, Metric, aggregate, columns, comparison_markdown
 from agent.evaluation.table import table_markdown
 from tests.helpers import constant_policy_checkpoint
@@ -29,8 +31,8 @@ def _two_policies(tmp_path: Path) -> dict:
     a = constant_policy_checkpoint(tmp_path / "a.pt", action=(0.3, 0.2, 0.0))
     b = constant_policy_checkpoint(tmp_path / "b.pt", action=(-0.1, 0.5, 0.0))
     out = tmp_path / "eval"
-    evaluate(EvalArgs(checkpoint=[str(a), str(b)], episodes=2, max_steps=12, seed=1234, out=str(out), progress=False,
-                      workers=1, video=False))
+    evaluate(resolve(EvalArgs(checkpoint=[str(a), str(b)], episodes=2, max_steps=12, seed=1234, out=str(out),
+                              progress=False, workers=1, video=False)))
     return {"out": out, "names": ["a", "b"]}
 
 

@@ -269,8 +269,8 @@ def test_timestamps_reach_the_policy_stream_and_core_unchanged(env, clock, tiny,
     stamps, windows = _record_stream_and_core(monkeypatch)
     timing = dict(drop_prob=0.3, jitter="1:3")
     steps = 30 if env == "carracing" else 12
-    m = evaluate(_args(tmp_path, env=env, checkpoint=[ckpt], max_steps=steps, window_clock=clock,
-                       renderer=None if env == "udacity" else "fast", **timing))
+    m = evaluate(resolve(_args(tmp_path, env=env, checkpoint=[ckpt], max_steps=steps, window_clock=clock,
+                               renderer=None if env == "udacity" else "fast", **timing)))
     summary = next(iter(m.values()))
     acting = _acting_steps(TimingConditions(0.3, (1, 3)), 1234, steps)
     dt = get_spec(env).dt
@@ -288,8 +288,8 @@ def test_timestamps_reach_the_policy_stream_and_core_unchanged(env, clock, tiny,
 
 
 def test_metrics_json_records_the_timing(tiny, tmp_path):
-    m = evaluate(_args(tmp_path / "t", checkpoint=[str(tiny)], episodes=2, drop_prob=0.2, jitter="1:3",
-                       latency_steps=5, tensorboard=True))["nac"]
+    m = evaluate(resolve(_args(tmp_path / "t", checkpoint=[str(tiny)], episodes=2, drop_prob=0.2, jitter="1:3",
+                               latency_steps=5, tensorboard=True)))["nac"]
     t = json.loads((tmp_path / "t" / "metrics.json").read_text())["timing"]
     assert t["regular"] is False and t["drop_prob"] == 0.2 and t["jitter"] == "1:3"
     assert t["latency_steps"] == 5 and t["latency_s"] == pytest.approx(0.1)
@@ -298,7 +298,7 @@ def test_metrics_json_records_the_timing(tiny, tmp_path):
     assert m["window_clock"] == "time"  # the default: windows span the trained time under irregular frames
     header = (tmp_path / "t" / "episodes.csv").read_text().splitlines()[0].split(",")
     assert header[-4:] == list(TIMING_KEYS)
-    regular = evaluate(_args(tmp_path / "r", checkpoint=[str(tiny)]))["nac"]
+    regular = evaluate(resolve(_args(tmp_path / "r", checkpoint=[str(tiny)])))["nac"]
     assert regular["timing"]["regular"] is True and regular["timing"]["frames_seen"] == 30
     assert not set(TIMING_KEYS) & set(regular["episodes"][0])  # regular rows keep their columns
 
@@ -307,8 +307,8 @@ def test_regular_timing_is_bit_identical_to_every_frame_on_time(tiny, tmp_path):
     """Jitter 1:1 draws from the timing generator yet gives the policy every frame at once: its rows, and the
     video, must be the regular run's, bit for bit (so the generator touches nothing else)."""
     kw = dict(checkpoint=[str(tiny)], episodes=2, max_steps=25, video=True, video_episodes=1)
-    regular = evaluate(_args(tmp_path / "r", **kw))["nac"]
-    drawn = evaluate(_args(tmp_path / "j", jitter="1:1", **kw))["nac"]
+    regular = evaluate(resolve(_args(tmp_path / "r", **kw)))["nac"]
+    drawn = evaluate(resolve(_args(tmp_path / "j", jitter="1:1", **kw)))["nac"]
     strip = [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in drawn["episodes"]]
     assert _untimed(regular["episodes"]) == _untimed(strip)
     assert all(e["frames_seen"] == 25 and e["held_steps"] == 0 for e in drawn["episodes"])
@@ -318,8 +318,8 @@ def test_regular_timing_is_bit_identical_to_every_frame_on_time(tiny, tmp_path):
 
 def test_two_workers_give_the_rows_of_one(tiny, tmp_path):
     kw = dict(checkpoint=[str(tiny)], episodes=2, max_steps=25, drop_prob=0.3, jitter="1:2", latency_steps=2)
-    one = evaluate(_args(tmp_path / "1", **kw))["nac"]
-    two = evaluate(_args(tmp_path / "2", **{**kw, "workers": 2}))["nac"]
+    one = evaluate(resolve(_args(tmp_path / "1", **kw)))["nac"]
+    two = evaluate(resolve(_args(tmp_path / "2", **{**kw, "workers": 2})))["nac"]
     assert _untimed(one["episodes"]) == _untimed(two["episodes"])
     assert one["timing"] == two["timing"]
 
@@ -365,11 +365,11 @@ def test_a_latency_aware_student_is_told_the_latency_or_the_belief_given(tiny, t
     policy.config.latency_input = "clock"  # the nac core's query time: no new weights
     clock = save_checkpoint(tmp_path / "clock.pt", policy)
     told = record_told_latency(monkeypatch)
-    m = evaluate(_args(tmp_path / "true", checkpoint=[str(clock)], latency_steps=3))
+    m = evaluate(resolve(_args(tmp_path / "true", checkpoint=[str(clock)], latency_steps=3)))
     assert set(told) == {3 * get_spec("carracing").dt}
     assert next(iter(m.values()))["told_latency_s"] == pytest.approx(0.06)
     told.clear()
-    evaluate(_args(tmp_path / "wrong", checkpoint=[str(clock)], latency_steps=3, told_latency_steps=0))
+    evaluate(resolve(_args(tmp_path / "wrong", checkpoint=[str(clock)], latency_steps=3, told_latency_steps=0)))
     assert set(told) == {0.0}
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="--told-latency-steps must be an integer"):
