@@ -178,3 +178,27 @@ def misnamed_tests() -> list[str]:
 
 def test_every_test_file_below_the_top_is_named_after_the_module_it_tests():
     assert misnamed_tests() == []
+
+
+ARGUMENT_OBJECTS = ("TrainArgs", "EvalArgs", "CollectConfig", "PPOTrainArgs")  # the four commands' parsed arguments
+
+
+def takers_of_whole_arguments(sources: dict[str, str]) -> list[str]:
+    """``module.function`` for every function with a parameter annotated with a whole arguments object: past the
+    boundary (check_args, resolve) code takes the small frozen configs it uses, so this list stays short."""
+    found = []
+    for module, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                params = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                if any(p.annotation is not None and ast.unparse(p.annotation).strip("'\"") in ARGUMENT_OBJECTS
+                       for p in params):
+                    found.append(f"{module}.{node.name}")
+    return sorted(found)
+
+
+def test_arguments_are_taken_whole_only_at_the_boundary():
+    takers = takers_of_whole_arguments(project_modules())
+    assert len(takers) <= 8, "\n".join(takers)
+    seen = takers_of_whole_arguments({"m": "def run(a: 'TrainArgs'): ...\ndef go(plan: TrainPlan): ..."})
+    assert seen == ["m.run"]
