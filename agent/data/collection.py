@@ -2,7 +2,7 @@
 behaviour-cloning dataset, episode after episode, into one folder.
 
 Everything env-specific (how to make it, action names, step time, what to record besides the frame, DART
-defaults, seed ranges) comes from the env's `envs.registry.EnvSpec`; this module holds no env names. What one
+defaults, seed ranges) comes from the env's `envs.spec.EnvSpec`; this module holds no env names. What one
 episode records and why is in agent/data/recorder.py; the arguments and their checks in agent/data/config.py;
 what may be appended to an existing folder in agent/data/out_folder.py; the card in agent/data/card.py.
 

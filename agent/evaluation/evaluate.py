@@ -36,7 +36,7 @@ comparable with the expert's card.
 Policies whose head predicts only some of the env's action components (e.g. a steering-only head on
 CarRacing's [steer, gas, brake]) drive with the expert's values for the missing components;
 ``metrics.json`` records this as ``"filled_from_expert"``. Everything env-specific (how to make the env,
-step time, progress, on-road, HUD scale) comes from the env's ``envs.registry.EnvSpec``.
+step time, progress, on-road, HUD scale) comes from the env's ``envs.spec.EnvSpec``.
 
 Speed: ``workers`` > 1 drives the (policy, seed) episodes in that many processes (agent.workers), each with
 its own env, expert and policies; ``renderer`` picks who draws the frames (CarRacing: gymnasium's ``pygame``,

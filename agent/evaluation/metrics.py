@@ -3,7 +3,7 @@
 One ``EpisodeRecorder`` per episode collects what happened at every step (reward, the policy's and the
 shadowing expert's steering, speed, on-road flag, wrong-way flag, inference latency); ``finish()`` turns it into a flat
 dict of numbers (one row of ``episodes.csv``). What "on the road", "completion" and "lap" mean comes from
-the env's spec (``envs.registry.EnvSpec``), whose ``episode_meta`` also adds the env's own columns
+the env's spec (``envs.spec.EnvSpec``), whose ``episode_meta`` also adds the env's own columns
 (CarRacing: tiles visited; udacity: laps, distance). ``aggregate()`` summarises the rows (``metrics.json``),
 ``write_tensorboard()`` logs them as ``eval/...`` scalars, ``comparison_markdown()`` puts several runs
 side by side. Each figure is declared once, in ``METRICS``: its label and format, whether it is averaged,

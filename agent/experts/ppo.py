@@ -4,7 +4,7 @@ The expert is an SB3 PPO MlpPolicy that reads `info["privileged"]` (the env spec
 pixels, so it trains in the physics-only env at thousands of steps/s and acts every frame. Its labels
 are what the student imitates from the frames. What differs between envs (the privileged features, PPO's
 action space and its mapping to the env's, the training env's reward shaping, the scripted teacher of the
-warm start, the shipped files) comes from the env's `envs.registry.EnvSpec`; this module holds no env names.
+warm start, the shipped files) comes from the env's `envs.spec.EnvSpec`; this module holds no env names.
 
     python -m agent.experts.ppo train --env carracing --action-space continuous --timesteps 1500000 \\
         --out checkpoints/expert_carracing_continuous.zip
