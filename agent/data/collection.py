@@ -32,7 +32,7 @@ import numpy as np
 
 from agent.controllers import load_driver
 from agent.data.card import build_card, expert_summary, file_sha256
-from agent.data.config import CollectConfig, CollectError, CollectPlan, Drives, Recorded, Where, resolve, shard_range
+from agent.data.config import CollectConfig, CollectError, CollectPlan, Drives, Recorded, Tracks, resolve, shard_range
 from agent.data.out_folder import Existing, check_compatible, folder_lock, inspect_out
 from agent.data.recorder import (
     OFF_ROAD_SECONDS,
@@ -338,7 +338,7 @@ def plan_run(p: CollectPlan, existing: Existing, exp: dict[str, Any], driver_inf
     return RunPlan(config, [*existing.card.get("runs", []), run], ids, seeds, workers, settings)
 
 
-def _inherited(w: Where, r: Recorded, out: Path, existing: Existing, exp: dict[str, Any],
+def _inherited(w: Tracks, r: Recorded, out: Path, existing: Existing, exp: dict[str, Any],
                want_seed: int | None) -> tuple[int, float, int, dict[str, Any]]:
     """(first track seed, noise, noise hold, dataset config): the dataset's when appending, else the defaults."""
     spec = w.spec

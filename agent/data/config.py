@@ -272,7 +272,7 @@ class Drives:
 
 
 @dataclass(frozen=True)
-class Where:
+class Tracks:
     """Where it drives: the env and action space, the tracks (first seed asked for, episodes to add, this shard's
     part), the steps per episode, the renderer, the scenes and the latency of every action."""
 
@@ -309,7 +309,7 @@ class CollectPlan:
     """A checked CollectConfig, resolved once: nothing after ``resolve`` reads the arguments."""
 
     drives: Drives
-    where: Where
+    where: Tracks
     recorded: Recorded
     out: Path  # the dataset folder (a shard's OUT-shard-I-of-N)
     workers: int | None  # None: one per CPU core, at most the episodes
@@ -327,7 +327,7 @@ def resolve(cfg: CollectConfig) -> CollectPlan:
              **({"span": parse_span(cfg.replay_span)} if cfg.replay_span is not None else {})}  # a replay's part
     return CollectPlan(
         Drives(cfg.expert, cfg.driver, cfg.beta, cfg.driver_actions, cfg.driver_temperature),
-        Where(cfg.env, cfg.action_space, cfg.seed, cfg.episodes, cfg.shard, cfg.max_steps, cfg.renderer, scene,
+        Tracks(cfg.env, cfg.action_space, cfg.seed, cfg.episodes, cfg.shard, cfg.max_steps, cfg.renderer, scene,
               cfg.latency_steps),
         Recorded(cfg.noise, cfg.noise_hold, cfg.early_stop, cfg.cut_wrong_way, cfg.recovery_labels,
                  cfg.recovery_starts),
@@ -346,6 +346,6 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_range(episodes: int, index: int, count: int) -> tuple[int, int]:
-    """Episodes [a, b) of a run of `episodes` that shard `index` of `count` records: contiguous, disjoint,
+    """Tracks [a, b) of a run of `episodes` that shard `index` of `count` records: contiguous, disjoint,
     together exactly 0..episodes-1, sizes differing by at most one."""
     return (index - 1) * episodes // count, index * episodes // count

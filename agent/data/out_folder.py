@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from agent.data.config import CollectError, Where
+from agent.data.config import CollectError, Tracks
 from common.files import check_writable, remove_stale_temp
 from driving_data.dataset import CARD_NAME, EPISODE_DIR, open_dataset
 
@@ -56,7 +56,7 @@ def inspect_out(out: Path) -> Existing:
     return Existing(metas=ds.episodes, card=ds.card)
 
 
-def check_compatible(existing: Existing, where: Where, out: Path, expert_sha: str, expert_path: str,
+def check_compatible(existing: Existing, where: Tracks, out: Path, expert_sha: str, expert_path: str,
                      seed: int | None = None) -> dict:
     """The settings this run inherits from the dataset in ``out``; CollectError if it may not append to it.
     `seed`: the first track seed this run asks for (--seed, or where --shard's range starts), None to inherit it."""

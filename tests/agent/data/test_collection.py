@@ -541,7 +541,7 @@ def test_datasets_of_the_older_format_name_open_and_unknown_formats_are_refused(
     import json
 
     from driving_data.dataset import FORMAT, READABLE_FORMATS, open_dataset
-    from tests.envs.replay.test_replay import _carracing_like
+    from tests.envs.replay.test_spec import _carracing_like
 
     root = _carracing_like(tmp_path)
     for name in READABLE_FORMATS:
