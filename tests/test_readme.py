@@ -223,3 +223,9 @@ def test_every_docs_link_resolves():
             elif anchor and file.suffix == ".md" and anchor not in heading_anchors(file.read_text()):
                 broken.append(f"{md.name}: {target}")
     assert not broken, f"links that lead nowhere: {broken}"
+
+
+def test_the_guide_and_the_report_stay_short():
+    """The README is a newcomer's guide and docs/results.md a report by question, not a log: their length is held."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+    assert len((ROOT / "docs" / "results.md").read_text().splitlines()) <= 700
