@@ -83,21 +83,43 @@ def _run(module: str, *argv: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_help_is_grouped_and_a_wrong_flag_is_one_line(module):
-    shown = _run(module, "--help")
-    assert shown.returncode == 0, shown.stderr
-    assert any(f"\n{group}:\n" in shown.stdout for group in GROUP_ORDER), shown.stdout
-    wrong = _run(module, "--definitely-not-a-flag")
+def _main(module: str, capsys, *argv: str) -> tuple[int, str, str]:
+    """``python -m module *argv`` in this process (its __main__ line is pinned below): exit code, stdout, stderr."""
+    capsys.readouterr()
+    try:
+        code = importlib.import_module(module).main(list(argv))
+    except SystemExit as e:  # --help and a wrong flag end in argparse's exit
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_entry_point_exits_with_what_its_main_returns():
+    """``python -m module`` is main() and its exit code, so main(argv) in-process is what a user runs; one real
+    interpreter shows it end to end."""
+    for module, tree in ENTRY_POINTS.items():
+        [block] = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        assert [ast.unparse(n) for n in block.body] in (["raise SystemExit(main())"], ["sys.exit(main())"]), module
+    wrong = _run("agent.training.interpolate", "--definitely-not-a-flag")
     lines = wrong.stderr.splitlines()
     assert wrong.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), wrong.stderr
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_help_is_grouped_and_a_wrong_flag_is_one_line(module, capsys):
+    code, shown, err = _main(module, capsys, "--help")
+    assert code == 0, err
+    assert any(f"\n{group}:\n" in shown for group in GROUP_ORDER), shown
+    code, _, err = _main(module, capsys, "--definitely-not-a-flag")
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), err
     commands = getattr(importlib.import_module(module), "COMMANDS", {})
     if commands:  # one line per command under "commands:", never run together
-        assert "\ncommands:\n" in shown.stdout and ".;" not in shown.stdout, shown.stdout
+        assert "\ncommands:\n" in shown and ".;" not in shown, shown
         for name in commands:
-            assert f"\n  {name} " in shown.stdout, name
-            sub = _run(module, name, "--help")
-            assert sub.returncode == 0 and f"usage: python -m {module} {name}" in sub.stdout, sub.stderr
+            assert f"\n  {name} " in shown, name
+            code, sub, err = _main(module, capsys, name, "--help")
+            assert code == 0 and f"usage: python -m {module} {name}" in sub, err
 
 
 def _parsers(module: str) -> dict[str, argparse.ArgumentParser]:

@@ -266,7 +266,7 @@ def test_a_full_disk_ends_collect_in_one_line_and_keeps_the_saved_episodes(tmp_p
 def test_killed_cli_leaves_readable_data(tmp_path):
     out = tmp_path / "d"
     cmd = [sys.executable, "collect.py", "--episodes", "500", "--max-steps", "40", "--out", str(out), "--no-progress",
-           "--workers", "1"]
+           "--workers", "1", "--renderer", "fast"]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120
@@ -474,7 +474,7 @@ def test_recovery_labels_and_start_in_expert_data(tmp_path):
     the start replays from the meta's reset options; the card counts it all."""
     out = tmp_path / "d"
     _collect(out, episodes=1, action_space="discrete", noise=0.0, max_steps=150, early_stop=False,
-             recovery_labels=True, recovery_starts=1.0)
+             recovery_labels=True, recovery_starts=1.0, renderer="fast")
     ds = open_dataset(out)
     ep, meta = ds.load(0), ds.episodes[0]
     _check_labels(ep, "discrete")
@@ -483,7 +483,7 @@ def test_recovery_labels_and_start_in_expert_data(tmp_path):
     np.testing.assert_array_equal(ep["expert_probs"][rec], np.eye(5, dtype=np.float32)[ep["expert_action"][rec]])
     np.testing.assert_array_equal(ep["action"], ep["expert_action"])  # noise 0: the labeller drives
     assert set(meta["start"]) == {"start_fraction", "start_turn", "start_offset"} and abs(meta["start"]["start_turn"]) > 1.9
-    env = make_carracing("discrete", render=True, max_episode_steps=150)
+    env = make_carracing("discrete", render=True, max_episode_steps=150, renderer="fast")
     obs, info = env.reset(seed=meta["track_seed"], options=meta["start"])
     np.testing.assert_array_equal(ep["frames"][0], obs)
     np.testing.assert_array_equal(ep["privileged"][0], info["privileged"])

@@ -348,16 +348,12 @@ def test_mixed_action_spaces_are_refused(tmp_path, ckpts):
         evaluate(resolve(_args(tmp_path, checkpoint=[str(ckpts["nac"]), str(ckpts["discrete"])])))
 
 
-def _cli(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
-    return subprocess.run([sys.executable, str(REPO / "evaluate.py"), *argv], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+def test_cli_missing_checkpoint_is_one_line_error(tmp_path, capsys):
+    import evaluate as cli
 
-
-def test_cli_missing_checkpoint_is_one_line_error(tmp_path):
-    r = _cli("--checkpoint", str(tmp_path / "nope.pt"), "--out", str(tmp_path / "o"), "--no-progress")
-    assert r.returncode == 2, r.stderr
-    assert "error:" in r.stderr and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    assert cli.main(["--checkpoint", str(tmp_path / "nope.pt"), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "does not exist" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o").exists()
 
 
@@ -382,15 +378,18 @@ def test_cli_main_turns_bad_input_into_exit_2(tmp_path, ckpts, capsys, case, nee
     assert not (tmp_path / "o").exists()
 
 
-def test_cli_default_is_the_shipped_checkpoint(tmp_path):
-    """No --checkpoint: the shipped student drives, or a clear error says it is missing."""
-    r = _cli("--episodes", "1", "--max-steps", "5", "--no-video", "--out", str(tmp_path / "o"), "--no-progress",
-             cwd=tmp_path)
+def test_cli_default_is_the_shipped_checkpoint(tmp_path, monkeypatch, capsys):
+    """No --checkpoint: the shipped student drives (from any folder), or a clear error says it is missing."""
+    import evaluate as cli
+
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["--episodes", "1", "--max-steps", "5", "--no-video", "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
     if (REPO / shipped_checkpoint("carracing")).is_file():
-        assert r.returncode == 0, r.stderr
+        assert code == 0, err
         assert json.loads((tmp_path / "o" / "metrics.json").read_text())["num_episodes"] == 1
     else:
-        assert r.returncode == 2 and "carracing_nac.pt" in r.stderr and "Traceback" not in r.stderr
+        assert code == 2 and "carracing_nac.pt" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_paired_differences_pair_episodes_by_seed_and_report_their_standard_error():
