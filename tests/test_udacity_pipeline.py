@@ -13,7 +13,7 @@ import pytest
 import collect as collect_cli
 from driving_data.dataset import open_dataset
 from agent.evaluation.args import EvalArgs
-from agent.evaluation.config import resolve
+from agent.evaluation.config import resolve as resolve_eval
 from agent.evaluation.evaluate import evaluate
 from agent.experts.expert import Expert
 from agent.training.config import TrainArgs, resolve
@@ -67,7 +67,7 @@ def test_train_on_udacity_data_uses_the_pilotnet_recipe(udacity_ds, tmp_path):
     assert cfg["color"] == "yuv" and cfg["env"] == "UdacityStyle-v0" and cfg["action_names"] == ["steer"]
     assert cfg["frame_stride"] == 1 and abs(cfg["frame_period"] - SPEC.dt) < 1e-9
     # the trained policy drives the real env in closed loop, with interventions counted
-    res = evaluate(resolve(EvalArgs(env="udacity", checkpoint=[str(out / "best.pt")], episodes=1, max_steps=60,
+    res = evaluate(resolve_eval(EvalArgs(env="udacity", checkpoint=[str(out / "best.pt")], episodes=1, max_steps=60,
                                     video_episodes=1, out=str(tmp_path / "eval"), progress=False, tensorboard=False)))
     m = next(iter(res.values()))
     row = m["episodes"][0]
@@ -79,7 +79,7 @@ def test_train_on_udacity_data_uses_the_pilotnet_recipe(udacity_ds, tmp_path):
 
 
 def test_expert_keeps_its_lane_where_a_constant_policy_needs_interventions(tmp_path):
-    res = evaluate(resolve(EvalArgs(env="udacity", expert_drives=True, episodes=2, max_steps=300, video=False,
+    res = evaluate(resolve_eval(EvalArgs(env="udacity", expert_drives=True, episodes=2, max_steps=300, video=False,
                                     out=str(tmp_path / "e"), progress=False, tensorboard=False)))
     m = res["expert"]
     assert m["total_interventions"] == 0 and m["autonomy"] == 100.0 and m["mean_mean_abs_cte"] < 0.5
@@ -105,8 +105,8 @@ def test_udacity_format_round_trip_of_a_collected_dataset(udacity_ds, tmp_path):
 
 
 def _replay(rec: Path, ckpt: Path, out: Path, capsys) -> tuple[dict, list[list[str]], str]:
-    res = evaluate(resolve(EvalArgs(replay=str(rec), checkpoint=[str(ckpt)], video=False, out=str(out), progress=False,
-                                    tensorboard=False, workers=1)))
+    res = evaluate(resolve_eval(EvalArgs(replay=str(rec), checkpoint=[str(ckpt)], video=False, out=str(out),
+                                         progress=False, tensorboard=False, workers=1)))
     with open(out / "paths" / "part_1.csv", newline="") as f:
         return next(iter(res.values())), list(csv.reader(f))[1:], capsys.readouterr().out
 
@@ -137,7 +137,7 @@ def test_an_exported_dataset_replays_as_the_dataset_does(udacity_ds, tmp_path, c
 def test_an_export_of_the_expert_s_labels_is_not_replayed(udacity_ds, tmp_path):
     export_udacity(udacity_ds, tmp_path / "labels", label="expert_action")
     with pytest.raises(ValueError, match="steering column is the expert's label .* --label action"):
-        evaluate(resolve(EvalArgs(replay=str(tmp_path / "labels"), expert_drives=True, video=False,
+        evaluate(resolve_eval(EvalArgs(replay=str(tmp_path / "labels"), expert_drives=True, video=False,
                                   out=str(tmp_path / "e"), progress=False, tensorboard=False, workers=1)))
 
 
