@@ -172,24 +172,8 @@ def check_args(a: EvalArgs) -> None:
     --replay before its recording is imported, only the replay's own flags: the rest needs the env the import
     makes (agent.evaluation.config.resolve checks again once it is made)."""
     if a.replay is not None and not a.env.startswith(REPLAY_PREFIX):
-        if a.env != EvalArgs.env:
-            raise ValueError(f"--replay builds its env from the recording; drop --env {a.env}")
-        if a.data:
-            raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
-        if not Path(a.replay).exists():
-            raise FileNotFoundError(f"--replay {a.replay!r} does not exist (a folder with driving_log.csv and IMG/, "
-                                    "or a dataset of the udacity envs)")
-        if not a.checkpoint and not a.expert_drives and not is_person_recording(a.replay):
-            raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
-                             "best.pt that train.py --data REC made), or --expert-drives to replay the recorded "
-                             "steering")
-        from envs.replay.road import check_reference
-        from envs.replay.spec import parse_span
-
-        parse_span(a.replay_span)
-        if isinstance(a.replay_max_offset, bool) or not a.replay_max_offset > 0:
-            raise ValueError(f"--replay-max-offset must be a distance > 0 in metres, got {a.replay_max_offset!r}")
-        check_reference(a.replay_reference, "--replay-reference")
+        _check_replay_flags(a.replay, a.env, bool(a.data), bool(a.checkpoint or a.expert_drives), a.replay_span,
+                            a.replay_max_offset, a.replay_reference)
         return
     if a.replay is None and (a.replay_span is not None or a.replay_max_offset != EvalArgs.replay_max_offset
                              or a.replay_reference != EvalArgs.replay_reference):
@@ -256,6 +240,29 @@ def check_args(a: EvalArgs) -> None:
     if a.data and not timing.regular:
         raise ValueError("--drop-prob, --jitter and --latency-steps are conditions of driving in closed loop; "
                          "--data scores recorded frames offline (drop one or the other)")
+
+
+def _check_replay_flags(replay: str, env: str, data: bool, drivers_named: bool, span: str | None,
+                        max_offset: float, reference: str) -> None:
+    """The flags a --replay run can be checked on before its recording is imported (the rest needs its env)."""
+    if env != EvalArgs.env:
+        raise ValueError(f"--replay builds its env from the recording; drop --env {env}")
+    if data:
+        raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
+    if not Path(replay).exists():
+        raise FileNotFoundError(f"--replay {replay!r} does not exist (a folder with driving_log.csv and IMG/, "
+                                "or a dataset of the udacity envs)")
+    if not drivers_named and not is_person_recording(replay):
+        raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
+                         "best.pt that train.py --data REC made), or --expert-drives to replay the recorded "
+                         "steering")
+    from envs.replay.road import check_reference
+    from envs.replay.spec import parse_span
+
+    parse_span(span)
+    if isinstance(max_offset, bool) or not max_offset > 0:
+        raise ValueError(f"--replay-max-offset must be a distance > 0 in metres, got {max_offset!r}")
+    check_reference(reference, "--replay-reference")
 
 
 def timing_of(drop_prob: float, jitter: str | None, latency_steps: int) -> TimingConditions:
