@@ -328,7 +328,7 @@ def resolve(cfg: CollectConfig) -> CollectPlan:
     return CollectPlan(
         Drives(cfg.expert, cfg.driver, cfg.beta, cfg.driver_actions, cfg.driver_temperature),
         Tracks(cfg.env, cfg.action_space, cfg.seed, cfg.episodes, cfg.shard, cfg.max_steps, cfg.renderer, scene,
-              cfg.latency_steps),
+               cfg.latency_steps),
         Recorded(cfg.noise, cfg.noise_hold, cfg.early_stop, cfg.cut_wrong_way, cfg.recovery_labels,
                  cfg.recovery_starts),
         cfg.out_dir, cfg.workers, cfg.progress)
