@@ -56,7 +56,7 @@ demo-udacity: $(STAMP)
 
 # one pytest-xdist worker per core; a test file stays on one worker, so its module fixtures are built once
 test: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadfile
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.nac_runtime

@@ -10,6 +10,22 @@ import torch  # noqa: E402
 # under pytest-xdist (make test: one worker per core) each worker keeps to one thread, so workers do not fight
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
 
+# The files that take longest (a third of the suite), in the order they are handed to the workers (make test runs
+# --dist loadfile --no-loadscope-reorder): the longest first, so that no worker starts one as the other runs dry.
+SLOWEST_FILES = ("agent/test_workers.py", "agent/evaluation/test_evaluate.py", "agent/training/test_distributed.py",
+                 "agent/training/test_experiment.py", "test_replay_pipeline.py", "agent/data/test_collection.py",
+                 "test_udacity_pipeline.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = config.rootpath / "tests"
+
+    def rank(item) -> int:
+        path = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
+        return SLOWEST_FILES.index(path) if path in SLOWEST_FILES else len(SLOWEST_FILES)
+
+    items.sort(key=rank)  # stable: within a file, and among the rest, the collected order
+
 
 @pytest.fixture(autouse=True)
 def _seed_everything():

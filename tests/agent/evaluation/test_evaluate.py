@@ -132,7 +132,7 @@ def test_sampled_discrete_actions_repeat_per_track_seed_in_any_worker(tmp_path, 
     kw = dict(checkpoint=[str(ckpts["discrete"])], video=False, episodes=2, max_steps=30, renderer="fast")
     runs = [evaluate(resolve(_args(tmp_path / name, discrete_actions=actions, workers=workers, **kw)))["disc"]
             for name, actions, workers in (("a", "sample", 1), ("b", "sample", 2), ("c", "argmax", 1),
-                                           ("d", "dither", 2))]
+                                           ("d", "dither", 1))]
     returns = [[(e["return"], e["steer_mae"]) for e in m["episodes"]] for m in runs]
     assert returns[0] == returns[1] and returns[0] != returns[2]
     assert runs[0]["discrete_actions"] == "sample" and runs[2]["discrete_actions"] == "argmax"
