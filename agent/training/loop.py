@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, show_progress
+from agent.runtime import NO_STRAIGHT_RATIO, keep_freed_memory, mse_ratio, show_progress
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
 from agent.training.config import Model, Optimisation, TrainPlan, core_options
@@ -329,6 +329,7 @@ class Trainer:
         self.resumed = resumed
         self.last_path, self.best_path = run_dir / "last.pt", run_dir / "best.pt"
         seed_everything(run.seed)
+        keep_freed_memory()  # every step frees what the next allocates again
         targets = {e: episode_targets(data, e, self.cols) for e in self.train_eps}
         train_targets = np.concatenate(list(targets.values()))
         self.policy = build_policy(plan.model, spec, data, head_kind, names, train_targets, resumed, self.last_path)
