@@ -8,7 +8,8 @@
 Why: a student cloned from one person's few minutes steers that person's laps and little else; many drivers (both
 tracks, keyboard, mouse and analog steering) teach what the roads have in common. The manifest (``pool.csv`` beside
 this module) names each public recording by repository, commit and folder, with its track, steering input, rows and
-stated licence; the recordings themselves are never part of this repository. ``ROOT/<name>/`` is where each is
+stated licence, and, where one published log holds two recordings (a lake session, then a jungle one), which of its
+rows each is (``csv_rows``); the recordings themselves are never part of this repository. ``ROOT/<name>/`` is where each is
 expected (the folder holding ``driving_log.csv`` and ``IMG/``; a symbolic link to a clone's folder is fine).
 
 Held-out recordings (role ``held-out``) are kept out of the pool and out of every choice made on it: they measure
@@ -32,10 +33,11 @@ from driving_data.udacity_import import import_recordings
 from driving_data.udacity_log import CSV_NAME, IMG_DIR
 
 MANIFEST = Path(__file__).with_name("pool.csv")
-COLUMNS = ("name", "repo", "commit", "folder", "track", "steering", "rows", "licence", "role", "note")
+COLUMNS = ("name", "repo", "commit", "folder", "track", "steering", "rows", "csv_rows", "licence", "role", "note")
 TRACKS = ("lake", "jungle", "mountain", "other")
 STEERING = ("keyboard", "mouse", "analog")
 ROLES = ("pool", "held-out")
+PARTS_DIR = ".parts"  # OUT/.parts/<name>: the rows of a log a recording is only part of, with a link to its images
 POOL_WEIGHT = "sqrt"  # how a pool's recordings share an epoch (train.py --dataset-weight auto)
 
 
@@ -53,6 +55,10 @@ class Entry:
     licence: str
     role: str
     note: str = ""
+    csv_rows: tuple[int, int] | None = None  # [start, stop) of the folder's log rows (header excluded); None: all
+
+    def part(self) -> str:
+        return "" if self.csv_rows is None else f"rows {self.csv_rows[0]}-{self.csv_rows[1]} of its {CSV_NAME}"
 
     def clone_commands(self, root: Path) -> str:
         clone = root / ".clones" / self.repo.replace("/", "+")
@@ -94,7 +100,17 @@ def _entry(row: dict[str, str], where: str) -> Entry:
             raise ValueError(f"{where}: unknown {key} {values[key]!r} (one of {', '.join(allowed)})")
     if not values["licence"]:
         raise ValueError(f"{where}: licence is empty (write 'none stated' when the repository states none)")
-    return Entry(**{**values, "rows": int(values["rows"]), "folder": values["folder"] or "."})
+    part = None
+    if values["csv_rows"]:
+        found = re.fullmatch(r"([0-9]+)-([0-9]+)", values["csv_rows"])
+        if not found or int(found[1]) >= int(found[2]):
+            raise ValueError(f"{where}: csv_rows {values['csv_rows']!r} is not START-STOP with START < STOP "
+                             "(rows of the log counted from 0, header excluded; empty: all of them)")
+        part = (int(found[1]), int(found[2]))
+        if part[1] - part[0] != int(values["rows"]):
+            raise ValueError(f"{where}: csv_rows {values['csv_rows']} is {part[1] - part[0]} rows, but rows says "
+                             f"{values['rows']}")
+    return Entry(**{**values, "rows": int(values["rows"]), "folder": values["folder"] or ".", "csv_rows": part})
 
 
 def locate(entry: Entry, root: Path) -> Path | None:
@@ -109,6 +125,31 @@ def locate(entry: Entry, root: Path) -> Path | None:
         raise ValueError(f"{entry.name}: {str(where)!r} has no images in {IMG_DIR}/ (a clone without its images? "
                          "Git LFS content must be fetched too)")
     return where
+
+
+def take_rows(folder: Path, rows: tuple[int, int], into: Path) -> Path:
+    """``into``, a recording of the rows [start, stop) of ``folder``'s log (its header kept) with a link to its
+    images: where one published log holds two recordings (a lake session and a jungle one), each is a part. The
+    log is rewritten only when its rows change, so the import of the part is reused while the source is."""
+    csv_path = folder / CSV_NAME
+    with csv_path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
+        lines = [line for line in f if line.strip()]
+    header = lines[:1] if lines and lines[0].split(",")[0].strip().lower() == "center" else []
+    body = lines[len(header):]
+    if rows[1] > len(body):
+        raise ValueError(f"{str(csv_path)!r} has {len(body)} rows; the manifest takes rows {rows[0]}-{rows[1]} "
+                         "(another commit of its repository?)")
+    text = "".join(header + body[rows[0]:rows[1]])
+    into.mkdir(parents=True, exist_ok=True)
+    target = into / CSV_NAME
+    if not target.is_file() or target.read_text(encoding="utf-8", errors="surrogateescape") != text:
+        target.write_text(text, encoding="utf-8", errors="surrogateescape")
+    images = into / IMG_DIR
+    if images.is_symlink() and images.resolve() != (folder / IMG_DIR).resolve():
+        images.unlink()
+    if not images.is_symlink():
+        images.symlink_to((folder / IMG_DIR).resolve(), target_is_directory=True)
+    return into
 
 
 def import_pool(entries: Sequence[Entry], root: Path, out: Path, role: str, say=print) -> dict:
@@ -127,7 +168,8 @@ def import_pool(entries: Sequence[Entry], root: Path, out: Path, role: str, say=
     members, refused = [], {}
     for e, path in found:
         try:
-            import_recordings([path], [out / e.name], warn=lambda m, n=e.name: say(f"{n}: {m}"))
+            source = path if e.csv_rows is None else take_rows(path, e.csv_rows, out / PARTS_DIR / e.name)
+            import_recordings([source], [out / e.name], warn=lambda m, n=e.name: say(f"{n}: {m}"))
         except ValueError as err:  # a recording the import refuses (impossible data) is left out, not the pool
             say(f"{e.name}: left out of the pool: {err}")
             refused[e.name] = str(err)
@@ -199,9 +241,9 @@ def _run(args: SourcesArgs | PoolImportArgs) -> None:
     if isinstance(args, SourcesArgs):
         for e in entries:
             if args.role in ("all", e.role):
-                print(f"# {e.name}: {e.track}, {e.steering}, {e.rows} rows, {e.role}, licence: {e.licence}\n"
-                      + (f"# taken as: {e.note}\n" if "rows" in e.note and "of repo CSV" in e.note
-                         or "dropped" in e.note else "") + e.clone_commands(args.root))
+                part = f" (the import takes {e.part()})" if e.csv_rows else ""
+                print(f"# {e.name}: {e.track}, {e.steering}, {e.rows} rows{part}, {e.role}, licence: {e.licence}\n"
+                      + e.clone_commands(args.root))
         return
     card = import_pool(entries, args.root, args.out, args.role)
     print(summary(card))

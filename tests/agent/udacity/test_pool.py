@@ -17,8 +17,8 @@ def _manifest(path, rows):
     return path
 
 
-def _row(name, track="lake", steering="keyboard", role="pool", licence="MIT", commit=COMMIT):
-    return f"{name},someone/{name}-repo,{commit},data,{track},{steering},6,{licence},{role},"
+def _row(name, track="lake", steering="keyboard", role="pool", licence="MIT", commit=COMMIT, rows=6, csv_rows=""):
+    return f"{name},someone/{name}-repo,{commit},data,{track},{steering},{rows},{csv_rows},{licence},{role},"
 
 
 def test_the_shipped_manifest_reads_and_names_both_roles():
@@ -34,6 +34,8 @@ def test_the_shipped_manifest_reads_and_names_both_roles():
     (_row("a", commit="abc"), "commit 'abc' is not 40 hexadecimal digits"),
     (_row("A b"), "name 'A b' is not"),
     (_row("a", licence=""), "licence is empty"),
+    (_row("a", csv_rows="4-2"), "csv_rows '4-2' is not START-STOP"),
+    (_row("a", csv_rows="0-5"), "csv_rows 0-5 is 5 rows, but rows says 6"),
 ])
 def test_a_bad_manifest_line_is_one_error_naming_the_line(tmp_path, row, said):
     path = _manifest(tmp_path / "m.csv", [_row("ok"), row])
@@ -153,3 +155,33 @@ def test_a_recording_the_import_refuses_is_left_out_with_one_line(tmp_path):
     card = pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=said.append)
     assert [m["name"] for m in card["recordings"]] == ["a"] and list(card["refused"]) == ["bad"]
     assert any(line.startswith("bad: left out of the pool:") for line in said)
+
+
+@pytest.mark.parametrize("header", [False, True])
+def test_two_recordings_in_one_log_are_each_imported_as_their_rows(tmp_path, header):
+    """One published log can hold a lake session and a jungle one: each manifest entry takes its own rows."""
+    manifest = _manifest(tmp_path / "m.csv", [_row("lake", rows=4, csv_rows="0-4"),
+                                              _row("jungle", track="jungle", rows=2, csv_rows="4-6")])
+    _sim_recording(tmp_path / "both", header=header)
+    for name in ("lake", "jungle"):
+        (tmp_path / "rec" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "rec" / name).symlink_to(tmp_path / "both")
+    card = pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool",
+                            say=lambda m: None)
+    assert {m["name"]: m["steps"] for m in card["recordings"]} == {"lake": 4, "jungle": 2}
+    jungle = open_datasets(str(tmp_path / "pool" / "jungle"))
+    assert jungle.num_steps == 2 and np.allclose(jungle.load(0, "action")["action"][:, 0], [-0.2, -0.25]), \
+        "the jungle entry is the log's last two rows"
+    again = pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool",
+                             say=(said := []).append)
+    assert again == card and not any("importing" in line for line in said), "an unchanged part is reused"
+
+
+def test_rows_beyond_the_log_leave_the_recording_out_with_one_line(tmp_path):
+    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b", rows=4, csv_rows="4-8")])
+    _sim_recording(tmp_path / "rec" / "a")
+    _sim_recording(tmp_path / "rec" / "b")
+    card = pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool",
+                            say=lambda m: None)
+    assert [m["name"] for m in card["recordings"]] == ["a"]
+    assert "has 6 rows; the manifest takes rows 4-8 (another commit" in card["refused"]["b"]
