@@ -157,6 +157,8 @@ def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
                 write_json(spec_dir / "folds.json", {"summary": summary, "runs": [r["run_dir"] for r in runs]})
             if world.main:
                 print(one_line(summary, runs))
+                if (warning := not_learned(summary)) is not None:
+                    print(warning)
         if (len(plan.specs) > 1 or folds) and world.main:
             table = comparison_table(summaries)
             w = plan.windows
@@ -167,6 +169,19 @@ def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
             write_json(out / "comparison.json", {"args": plan.record, "summaries": summaries})
             print("\n" + table)
     return {"out": str(out), "summaries": summaries}
+
+
+NOT_LEARNED_RATIO = 0.9  # on the pool, students that learned scored 0.54-0.71x always-straight; stuck ones 0.96-1.01x
+
+
+def not_learned(summary: dict[str, Any]) -> str | None:
+    """A warning when the best epoch steers hardly better than always-straight: a stuck run (recurrent cores after
+    one epoch on a pool, at some seeds) looks like a finished one, and drives like a straight line."""
+    ratio = (summary.get("val_steer_vs_straight") or {}).get("mean")
+    if ratio is None or ratio < NOT_LEARNED_RATIO:
+        return None
+    return (f"warning: {summary['policy']} has not learned to steer: its validation steering error is {ratio:.2f}x "
+            "always-straight's; train longer (--epochs) or from another --seed before driving with it")
 
 
 def one_line(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:

@@ -11,7 +11,7 @@ import torch
 
 import agent.training.loop as loop
 from agent.training.config import TrainArgs, default_out, resolve
-from agent.training.experiment import run
+from agent.training.experiment import NOT_LEARNED_RATIO, not_learned, run
 from agent.training.loop import Interrupted
 from driving_data.dataset import write_episode
 from envs.carracing import SPEC as CARRACING
@@ -90,6 +90,16 @@ def test_every_core_learns_the_synthetic_task(core, data_dir, tmp_path):
     assert result["summaries"][0]["param_count"] == metrics["param_count"] > 0
     policy = load_checkpoint(tmp_path / core / "best.pt")
     assert policy.config.core == core and policy.config.target_mean is not None
+
+
+def test_a_run_that_has_not_learned_to_steer_says_so(data_dir, tmp_path, capsys):
+    """A stuck run (here: a learning rate too small to move) ends like a finished one; its summary says it is not."""
+    run(resolve(tiny_args(data_dir, tmp_path / "stuck", policy="mlp", epochs=1, lr=1e-12)))
+    out = capsys.readouterr().out
+    ratio = json.loads((tmp_path / "stuck" / "metrics.json").read_text())["best"]["val_steer_vs_straight"]
+    assert ratio >= NOT_LEARNED_RATIO and "warning: mlp has not learned to steer" in out and f"{ratio:.2f}x" in out
+    assert not_learned({"policy": "mlp", "val_steer_vs_straight": {"mean": 0.6}}) is None
+    assert not_learned({"policy": "mlp", "val_accuracy": {"mean": 0.9}}) is None, "discrete students have no ratio"
 
 
 def test_discrete_head_with_class_weights(tmp_path):
