@@ -148,7 +148,7 @@ def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> L
                 fields = [x.strip() for x in fields]
                 if not any(fields):
                     continue  # blank line
-                if not log.rows and not log.skipped and [x.lower() for x in fields] == list(COLUMNS):
+                if not log.rows and not log.skipped and is_header(fields):
                     continue  # the header row of some published sets
                 if len(fields) != len(COLUMNS):
                     raise ValueError(f"{where} line {n}: expected {len(COLUMNS)} columns ({','.join(COLUMNS)}), got {len(fields)}")
@@ -165,6 +165,11 @@ def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> L
         what = f"; all {len(log.skipped)} name images missing from {str(img_dir)!r}" if log.skipped else " (an empty recording?)"
         raise ValueError(f"{str(csv_path)!r} holds no usable rows{what}")
     return log
+
+
+def is_header(fields: list[str]) -> bool:
+    """The header row some published logs start with (center,left,right,steering,...)."""
+    return [x.strip().lower() for x in fields] == list(COLUMNS)
 
 
 def check_encoding(csv_path: Path) -> None:

@@ -9,8 +9,8 @@ Why: a student cloned from one person's few minutes steers that person's laps an
 tracks, keyboard, mouse and analog steering) teach what the roads have in common. The manifest (``pool.csv`` beside
 this module) names each public recording by repository, commit and folder, with its track, steering input, rows and
 stated licence, and, where one published log holds two recordings (a lake session, then a jungle one), which of its
-rows each is (``csv_rows``); the recordings themselves are never part of this repository. ``ROOT/<name>/`` is where each is
-expected (the folder holding ``driving_log.csv`` and ``IMG/``; a symbolic link to a clone's folder is fine).
+rows each is (``csv_rows``); the recordings themselves are never part of this repository. ``ROOT/<name>/`` is where
+each is expected (the folder holding ``driving_log.csv`` and ``IMG/``; a symbolic link to a clone's folder is fine).
 
 Held-out recordings (role ``held-out``) are kept out of the pool and out of every choice made on it: they measure
 how the pool's student drives people it never saw. The import writes ``OUT/<name>/`` (one dataset per recording,
@@ -30,7 +30,7 @@ from common.cli import option, run_command
 from common.files import write_json
 from driving_data.dataset import POOL_NAME, open_dataset
 from driving_data.udacity_import import import_recordings
-from driving_data.udacity_log import CSV_NAME, IMG_DIR
+from driving_data.udacity_log import CSV_NAME, IMG_DIR, is_header
 
 MANIFEST = Path(__file__).with_name("pool.csv")
 COLUMNS = ("name", "repo", "commit", "folder", "track", "steering", "rows", "csv_rows", "licence", "role", "note")
@@ -56,9 +56,6 @@ class Entry:
     role: str
     note: str = ""
     csv_rows: tuple[int, int] | None = None  # [start, stop) of the folder's log rows (header excluded); None: all
-
-    def part(self) -> str:
-        return "" if self.csv_rows is None else f"rows {self.csv_rows[0]}-{self.csv_rows[1]} of its {CSV_NAME}"
 
     def clone_commands(self, root: Path) -> str:
         clone = root / ".clones" / self.repo.replace("/", "+")
@@ -134,7 +131,7 @@ def take_rows(folder: Path, rows: tuple[int, int], into: Path) -> Path:
     csv_path = folder / CSV_NAME
     with csv_path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
         lines = [line for line in f if line.strip()]
-    header = lines[:1] if lines and lines[0].split(",")[0].strip().lower() == "center" else []
+    header = lines[:1] if lines and is_header(next(csv.reader(lines[:1], skipinitialspace=True))) else []
     body = lines[len(header):]
     if rows[1] > len(body):
         raise ValueError(f"{str(csv_path)!r} has {len(body)} rows; the manifest takes rows {rows[0]}-{rows[1]} "
@@ -241,7 +238,8 @@ def _run(args: SourcesArgs | PoolImportArgs) -> None:
     if isinstance(args, SourcesArgs):
         for e in entries:
             if args.role in ("all", e.role):
-                part = f" (the import takes {e.part()})" if e.csv_rows else ""
+                part = (f" (the import takes rows {e.csv_rows[0]}-{e.csv_rows[1]} of its {CSV_NAME})"
+                        if e.csv_rows else "")
                 print(f"# {e.name}: {e.track}, {e.steering}, {e.rows} rows{part}, {e.role}, licence: {e.licence}\n"
                       + e.clone_commands(args.root))
         return
