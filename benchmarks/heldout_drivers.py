@@ -52,10 +52,11 @@ def recordings_of(paths: list[str]) -> dict[str, Path]:
 
 
 def _evaluate(argv: list[str], done: Path) -> None:
-    """One evaluate.py run, skipped when its result file is already there."""
+    """One evaluate.py run, skipped when its result file is already there and not an interrupted run's (a run
+    stopped by Ctrl-C or SIGTERM writes what it had, marked interrupted, and is run again)."""
     import evaluate
 
-    if done.is_file():
+    if done.is_file() and not json.loads(done.read_text()).get("interrupted"):
         return
     code = evaluate.main(argv)
     if code != 0:

@@ -27,6 +27,10 @@ def test_a_table_of_every_checkpoint_on_every_recording(tmp_path, capsys):
     stamp = (tmp_path / "out" / "a" / "right" / "offline" / "offline.json").stat().st_mtime_ns
     assert heldout_drivers.main(args) == 0
     assert (tmp_path / "out" / "a" / "right" / "offline" / "offline.json").stat().st_mtime_ns == stamp, "reused"
+    done = tmp_path / "out" / "a" / "right" / "offline" / "offline.json"
+    done.write_text(json.dumps({**json.loads(done.read_text()), "interrupted": True, "pooled": {}}))
+    assert heldout_drivers.main(args) == 0, "an interrupted run's partial result is run again, not read"
+    assert not json.loads(done.read_text()).get("interrupted")
 
 
 def test_mistakes_are_one_line(tmp_path, capsys):
