@@ -8,7 +8,9 @@ recording's last 20 % (every session's, ``--replay-reference driver-or-middle``)
 * ``fine-tuned``: the same, started from the pooled student (``--init POOL --epochs E --lr LR``);
 * ``scratch-1000`` and ``fine-tuned-1000``: the same two on the recording's first 1,000 frames only.
 
-Finished trainings and evaluations are reused, so an interrupted run goes on where it stopped.
+Finished trainings and evaluations are reused, so an interrupted run goes on where it stopped. ``--variants
+fine-tuned fine-tuned-1000`` measures a new pooled student's fine-tunes without training the scratch students
+again (they do not depend on it); the table then has no paired column.
 
     python -m benchmarks.pool_fine_tune --recordings data/heldout/NAME ... --init checkpoints/udacity_real_nac.pt \\
         --seeds 1 2 3 --out runs/fine_tune
@@ -37,6 +39,8 @@ class PoolFineTuneArgs:
     epochs: int = option(5, "epochs of a fine-tune", group="optimisation")
     lr: float = option(5e-4, "peak learning rate of a fine-tune", group="optimisation")
     first_frames: int = option(1000, "frames of the short variants (the recording's first)", group="input")
+    variants: list[str] = option(list(VARIANTS), "the students trained and judged, of " + ", ".join(VARIANTS),
+                                 group="input", choices=VARIANTS, metavar="VARIANT")
     out: Path = option(Path("runs/fine_tune"), "runs, evaluations and table.md", group="output")
     threads: int = option(2, "torch threads", group="runtime")
 
@@ -83,16 +87,16 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
             common = ["--split", "blocks", "--seed", str(seed), "--threads", str(a.threads), "--no-progress"]
             tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
             runs = {}
-            for variant in VARIANTS:
+            for variant in a.variants:
                 data = short if variant.endswith("1000") else rec
                 extra = tune if variant.startswith("fine") else []
                 runs[variant] = _train(["--data", str(data), *common, *extra],
                                        a.out / rec.name / f"{variant}_s{seed}")
             table = a.out / rec.name / f"eval_s{seed}"
             heldout_drivers.main(["--recordings", str(rec), "--checkpoint", *map(str, runs.values()),
-                                  "--name", *VARIANTS, "--span", "0.8:1", "--threads", "1", "--out", str(table)])
+                                  "--name", *a.variants, "--span", "0.8:1", "--threads", "1", "--out", str(table)])
             rows = json.loads((table / "table.json").read_text())["rows"][rec.name]
-            for variant in VARIANTS:
+            for variant in a.variants:
                 results.setdefault(rec.name, {}).setdefault(variant, []).append(rows[variant])
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "table.json").write_text(json.dumps(results, indent=1))
@@ -108,14 +112,16 @@ def _mean_se(values: list[float]) -> str:
 
 def summary(results: dict[str, dict[str, list[dict]]]) -> str:
     """Interventions per 100 s on each recording's last 20 % (mean ± SE over seeds), and the paired difference
-    fine-tuned minus scratch."""
-    head = ["recording", "seeds", *VARIANTS, "fine-tuned - scratch", "fine-tuned-1000 - scratch-1000"]
+    fine-tuned minus scratch where both were run."""
+    variants = [v for v in VARIANTS if v in next(iter(results.values()), {})]
+    pairs = [s for s in ("", "-1000") if f"fine-tuned{s}" in variants and f"scratch{s}" in variants]
+    head = ["recording", "seeds", *variants, *(f"fine-tuned{s} - scratch{s}" for s in pairs)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rec, by in results.items():
-        per = {v: [r["per_100s"] for r in by[v]] for v in VARIANTS}
-        diff = [_mean_se(list(np.subtract(per[f"fine-tuned{s}"], per[f"scratch{s}"]))) for s in ("", "-1000")]
-        lines.append("| " + " | ".join([rec, str(len(per["scratch"])), *(_mean_se(per[v]) for v in VARIANTS), *diff])
-                     + " |")
+        per = {v: [r["per_100s"] for r in by[v]] for v in variants}
+        diff = [_mean_se(list(np.subtract(per[f"fine-tuned{s}"], per[f"scratch{s}"]))) for s in pairs]
+        lines.append("| " + " | ".join([rec, str(len(per[variants[0]])), *(_mean_se(per[v]) for v in variants),
+                                        *diff]) + " |")
     return "\n".join(lines)
 
 

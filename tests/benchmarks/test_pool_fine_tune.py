@@ -26,3 +26,17 @@ def test_the_table_pairs_fine_tuned_with_scratch_by_seed():
             {"scratch": [10, 20], "fine-tuned": [4, 6], "scratch-1000": [30, 30], "fine-tuned-1000": [5, 15]}.items()}
     text = pool_fine_tune.summary({"rec": rows})
     assert "| rec | 2 | 15.0 ± 5.0 | 5.0 ± 1.0 | 30.0 ± 0.0 | 10.0 ± 5.0 | -10.0 ± 4.0 | -20.0 ± 5.0 |" in text
+
+
+def test_fine_tunes_alone_make_a_table_without_the_paired_column():
+    rows = {v: [{"per_100s": x} for x in xs] for v, xs in {"fine-tuned": [4, 6], "fine-tuned-1000": [5, 15]}.items()}
+    text = pool_fine_tune.summary({"rec": rows})
+    assert text.splitlines()[0] == "| recording | seeds | fine-tuned | fine-tuned-1000 |"
+    assert "| rec | 2 | 5.0 ± 1.0 | 10.0 ± 5.0 |" in text
+
+
+def test_an_unknown_variant_is_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        pool_fine_tune.main(["--recordings", "x", "--variants", "tuned"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'tuned'" in capsys.readouterr().err
