@@ -5,8 +5,9 @@ shipped one, one-minute students of several cores and epochs, an always-straight
 same tracks twice: in the real simulator (true closed loop, `evaluate.py --env ENV`) and in the replay of the
 expert's drives (`evaluate.py --replay`). Printed: each student's autonomy and interventions per 100 s in both,
 and the Spearman rank correlation between the two over the students. Every step is one of the project's CLIs,
-so the table is reproduced by the same commands; finished steps are skipped on a re-run. A second replay counts
-interventions at the true env's lane margin instead of NVIDIA's 1 m from the driver's line (`--lane-offset`).
+so the table is reproduced by the same commands; finished steps are skipped on a re-run, stopped ones run again (a
+training from its last.pt). A second replay counts interventions at the true env's lane margin instead of NVIDIA's
+1 m from the driver's line (`--lane-offset`).
 
     python -m benchmarks.replay_agreement --env udacity --out runs/replay_agreement/udacity
     python -m benchmarks.replay_agreement --env udacity-hard --out runs/replay_agreement/udacity-hard
@@ -14,6 +15,7 @@ interventions at the true env's lane margin instead of NVIDIA's 1 m from the dri
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -32,11 +34,28 @@ DRIVE_SEED, STUDENT_SEED = 3_000_000, 3_000_100  # collection seeds (>= 3,000,00
 
 
 def run(cmd: list[str], done: Path) -> None:
-    """One CLI step, skipped when its output exists."""
+    """One CLI step, skipped when the file it writes last exists (``comparison.json``, ``metrics.json``: neither is
+    written by a run that was stopped)."""
     if done.exists():
         return
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
+
+
+def collect(cmd: list[str], out: Path, episodes: int) -> None:
+    """A collect.py step, skipped when ``out`` holds its episodes. A stopped one keeps the episodes it finished, and
+    collect.py adds to a dataset: it is started over instead, so every re-run holds the same drives."""
+    card = out / "dataset.json"
+    if card.is_file() and len(json.loads(card.read_text())["episodes"]) >= episodes:
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    run([*cmd, "--out", str(out)], card)
+
+
+def train(cmd: list[str], out: Path) -> Path:
+    """A train.py step; a stopped one goes on from its last.pt."""
+    run([*cmd, "--out", str(out), *(["--resume"] if (out / "last.pt").is_file() else [])], out / "metrics.json")
+    return out / "best.pt"
 
 
 def straight_checkpoint(source: Path, out: Path) -> Path:
@@ -94,17 +113,15 @@ def _benchmark(a: ReplayAgreementArgs) -> int:
     py = sys.executable
     scene = (["--theme", ",".join(spec.train_themes), "--condition", ",".join(spec.train_conditions)]
              if spec.themes else [])
-    run([py, "collect.py", "--env", a.env, "--episodes", str(a.episodes), "--max-steps", str(a.max_steps), "--noise", "0",
-         "--seed", str(DRIVE_SEED), "--out", str(out / "drives"), "--workers", str(a.workers)], out / "drives" / "dataset.json")
-    run([py, "collect.py", "--env", a.env, "--episodes", str(STUDENT_EPISODES), "--max-steps", str(STUDENT_STEPS),
-         "--seed", str(STUDENT_SEED), "--out", str(out / "student_data"), "--workers", str(a.workers)],
-        out / "student_data" / "dataset.json")
+    collect([py, "collect.py", "--env", a.env, "--episodes", str(a.episodes), "--max-steps", str(a.max_steps),
+             "--noise", "0", "--seed", str(DRIVE_SEED), "--workers", str(a.workers)], out / "drives", a.episodes)
+    collect([py, "collect.py", "--env", a.env, "--episodes", str(STUDENT_EPISODES), "--max-steps", str(STUDENT_STEPS),
+             "--seed", str(STUDENT_SEED), "--workers", str(a.workers)], out / "student_data", STUDENT_EPISODES)
     names, paths = [f"shipped_{a.env}_nac"], [Path(f"checkpoints/{a.env}_nac.pt")]
     for name, core, epochs in STUDENTS:
-        run([py, "train.py", "--data", str(out / "student_data"), "--core", core, "--epochs", str(epochs),
-             "--out", str(out / "students" / name), "--no-progress"], out / "students" / name / "best.pt")
         names.append(name)
-        paths.append(out / "students" / name / "best.pt")
+        paths.append(train([py, "train.py", "--data", str(out / "student_data"), "--core", core, "--epochs", str(epochs),
+                            "--no-progress"], out / "students" / name))
     names.append("always_straight")
     paths.append(straight_checkpoint(out / "students" / "nac_e1" / "best.pt", out / "students" / "straight.pt"))
     common = ["--checkpoint", *map(str, paths), "--name", *names, "--video-episodes", "0", "--workers", str(a.workers),
