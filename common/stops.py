@@ -16,23 +16,17 @@ class Interrupted(Exception):
 _deferred = False  # inside stops_at_safe_points
 # a stop signal not known to be delivered (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
 _stop_requested = False
-_stopped = False  # a stop signal arrived in this process: set once, never cleared (see _quiet_after_stop)
 
 
-def _quiet_after_stop(unraisable: Any) -> None:
-    """Once a stop was requested, errors Python cannot raise (a ``__del__`` failing) are not printed: the stop's
-    KeyboardInterrupt can land inside Box2D while it builds a body, and the half-built object's ``__del__`` then
-    fails harmlessly; the user asked to stop and gets the clean summary, not a traceback. That object can be
-    collected after the stop was handled (``stop_handled`` clears the request), when the env closes or the
-    interpreter exits, so the check is on a flag that stays set."""
-    if not _stopped:
-        sys.__unraisablehook__(unraisable)
-
+def _quiet_after_stop(unraisable: Any) -> None:  # noqa: ARG001
+    """The hook for errors Python cannot raise (a ``__del__`` failing) from the first stop on: not printed. The
+    stop's KeyboardInterrupt can land inside Box2D while it builds a body, and the half-built object's ``__del__``
+    then fails harmlessly, possibly long after the stop was handled (when the env closes or the interpreter exits);
+    the user asked to stop and gets the clean summary, not a traceback."""
 
 
 def stop_handler(signum, frame) -> None:  # noqa: ARG001
-    global _stop_requested, _stopped
-    _stopped = True
+    global _stop_requested
     sys.unraisablehook = _quiet_after_stop  # from the first stop on (importing this module changes no hook)
     if _deferred and not _stop_requested:  # inside stops_at_safe_points: the loop raises it between steps
         _stop_requested = True

@@ -408,12 +408,11 @@ class Breaks:
 
 @pytest.fixture
 def no_stop_yet(monkeypatch):
-    """Python's own hook for errors it cannot raise, and no stop seen: both are process-wide, and earlier tests
-    stopped this process; both are restored afterwards."""
+    """Python's own hook for errors it cannot raise: the hook is process-wide, and earlier tests stopped this
+    process; it is restored afterwards."""
     import common.stops as stops
 
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
-    monkeypatch.setattr(stops, "_stopped", False)
     return stops
 
 
