@@ -63,9 +63,10 @@ def first_frames(data: Path, n: int, out: Path) -> Path:
 
 def _train(argv: list[str], run: Path) -> Path:
     import train
+    from agent.training.experiment import finished, resume_args
 
-    if not (run / "metrics.json").is_file():
-        code = train.main([*argv, "--out", str(run), *(["--resume"] if (run / "args.json").is_file() else [])])
+    if not finished(run):
+        code = train.main([*argv, *resume_args(run)])
         if code != 0:
             raise ValueError(f"train.py {' '.join(argv)} ended with exit code {code}")
     return run / "best.pt"

@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agent.training.experiment import finished, resume_args
 from common.cli import option, run_command
+from driving_data.dataset import episodes_held
 
 # (name, core, epochs) of the one-minute students, trained on STUDENT_EPISODES short expert episodes with DART noise
 STUDENTS = (("nac_e1", "nac", 1), ("nac_e3", "nac", 3), ("nac_e6", "nac", 6), ("gru_e3", "gru", 3),
@@ -45,16 +47,16 @@ def run(cmd: list[str], done: Path) -> None:
 def collect(cmd: list[str], out: Path, episodes: int) -> None:
     """A collect.py step, skipped when ``out`` holds its episodes. A stopped one keeps the episodes it finished, and
     collect.py adds to a dataset: it is started over instead, so every re-run holds the same drives."""
-    card = out / "dataset.json"
-    if card.is_file() and len(json.loads(card.read_text())["episodes"]) >= episodes:
+    if episodes_held(out) >= episodes:
         return
     shutil.rmtree(out, ignore_errors=True)
-    run([*cmd, "--out", str(out)], card)
+    run([*cmd, "--out", str(out)], out / "dataset.json")
 
 
 def train(cmd: list[str], out: Path) -> Path:
-    """A train.py step; a stopped one goes on from its last.pt."""
-    run([*cmd, "--out", str(out), *(["--resume"] if (out / "last.pt").is_file() else [])], out / "metrics.json")
+    """A train.py step; a stopped one goes on from its last.pt, a finished one is reused."""
+    if not finished(out):
+        run([*cmd, *resume_args(out)], out / "metrics.json")
     return out / "best.pt"
 
 

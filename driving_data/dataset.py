@@ -327,6 +327,12 @@ def open_dataset(root: str | Path) -> DemoDataset:
     return DemoDataset(root=root, card=card, episodes=metas, paths=paths)
 
 
+def episodes_held(root: str | Path) -> int:
+    """How many finished episodes the dataset folder holds, 0 where none is written yet: a collection that was
+    stopped keeps the episodes it finished, and its caller tops it up or starts it over."""
+    return len(open_dataset(root).episodes) if (Path(root) / CARD_NAME).is_file() else 0
+
+
 RECORDING_SOURCE = "udacity-recording"  # the "source" of a real simulator recording (card and episode meta)
 
 

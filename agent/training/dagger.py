@@ -161,19 +161,6 @@ class Lineage:
         return recipe
 
 
-def _episodes_in(data: Path) -> int:
-    from driving_data.dataset import open_dataset
-
-    return len(open_dataset(data).episodes) if (data / "dataset.json").exists() else 0
-
-
-def _finished(run_dir: Path) -> bool:
-    from policies.policy import read_checkpoint
-
-    last = run_dir / "last.pt"
-    return last.exists() and bool(read_checkpoint(last).get("train_state", {}).get("done"))
-
-
 def _command(tool: str, config: Any) -> str:
     """The CLI line that does what ``config`` (a CollectConfig or TrainArgs) asks: a flag for every field away
     from its default (each field's own flag, as common.cli gives it), progress and resume left out."""
@@ -261,7 +248,9 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
 def _collect_round(lin: Lineage, k: int, rounds: int, config: Any, wanted: int, collect: Callable[..., Any],
                    log: Callable[[str], None]) -> None:
     """Top ``config.out`` up to ``wanted`` episodes (an interrupted round goes on where it stopped)."""
-    held = _episodes_in(Path(config.out))
+    from driving_data.dataset import episodes_held
+
+    held = episodes_held(config.out)
     if held > wanted:
         raise ValueError(f"{config.out} holds {held} episodes, more than the {wanted} round {k} of this recipe needs: "
                          "it belongs to another lineage (give another --data)")
@@ -282,7 +271,7 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     what was kept; a re-run goes on from there."""
     from agent.data.collection import collect
     from agent.training.config import resolve
-    from agent.training.experiment import run as train
+    from agent.training.experiment import finished, run as train
 
     recipe = lin.validate(recipes)
     plans = plan_rounds(lin, recipe, log)
@@ -290,7 +279,7 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     for k, plan in enumerate(plans):
         steps.append({"round": k, "episodes": sum(w for _, w in plan.collects), "train": _command("train.py", plan.train),
                       **({"collect": " && ".join(_command("collect.py", c) for c, _ in plan.collects)} if plan.collects else {})})
-        if _finished(plan.run_dir):
+        if finished(plan.run_dir):
             continue  # a finished round of an earlier run
         for config, wanted in plan.collects:
             _collect_round(lin, k, len(plans), config, wanted, collect, log)

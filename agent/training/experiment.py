@@ -79,6 +79,22 @@ def auto_threads(processes: int = 1) -> int:
     return 1 if busy or cores < 2 else 2
 
 
+def resume_args(out: Path) -> list[str]:
+    """train.py's ``--out OUT``, with ``--resume`` where a run began there: a stopped run goes on from its last
+    epoch and a finished one is reused, so a script that trains step by step can simply be run again."""
+    return ["--out", str(out), *(["--resume"] if (out / "args.json").is_file() else [])]
+
+
+def finished(out: Path) -> bool:
+    """Whether the one-core train.py run in ``out`` ran all its epochs: its last.pt says so and its metrics.json is
+    written (a stopped run has a last.pt that does not, and no metrics.json)."""
+    from policies.policy import read_checkpoint
+
+    last = out / "last.pt"
+    return (out / "metrics.json").is_file() and last.is_file() and \
+        bool(read_checkpoint(last).get("train_state", {}).get("done"))
+
+
 def run(plan: TrainPlan) -> dict[str, Any]:
     """The whole command, from its plan (agent.training.config.resolve: the arguments checked and resolved before
     anything touches --out): one or several policies, one split or k folds. Returns the summaries.

@@ -11,7 +11,7 @@ import torch
 
 import agent.training.loop as loop
 from agent.training.config import TrainArgs, default_out, resolve
-from agent.training.experiment import NOT_LEARNED_RATIO, not_learned, run
+from agent.training.experiment import NOT_LEARNED_RATIO, finished, not_learned, resume_args, run
 from agent.training.loop import Interrupted
 from driving_data.dataset import write_episode
 from envs.carracing import SPEC as CARRACING
@@ -186,8 +186,11 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(data_dir, tmp_path,
         run(resolve(replace(args, out=str(out))))
     state = read_checkpoint(out / "last.pt")["train_state"]
     assert not state["done"] and (state["epoch"], state["batch"]) != (0, 0)
+    assert not finished(out) and resume_args(out) == ["--out", str(out), "--resume"]
+    assert finished(tmp_path / "ref") and resume_args(tmp_path / "new") == ["--out", str(tmp_path / "new")]
     monkeypatch.setattr(loop, "loss_fn", real_loss)
     run(resolve(TrainArgs(out=str(out), resume=True, threads=1)))  # everything else comes from the run's args.json
+    assert finished(out)
     resumed = torch.load(out / "last.pt", weights_only=True)
     assert resumed["train_state"]["done"] and resumed["train_state"]["epoch"] == 2
     for k, v in reference["state_dict"].items():
