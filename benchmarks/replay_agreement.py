@@ -35,10 +35,10 @@ STUDENT_EPISODES, STUDENT_STEPS = 4, 400
 DRIVE_SEED, STUDENT_SEED = 3_000_000, 3_000_100  # collection seeds (>= 3,000,000): unseen by every shipped model
 
 
-def run(cmd: list[str], done: Path) -> None:
-    """One CLI step, skipped when the file it writes last exists (``comparison.json``, ``metrics.json``: neither is
-    written by a run that was stopped)."""
-    if done.exists():
+def run(cmd: list[str], done: Path | None = None) -> None:
+    """One CLI step, skipped when ``done``, the file it writes last, exists (an evaluation's ``comparison.json`` is
+    not written by a run that was stopped)."""
+    if done is not None and done.exists():
         return
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
@@ -50,13 +50,13 @@ def collect(cmd: list[str], out: Path, episodes: int) -> None:
     if episodes_held(out) >= episodes:
         return
     shutil.rmtree(out, ignore_errors=True)
-    run([*cmd, "--out", str(out)], out / "dataset.json")
+    run([*cmd, "--out", str(out)])
 
 
 def train(cmd: list[str], out: Path) -> Path:
     """A train.py step; a stopped one goes on from its last.pt, a finished one is reused."""
     if not finished(out):
-        run([*cmd, *resume_args(out)], out / "metrics.json")
+        run([*cmd, *resume_args(out)])
     return out / "best.pt"
 
 
