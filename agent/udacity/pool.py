@@ -58,7 +58,10 @@ class Entry:
     csv_rows: tuple[int, int] | None = None  # [start, stop) of the folder's log rows (header excluded); None: all
 
     def clone_commands(self, root: Path) -> str:
-        clone = root / ".clones" / self.repo.replace("/", "+")
+        """A clone per repository and commit: two recordings of one repository at two commits (one driver's two
+        sessions in one folder) each keep their own files, where one clone checked out twice would give both the
+        later session's."""
+        clone = root / ".clones" / f"{self.repo.replace('/', '+')}@{self.commit[:12]}"
         inside = clone if self.folder in ("", ".") else clone / self.folder
         return (f"{{ [ -d {clone} ] || git clone -q https://github.com/{self.repo}.git {clone}; }} && "
                 f"git -C {clone} checkout -q {self.commit} && ln -sfn {inside.resolve()} {root / self.name}")

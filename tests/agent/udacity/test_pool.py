@@ -84,6 +84,17 @@ def test_sources_prints_a_clone_at_the_commit_for_each(capsys):
     assert out.count("git clone") == len(held) and all(f"checkout -q {e.commit}" in out for e in held)
 
 
+def test_two_sessions_of_one_repository_at_two_commits_get_a_checkout_each(tmp_path):
+    """One clone checked out at both commits would leave both links on the later session's files."""
+    first, second = "a" * 40, "b" * 40
+    manifest = _manifest(tmp_path / "m.csv", [_row("x", commit=first).replace("someone/x-repo", "someone/r"),
+                                              _row("y", commit=second).replace("someone/y-repo", "someone/r")])
+    x, y = (e.clone_commands(tmp_path / "rec") for e in pool.read_manifest(manifest))
+    clone_x, clone_y = (cmd.split("git -C ")[1].split()[0] for cmd in (x, y))
+    assert clone_x != clone_y and f"checkout -q {first}" in x and f"checkout -q {second}" in y
+    assert x.endswith(f"{clone_x}/data {tmp_path / 'rec' / 'x'}") and y.endswith(f"{clone_y}/data {tmp_path / 'rec' / 'y'}")
+
+
 def test_a_pool_trains_with_its_recordings_weighted_by_the_square_root(tmp_path):
     from agent.training.config import TrainArgs, resolve
     from agent.training.experiment import run
