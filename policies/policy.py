@@ -81,6 +81,7 @@ class PolicyConfig:
     action_temperature: float = 1.0  # discrete head, sample / dither: the softmax temperature it drives at unless told (policies.actions.check_temperature)
     latency_input: str = "none"  # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature)
     queue_steps: int = 0  # input only: it is also shown up to this many of its actions on their way (next to land first)
+    steer_gain: float = 1.0  # continuous steering is multiplied by it before the clip (steer_gain(): a student that steers too little in curves)
 
     def temperature_for(self, rule: str | None) -> float:
         """The temperature a discrete student samples at under ``rule`` (None: its own rule): its own temperature
@@ -152,6 +153,10 @@ class PolicyConfig:
         if self.discrete_actions != "argmax" and self.head != "discrete":
             raise ValueError(f"discrete_actions {self.discrete_actions!r} is for a discrete head, not a {self.head} one")
         check_temperature(self.action_temperature, self.discrete_actions)
+        if not (isinstance(self.steer_gain, (int, float)) and 0 < self.steer_gain <= 4):
+            raise ValueError(f"steer_gain must be a number in (0, 4], got {self.steer_gain!r}")
+        if self.steer_gain != 1 and (self.head != "continuous" or "steer" not in self.action_names):
+            raise ValueError(f"steer_gain scales continuous steering; a {self.head} head of {self.action_names} has none")
         for stat in ("target_mean", "target_std"):
             value = getattr(self, stat)
             if value is not None and len(value) != self.action_dim:
@@ -367,7 +372,14 @@ class DrivingPolicy(nn.Module):
                 return int(out.argmax())
             return int(choose(torch.softmax(out.double(), 0).numpy()))
         low, high = np.asarray(self.config.action_low, np.float32), np.asarray(self.config.action_high, np.float32)
-        return np.clip(out.numpy().astype(np.float32), low, high)
+        return np.clip(self.steered(out.numpy().astype(np.float32)), low, high)
+
+    def steered(self, outputs: np.ndarray) -> np.ndarray:
+        """Continuous outputs ``[..., out]`` with the steering column times ``config.steer_gain`` (a copy)."""
+        outputs = np.array(outputs)
+        if self.config.steer_gain != 1:
+            outputs[..., list(self.config.action_names).index("steer")] *= self.config.steer_gain
+        return outputs
 
     @torch.no_grad()
     def predict_episode(self, frames: np.ndarray, times: np.ndarray | None = None, batch: int = 256,

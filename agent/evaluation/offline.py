@@ -180,7 +180,7 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
         arrays = data.load(i, keys=["frames", "time", "expert_action"])
         steer = np.asarray(arrays["expert_action"], np.float64).reshape(len(arrays["time"]), -1)[:, label_names.index("steer")]
         times = np.asarray(arrays["time"], np.float64)
-        predicted = policy.predict_episode(arrays["frames"], times)[:, col].astype(np.float64)
+        predicted = policy.steered(policy.predict_episode(arrays["frames"], times))[:, col].astype(np.float64)
         keep = span_slice(span, len(times))
         if keep.stop - keep.start < 2:
             continue  # a session too short to hold two frames in the span

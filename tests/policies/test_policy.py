@@ -490,3 +490,25 @@ def test_bad_queue_options_are_refused(options, says):
     with pytest.raises(ValueError, match=says):
         PolicyConfig.for_actions("continuous", **{**TINY, "core": "gru", "core_options": {"hidden": 16}},
                                  **options).validate()
+
+
+def test_steer_gain_scales_the_steering_alone_before_the_clip_online_and_offline():
+    frames = random_frames(4)[None]
+    plain = make_policy("mlp")
+    gained = make_policy("mlp", steer_gain=1.5)
+    assert gained.to_env_action(torch.tensor([0.4, 0.5, 0.2])).tolist() == pytest.approx([0.6, 0.5, 0.2])
+    assert gained.to_env_action(torch.tensor([-0.8, 0.5, 0.2])).tolist()[0] == -1.0  # clipped after the gain
+    outputs = plain.predict_episode(frames[0].numpy())
+    steered = gained.steered(outputs)
+    np.testing.assert_allclose(steered[:, 0], 1.5 * outputs[:, 0], rtol=1e-6)
+    np.testing.assert_array_equal(steered[:, 1:], outputs[:, 1:])
+    np.testing.assert_array_equal(plain.steered(outputs), outputs)  # gain 1 changes nothing
+
+
+@pytest.mark.parametrize("options, says", [(dict(steer_gain=0.0), "steer_gain must be"),
+                                           (dict(steer_gain=5.0), "steer_gain must be"),
+                                           (dict(steer_gain="1.2"), "steer_gain must be"),
+                                           (dict(head="discrete", steer_gain=1.2), "a discrete head")])
+def test_bad_steer_gains_are_refused(options, says):
+    with pytest.raises(ValueError, match=says):
+        tiny_config("mlp", **options).validate()
