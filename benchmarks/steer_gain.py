@@ -3,13 +3,12 @@
 Writes one copy of a checkpoint per gain, the same weights with ``steer_gain`` set in its config (the policy
 multiplies its continuous steering by it before the clip, in every closed loop and in offline scores), named
 ``OUT/<stem>_g<gain>.pt``; score them beside the original with ``benchmarks.heldout_drivers``. Motivated by the
-jungle: in the second before the replay took over, the pooled student steered 0.76-0.97x what its driver did.
+jungle: in the second before the replay took over, the pooled student steered 0.77-0.97x what its driver did.
 
     python -m benchmarks.steer_gain --checkpoint checkpoints/udacity_real_nac.pt --gain 1.15 1.3 --out runs/gain
 """
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,22 +27,17 @@ class SteerGainArgs:
 
 def with_gain(checkpoint: str | Path, gain: float, out: Path) -> Path:
     """A copy of ``checkpoint`` whose config has ``steer_gain`` = ``gain`` (refused by the config when no gain can
-    apply: a discrete head, no steering, a gain outside (0, 4])."""
-    import torch
-
-    from common.files import atomic_write
-    from policies.policy import PolicyConfig, read_checkpoint
+    apply: a discrete head, no steering, a gain outside (0, 4]); its metadata is kept."""
+    from policies.policy import PolicyConfig, policy_from_checkpoint, read_checkpoint, save_checkpoint
 
     payload = read_checkpoint(checkpoint, "cpu")
+    policy = policy_from_checkpoint(payload, f"checkpoint {str(checkpoint)!r}")
     try:
-        config = PolicyConfig.from_dict({**payload["config"], "steer_gain": float(gain)})
+        policy.config = PolicyConfig.from_dict({**payload["config"], "steer_gain": float(gain)})
     except ValueError as e:
         raise ValueError(f"--gain {gain:g} for {checkpoint}: {e}") from None
-    path = out / f"{Path(checkpoint).stem}_g{gain:g}.pt"
-    buffer = io.BytesIO()
-    torch.save({**payload, "config": config.to_dict()}, buffer)
-    atomic_write(path, lambda f: f.write(buffer.getbuffer()))
-    return path
+    extra = {k: v for k, v in payload.items() if k not in ("format", "version", "config", "state_dict")}
+    return save_checkpoint(out / f"{Path(checkpoint).stem}_g{gain:g}.pt", policy, **extra)
 
 
 def main(argv: list[str] | None = None) -> int:

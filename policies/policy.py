@@ -81,7 +81,7 @@ class PolicyConfig:
     action_temperature: float = 1.0  # discrete head, sample / dither: the softmax temperature it drives at unless told (policies.actions.check_temperature)
     latency_input: str = "none"  # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature)
     queue_steps: int = 0  # input only: it is also shown up to this many of its actions on their way (next to land first)
-    steer_gain: float = 1.0  # continuous steering is multiplied by it before the clip (steer_gain(): a student that steers too little in curves)
+    steer_gain: float = 1.0  # continuous steering is multiplied by it before the clip (DrivingPolicy.steered; benchmarks.steer_gain)
 
     def temperature_for(self, rule: str | None) -> float:
         """The temperature a discrete student samples at under ``rule`` (None: its own rule): its own temperature
