@@ -97,6 +97,7 @@ class ReplayEnv(gym.Env):
         self._jpeg = self.dataset.jpeg_frames(part.episode, "frames")
         self._raw = None if self._jpeg is not None else self.dataset.load(part.episode, keys="frames")["frames"]
         self._start, self._episode = part.start, part.episode
+        self._length = part.length  # progress is of the whole part: a drive cut by max_steps stays below 1
         self._limit = part.length if self.max_steps is None else min(part.length, self.max_steps)
         # the road's middle per frame, m right of the driver's line (driver-or-middle only)
         self._middle = (part_middle(self.dataset, part.episode, slice(part.start, part.stop), self.geometry)
@@ -159,7 +160,7 @@ class ReplayEnv(gym.Env):
             "privileged": np.array([p.offset, p.yaw, self._steer[k], self._speed[k]], np.float32),
             "speed": float(self._speed[k]), "cte": float(p.offset), "heading_error": float(p.yaw),
             "recorded_steer": float(self._steer[k]), "time": float(self._time[k]),
-            "progress": (k + 1) / self._limit if final else k / self._limit, "distance": self._distance,
+            "progress": (k + 1) / self._length if final else k / self._length, "distance": self._distance,
             "lane_departure": p.off_path(self.max_offset, self.max_yaw,
                                          None if self._middle is None else float(self._middle[k])),
         }

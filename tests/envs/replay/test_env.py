@@ -20,6 +20,21 @@ def test_the_replay_env_is_a_gym_env_with_the_recorded_time(udacity_drive):
         env.reset(seed=1)
 
 
+def test_a_replay_cut_by_max_steps_reports_the_part_it_drove_not_a_lap(udacity_drive):
+    """--max-steps cuts the part short: completion is the fraction of the part driven, and no lap is counted."""
+    spec = get_spec("replay:" + str(udacity_drive.resolve()))
+    env = spec.make(max_episode_steps=30)
+    env.reset(seed=0)
+    truncated, steps = False, 0
+    while not truncated:
+        *_, truncated, info = env.step(np.zeros(1, np.float32))
+        steps += 1
+    length = env.parts[0].length
+    assert steps == 30 < length
+    assert spec.progress(info) == pytest.approx(30 / length) and not spec.lap_complete(info)
+    assert not spec.episode_meta(info)["lap_complete"]
+
+
 def test_a_wider_intervention_limit_counts_fewer_interventions(udacity_drive):
     spec = get_spec("replay:" + str(udacity_drive.resolve()))
     counts = []
