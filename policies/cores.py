@@ -62,6 +62,7 @@ elapsed time shaped ``[B, 1]``.
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import math
@@ -353,9 +354,12 @@ def valid_policy_names() -> list[str]:
 
 
 def _unknown(name: str, why: str = "") -> ValueError:
+    head, valid = name.split("+")[0], valid_policy_names()
+    close = [] if head in valid else difflib.get_close_matches(head, valid, n=1)
     return ValueError(f"unknown policy {name!r}{f' ({why})' if why else ''}; valid policies: "
-                      f"{', '.join(valid_policy_names())}, each optionally followed by +FLAGs "
-                      f"({' | '.join(FLAGS)}), e.g. nac-steady+prenorm+scale")
+                      f"{', '.join(valid)}, each optionally followed by +FLAGs "
+                      f"({' | '.join(FLAGS)}), e.g. nac-steady+prenorm+scale"
+                      + (f"; did you mean {close[0]}?" if close else ""))
 
 
 def parse_core_name(name: str) -> tuple[str, dict[str, Any]]:
@@ -373,9 +377,14 @@ def parse_core_name(name: str) -> tuple[str, dict[str, Any]]:
     if core not in CORES:
         raise _unknown(name)
     options: dict[str, Any] = {}
+    if head in PRESETS:  # a preset is a whole name: its flags are already chosen
+        raise _unknown(name, f"{head} is {PRESETS[head]} and takes no +FLAGs; write {PRESETS[head]}+FLAG")
     if mode:
-        if core != "nac" or mode not in NAC_MODES:
-            raise _unknown(name, f"'-{mode}' is a nac mode: {', '.join(NAC_MODES)}")
+        modes = f"{', '.join(NAC_MODES)}, and the preset{'s' if len(PRESETS) > 1 else ''} {', '.join(PRESETS)}"
+        if core != "nac":
+            raise _unknown(name, f"{core} takes no -MODE; the nac modes are {modes}")
+        if mode not in NAC_MODES:
+            raise _unknown(name, f"'-{mode}' is not a nac mode; nac's modes: {modes}")
         options["mode"] = mode
     known = core_parameters(core)
 

@@ -207,6 +207,16 @@ def test_bad_policy_names(name, word):
         parse_core_name(name)
 
 
+def test_a_mistyped_core_name_lists_the_modes_and_presets_and_guesses_the_name():
+    with pytest.raises(ValueError) as e:
+        parse_core_name("nac-fcous")
+    text = str(e.value)
+    assert "'-fcous' is not a nac mode" in text and "the preset nac-focus" in text
+    assert text.endswith("did you mean nac-focus?")
+    with pytest.raises(ValueError, match="nac-focus is nac-exact"):
+        parse_core_name("nac-focus+foo")  # a preset takes no flags; it is not "-focus" as a mode
+
+
 def test_every_parsed_name_builds_and_presets_parse():
     for name in ["nac-exact+prenorm+scale=2", "mha+bare", "nac-euler+bare+euler_steps=3", *PRESETS]:
         core, options = parse_core_name(name)
