@@ -120,10 +120,6 @@ def _laps(s: dict[str, Any], fmt: str) -> str:
     return f"{s['laps_completed']}/{s['num_episodes']}"
 
 
-def _laps_per_episode(s: dict[str, Any], fmt: str) -> str:
-    return f"{_num(s['mean_completion'], fmt)} per episode"
-
-
 def _latency(s: dict[str, Any], fmt: str) -> str:
     return " / ".join(_num(s[k], METRICS[k].fmt) for k in ("latency_median_ms", "latency_p95_ms"))
 
@@ -144,10 +140,10 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("return", "return", ".1f", mean=False, curve=True, columns=(
         Column("race", 10, spread=True), Column("race pairs", 10), Column("race pool", 10, label="mean return"))),
     Metric("lap_completed", "laps", "d", mean=False, curve=True,
-           columns=(Column(("race", "race pool"), 30, show=_laps),)),
+           columns=(Column(("race", "race pool"), 30, show=_laps), Column("lane", 35, show=_laps))),
     Metric("completion", "completion", ".3f", curve=True, columns=(
         Column("race", 20, spread=True), Column("race pairs", 20), Column("race pool", 20),
-        Column("lane", 40, label="laps", fmt=".2f", show=_laps_per_episode))),
+        Column("lane", 40, label="mean completion", fmt=".2f"))),
     Metric("length", "steps", ".1f", curve=True),
     Metric("off_track_steps", "off-track steps", ".1f", curve=True,
            columns=(Column("race", 40), Column("race pool", 60))),
@@ -200,8 +196,16 @@ def steer_of(action: Any, action_space: str) -> float:
 
 
 def autonomy(interventions: int, elapsed_s: float, cost_s: float) -> float:
-    """NVIDIA's autonomy in percent: 100 * (1 - interventions * cost / elapsed), each intervention charged cost_s."""
-    return 100.0 * (1.0 - interventions * cost_s / elapsed_s) if elapsed_s > 0 else float("nan")
+    """NVIDIA's autonomy in percent: 100 * (1 - interventions * cost / elapsed), each intervention charged cost_s,
+    clamped at 0 (more interventions than the drive has time for are no less than no autonomy; interventions per
+    100 s, ``per_100s``, keeps ranking such drives)."""
+    return max(0.0, 100.0 * (1.0 - interventions * cost_s / elapsed_s)) if elapsed_s > 0 else float("nan")
+
+
+def autonomy_formula(cost_s: float) -> str:
+    """How autonomy is computed, in words, for the tables and metrics.json that show it."""
+    return (f"autonomy % = max(0, 100 * (1 - interventions * {cost_s:g} s / elapsed s)) (NVIDIA's, clamped at 0); "
+            "per 100 s: interventions per 100 s of driving, which keeps ranking drives whose autonomy is 0")
 
 
 def per_100s(interventions: int, elapsed_s: float) -> float:
@@ -501,7 +505,8 @@ def lane_keeping_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
         lines.append(f"| always-straight (reference) | {_num(s['straight_autonomy'], '.2f')} "
                      f"| {s['straight_interventions']} | {_num(s['straight_interventions_per_100s'], '.1f')} "
                      + "| " * (len(shown) - 3) + "|")
-    return "\n".join(lines) + "\n"
+    cost = float(rows[0][1].get("intervention_cost_s", 6.0)) if rows else 6.0
+    return "\n".join(lines) + f"\n\n{autonomy_formula(cost)}.\n"
 
 
 def paired_keys(summary: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from agent.evaluation.config import EvalPlan, Where
-from agent.evaluation.metrics import aggregate, comparison_markdown, group_lines, write_run
+from agent.evaluation.metrics import aggregate, autonomy_formula, comparison_markdown, group_lines, write_run
 from agent.evaluation.timing import timing_summary
 from common.files import atomic_write_text, write_json
 from common.stops import Interrupted
@@ -50,7 +50,7 @@ def common_meta(plan: EvalPlan, expert: Any, action_space: str, expert_source: s
                              + (f", or stalled (below {spec.stall[0]} m/s for {spec.stall[1]} s; restarted at "
                                 f"{spec.stall[2]} m/s, counted in stalls)" if spec.stall else "")
                              + "; it was put back on the centre line and drove on; "
-                               "autonomy = 100 * (1 - interventions * cost / elapsed s)"}
+                             + autonomy_formula(spec.intervention_cost_s)}
            if spec.recover is not None and spec.parts is None else {}),
         "max_steps": track.max_steps, "device": plan.runtime.device, "torch_threads": torch.get_num_threads(),
         "precision": "fp32",  # one frame per step: fp32 under every --precision (policies/precision.py)
@@ -80,6 +80,7 @@ def _replay_meta(track: Where, spec: Any) -> dict[str, Any]:
                                "recorded driver's line and from the road's middle measured on the recorded frames, "
                                "envs/replay/road.py: off when beyond both")
                             + "); the car is put back on the path",
+            "autonomy": autonomy_formula(spec.intervention_cost_s),
             "straight": "straight_*: the always-straight driver on the same parts (the trivial reference)"}
 
 

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.evaluation.metrics import METRICS, aggregate, columns, paired_differences, paired_keys
+from agent.evaluation.metrics import METRICS, aggregate, autonomy_formula, columns, paired_differences, paired_keys
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from common.cli import option, run_command
 from common.files import atomic_write_text
@@ -181,7 +181,7 @@ def _lane_table(runs: Sequence[Run], names: list[str]) -> str:
         cells += [f"{_summary(_pick(eps, key, value), first)['autonomy']:{autonomy.fmt}}" for _, key, value in groups]
         cells += [c.cell(pooled) for c in pooled_columns]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + f"\n\n{autonomy_formula(float(first.get('intervention_cost_s', 6.0)))}.\n"
 
 
 def _race_table(runs: Sequence[Run], names: list[str]) -> str:

@@ -151,3 +151,34 @@ def test_a_column_in_an_unknown_table_is_refused():
         Column("racing", 10)
     with pytest.raises(ValueError, match="table must be one of"):
         columns("racing")
+
+
+def test_autonomy_is_clamped_at_zero_and_the_tables_state_its_formula():
+    """A short drive with many interventions: NVIDIA's formula would go below 0 (-148.9 % for 30 interventions in
+    121 s); autonomy stops at 0, interventions per 100 s keep the difference, and every table says how it is made."""
+    from agent.evaluation.metrics import autonomy, per_100s
+
+    assert autonomy(30, 121.0, 6.0) == 0.0 and per_100s(30, 121.0) == pytest.approx(24.79, abs=0.01)
+    assert autonomy(1, 120.0, 6.0) == pytest.approx(95.0)
+    episodes = [dict(e, interventions=40, length=100) for e in _episodes("lane", 0, 0)]
+    s = aggregate(episodes, [1.0], name="x", env="udacity-hard", dt=0.1, intervention_cost_s=6.0)
+    assert s["autonomy"] == 0.0 and s["interventions_per_100s"] > 0
+    formula = "autonomy % = max(0, 100 * (1 - interventions * 6 s / elapsed s))"
+    for name, text in rendered().items():
+        if "lane" in name or "replay" in name:
+            assert formula in text, name
+
+
+def test_the_lane_keeping_laps_column_counts_laps_not_mean_completion():
+    """A student with no lap must not show a bigger "laps" figure than one that drove a lap (0.91 against 0.88)."""
+    rows = []
+    for name, completion, lap in (("no_lap", 0.9, False), ("one_lap", 0.88, True)):
+        eps = [dict(e, completion=completion if k == 0 else 0.5, lap_completed=lap and k == 0)
+               for k, e in enumerate(_episodes("lane", 0, 0)[:2])]
+        rows.append((name, aggregate(eps, [1.0], name=name, env="udacity-hard", dt=0.1, intervention_cost_s=6.0)))
+    header, _, no_lap, one_lap = comparison_markdown(rows).splitlines()[:4]
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    laps, completion = cells.index("laps"), cells.index("mean completion")
+    assert [c.strip() for c in no_lap.strip("|").split("|")][laps] == "0/2"
+    assert [c.strip() for c in one_lap.strip("|").split("|")][laps] == "1/2"
+    assert [c.strip() for c in no_lap.strip("|").split("|")][completion] == "0.70"
