@@ -1,23 +1,28 @@
-"""Does a user's own recording train a better student from the pooled one than from scratch?
+"""Does a user's own recording make the pooled student better, and which way of fine-tuning keeps its way back?
 
-For each recording (never in the pool) and training seed, four students, each judged in the replay of the
-recording's last 20 % (every session's, ``--replay-reference driver-or-middle``) and offline on it:
+For each recording (never in the pool) and training seed, the students named by ``--variants``, each judged in the
+replay of the recording's last 20 % (every session's, ``--replay-reference driver-or-middle``) and offline on it:
 
+* ``unchanged``: the pooled student itself (``--init``), untrained;
 * ``scratch``: the default command on the recording (``train.py --data REC --split blocks``: trains on the first
   80 % of every session);
 * ``fine-tuned``: the same, started from the pooled student (``--init POOL --epochs E --lr LR``);
-* ``scratch-1000`` and ``fine-tuned-1000``: the same two on the recording's first 1,000 frames only.
+* ``recovery``: the fine-tune with ``--recovery-views P`` (a share of the segments seen from off the recorded path,
+  labelled with the way back);
+* ``anchored``: the fine-tune with ``--anchor A`` (an L2 pull toward the pooled student's weights, L2-SP);
+* ``V@W`` (e.g. ``fine-tuned@0.5``): variant V's student mixed weight by weight with the pooled student,
+  ``(1 - W) * start + W * tuned`` (``agent.training.interpolate``; no training of its own);
+* ``V-1000``: variant V trained on the recording's first 1,000 frames only.
 
-Finished trainings and evaluations are reused, so an interrupted run goes on where it stopped. ``--variants
-fine-tuned fine-tuned-1000`` measures a new pooled student's fine-tunes without training the scratch students
-again (they do not depend on it); the table then has no paired column.
+Finished trainings and evaluations are reused, so an interrupted run goes on where it stopped.
 
     python -m benchmarks.pool_fine_tune --recordings data/heldout/NAME ... --init checkpoints/udacity_real_nac.pt \\
-        --seeds 1 2 3 --out runs/fine_tune
+        --variants unchanged fine-tuned fine-tuned@0.5 --seeds 1 2 3 --out runs/fine_tune
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +31,9 @@ import numpy as np
 from common.cli import option, run_command
 
 PROG = "python -m benchmarks.pool_fine_tune"
-VARIANTS = ("scratch", "fine-tuned", "scratch-1000", "fine-tuned-1000")
+TRAINED = ("scratch", "fine-tuned", "recovery", "anchored")
+VARIANTS = ("unchanged", *TRAINED)
+_NAME = re.compile(r"^(?P<base>[a-z-]+?)(?:@(?P<mix>[0-9.]+))?(?P<short>-1000)?$")
 
 
 @dataclass
@@ -38,11 +45,37 @@ class PoolFineTuneArgs:
     seeds: list[int] = option([1], "training seeds", group="optimisation")
     epochs: int = option(5, "epochs of a fine-tune", group="optimisation")
     lr: float = option(5e-4, "peak learning rate of a fine-tune", group="optimisation")
-    first_frames: int = option(1000, "frames of the short variants (the recording's first)", group="input")
-    variants: list[str] = option(list(VARIANTS), "the students trained and judged, of " + ", ".join(VARIANTS),
-                                 group="input", choices=VARIANTS, metavar="VARIANT")
+    recovery_views: float = option(0.5, "the recovery variant's --recovery-views", group="optimisation")
+    anchor: float = option(1.0, "the anchored variant's --anchor", group="optimisation")
+    first_frames: int = option(1000, "frames of the -1000 variants (the recording's first)", group="input")
+    variants: list[str] = option(["scratch", "fine-tuned", "scratch-1000", "fine-tuned-1000"],
+                                 "the students judged: " + ", ".join(VARIANTS) + "; V@W mixes V with the start "
+                                 "(share W of V); V-1000 trains V on the first frames", group="input",
+                                 metavar="VARIANT")
     out: Path = option(Path("runs/fine_tune"), "runs, evaluations and table.md", group="output")
     threads: int = option(2, "torch threads", group="runtime")
+
+
+@dataclass(frozen=True)
+class Variant:
+    base: str  # one of VARIANTS
+    mix: float | None  # share of the trained student in a mix with the start; None: no mix
+    short: bool  # trained on the first frames only
+
+
+def parse_variant(name: str) -> Variant:
+    """``fine-tuned@0.5-1000`` -> Variant("fine-tuned", 0.5, True); ValueError naming what is wrong."""
+    m = _NAME.match(name)
+    base = m["base"] if m else name
+    if m is None or base not in VARIANTS:
+        raise ValueError(f"--variants: unknown variant {name!r}: one of {', '.join(VARIANTS)}, optionally V@W "
+                         "(a mix with the start) and V-1000 (the first frames)")
+    mix = float(m["mix"]) if m["mix"] else None
+    if base == "unchanged" and (mix is not None or m["short"]):
+        raise ValueError(f"--variants: {name!r}: the unchanged student is neither mixed nor trained")
+    if mix is not None and not 0 < mix < 1:
+        raise ValueError(f"--variants: {name!r}: the share W of V@W must be in (0, 1)")
+    return Variant(base, mix, bool(m["short"]))
 
 
 def first_frames(data: Path, n: int, out: Path) -> Path:
@@ -72,6 +105,21 @@ def _train(argv: list[str], run: Path) -> Path:
     return run / "best.pt"
 
 
+def _mixed(start: str, tuned: Path, weight: float, out: Path) -> Path:
+    from agent.training.interpolate import InterpolateArgs, run
+
+    if not out.is_file():
+        run(InterpolateArgs(start=start, tuned=str(tuned), weight=weight, out=str(out)))
+    return out
+
+
+def train_flags(a: PoolFineTuneArgs, base: str) -> list[str]:
+    """train.py's flags of a trained variant, beyond the data, the split, the seed and the threads."""
+    tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
+    return {"scratch": [], "fine-tuned": tune, "recovery": [*tune, "--recovery-views", str(a.recovery_views)],
+            "anchored": [*tune, "--anchor", str(a.anchor)]}[base]
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_command(PoolFineTuneArgs, _benchmark, argv, prog=PROG, doc=__doc__, mistakes=(ValueError, OSError))
 
@@ -79,26 +127,32 @@ def main(argv: list[str] | None = None) -> int:
 def _benchmark(a: PoolFineTuneArgs) -> None:
     from benchmarks import heldout_drivers
 
+    variants = {name: parse_variant(name) for name in a.variants}
     if not Path(a.init).is_file():
         raise ValueError(f"--init {a.init!r} does not exist")
     results: dict[str, dict[str, list[dict]]] = {}
     for rec in map(Path, a.recordings):
-        short = first_frames(rec, a.first_frames, a.out / "data" / f"{rec.name}_first{a.first_frames}")
+        short = None
+        if any(v.short for v in variants.values()):
+            short = first_frames(rec, a.first_frames, a.out / "data" / f"{rec.name}_first{a.first_frames}")
         for seed in a.seeds:
             common = ["--split", "blocks", "--seed", str(seed), "--threads", str(a.threads), "--no-progress"]
-            tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
-            runs = {}
-            for variant in a.variants:
-                data = short if variant.endswith("1000") else rec
-                extra = tune if variant.startswith("fine") else []
-                runs[variant] = _train(["--data", str(data), *common, *extra],
-                                       a.out / rec.name / f"{variant}_s{seed}")
+            students: dict[str, Path] = {}
+            for name, v in variants.items():
+                if v.base == "unchanged":  # the same student at every seed: judged once
+                    if seed == a.seeds[0]:
+                        students[name] = Path(a.init)
+                    continue
+                trained = f"{v.base}-1000" if v.short else v.base
+                run = a.out / rec.name / f"{trained}_s{seed}"
+                best = _train(["--data", str(short if v.short else rec), *common, *train_flags(a, v.base)], run)
+                students[name] = best if v.mix is None else _mixed(a.init, best, v.mix, run / f"mix{v.mix:g}.pt")
             table = a.out / rec.name / f"eval_s{seed}"
-            heldout_drivers.main(["--recordings", str(rec), "--checkpoint", *map(str, runs.values()),
-                                  "--name", *a.variants, "--span", "0.8:1", "--threads", "1", "--out", str(table)])
+            heldout_drivers.main(["--recordings", str(rec), "--checkpoint", *map(str, students.values()),
+                                  "--name", *students, "--span", "0.8:1", "--threads", "1", "--out", str(table)])
             rows = json.loads((table / "table.json").read_text())["rows"][rec.name]
-            for variant in a.variants:
-                results.setdefault(rec.name, {}).setdefault(variant, []).append(rows[variant])
+            for name in students:
+                results.setdefault(rec.name, {}).setdefault(name, []).append(rows[name])
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "table.json").write_text(json.dumps(results, indent=1))
     text = summary(results)
@@ -106,23 +160,30 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
     print(text)
 
 
-def _mean_se(values: list[float]) -> str:
+def _mean_se(values: list[float], fmt: str = "{:.1f}") -> str:
     v = np.asarray(values, float)
-    return f"{v.mean():.1f}" + (f" ± {v.std(ddof=1) / np.sqrt(len(v)):.1f}" if len(v) > 1 else "")
+    return fmt.format(v.mean()) + (" ± " + fmt.format(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else "")
 
 
 def summary(results: dict[str, dict[str, list[dict]]]) -> str:
-    """Interventions per 100 s on each recording's last 20 % (mean ± SE over seeds), and the paired difference
-    fine-tuned minus scratch where both were run."""
-    variants = [v for v in VARIANTS if v in next(iter(results.values()), {})]
+    """Interventions per 100 s on each recording's last 20 % (mean ± SE over seeds) and offline error as a multiple
+    of always-straight's, per variant; the paired differences fine-tuned minus scratch (by seed), and every variant
+    minus the unchanged student, where both were run."""
+    variants = list(next(iter(results.values()), {}))
     pairs = [s for s in ("", "-1000") if f"fine-tuned{s}" in variants and f"scratch{s}" in variants]
-    head = ["recording", "seeds", *variants, *(f"fine-tuned{s} - scratch{s}" for s in pairs)]
+    against = [v for v in variants if v != "unchanged"] if "unchanged" in variants else []
+    head = ["recording", "seeds", *variants, *(f"fine-tuned{s} - scratch{s}" for s in pairs),
+            *(f"{v} - unchanged" for v in against), "offline x straight: " + " / ".join(variants)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rec, by in results.items():
         per = {v: [r["per_100s"] for r in by[v]] for v in variants}
+        seeds = max(len(p) for p in per.values())
+        per = {v: p * seeds if len(p) == 1 else p for v, p in per.items()}  # the unchanged student: one per seed
         diff = [_mean_se(list(np.subtract(per[f"fine-tuned{s}"], per[f"scratch{s}"]))) for s in pairs]
-        lines.append("| " + " | ".join([rec, str(len(per[variants[0]])), *(_mean_se(per[v]) for v in variants),
-                                        *diff]) + " |")
+        diff += [_mean_se(list(np.subtract(per[v], per["unchanged"]))) for v in against]
+        offline = " / ".join(f"{np.mean([r['offline_vs_straight'] for r in by[v]]):.2f}" for v in variants)
+        lines.append("| " + " | ".join([rec, str(seeds), *(_mean_se(per[v]) for v in variants), *diff, offline])
+                     + " |")
     return "\n".join(lines)
 
 

@@ -21,22 +21,37 @@ def test_a_dataset_that_is_no_import_is_one_error(tmp_path):
         pool_fine_tune.first_frames(tmp_path / "data", 5, tmp_path / "short")
 
 
+def _rows(per_100s: dict[str, list[float]]) -> dict[str, list[dict]]:
+    return {v: [{"per_100s": x, "offline_vs_straight": 0.5} for x in xs] for v, xs in per_100s.items()}
+
+
 def test_the_table_pairs_fine_tuned_with_scratch_by_seed():
-    rows = {v: [{"per_100s": x} for x in xs] for v, xs in
-            {"scratch": [10, 20], "fine-tuned": [4, 6], "scratch-1000": [30, 30], "fine-tuned-1000": [5, 15]}.items()}
+    rows = _rows({"scratch": [10, 20], "fine-tuned": [4, 6], "scratch-1000": [30, 30], "fine-tuned-1000": [5, 15]})
     text = pool_fine_tune.summary({"rec": rows})
     assert "| rec | 2 | 15.0 ± 5.0 | 5.0 ± 1.0 | 30.0 ± 0.0 | 10.0 ± 5.0 | -10.0 ± 4.0 | -20.0 ± 5.0 |" in text
 
 
 def test_fine_tunes_alone_make_a_table_without_the_paired_column():
-    rows = {v: [{"per_100s": x} for x in xs] for v, xs in {"fine-tuned": [4, 6], "fine-tuned-1000": [5, 15]}.items()}
+    text = pool_fine_tune.summary({"rec": _rows({"fine-tuned": [4, 6], "fine-tuned-1000": [5, 15]})})
+    assert text.splitlines()[0].startswith("| recording | seeds | fine-tuned | fine-tuned-1000 | offline")
+    assert "| rec | 2 | 5.0 ± 1.0 | 10.0 ± 5.0 | 0.50 / 0.50 |" in text
+
+
+def test_every_variant_is_paired_with_the_unchanged_student_judged_once():
+    rows = _rows({"unchanged": [3], "fine-tuned": [4, 6], "fine-tuned@0.5": [2, 3]})
     text = pool_fine_tune.summary({"rec": rows})
-    assert text.splitlines()[0] == "| recording | seeds | fine-tuned | fine-tuned-1000 |"
-    assert "| rec | 2 | 5.0 ± 1.0 | 10.0 ± 5.0 |" in text
+    assert "fine-tuned - unchanged | fine-tuned@0.5 - unchanged" in text.splitlines()[0]
+    assert "| rec | 2 | 3.0 ± 0.0 | 5.0 ± 1.0 | 2.5 ± 0.5 | 2.0 ± 1.0 | -0.5 ± 0.5 |" in text
 
 
-def test_an_unknown_variant_is_one_line(capsys):
-    with pytest.raises(SystemExit) as stop:
-        pool_fine_tune.main(["--recordings", "x", "--variants", "tuned"])
-    assert stop.value.code == 2
-    assert "invalid choice: 'tuned'" in capsys.readouterr().err
+def test_variant_names_say_what_is_trained_and_mixed():
+    assert pool_fine_tune.parse_variant("fine-tuned@0.5-1000") == pool_fine_tune.Variant("fine-tuned", 0.5, True)
+    assert pool_fine_tune.parse_variant("recovery") == pool_fine_tune.Variant("recovery", None, False)
+    for wrong, says in [("tuned", "unknown variant"), ("unchanged@0.5", "neither mixed"), ("fine-tuned@1.5", "(0, 1)")]:
+        with pytest.raises(ValueError, match=says):
+            pool_fine_tune.parse_variant(wrong)
+
+
+def test_an_unknown_variant_is_one_line(tmp_path, capsys):
+    assert pool_fine_tune.main(["--recordings", "x", "--variants", "tuned", "--out", str(tmp_path)]) == 2
+    assert "unknown variant 'tuned'" in capsys.readouterr().err
