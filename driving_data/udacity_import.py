@@ -173,9 +173,10 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
 
     ``log_dir`` is the recording folder or its CSV. ``jpeg_quality`` None (default) stores the
     recording's JPEG files byte for byte (no second lossy encode); a number decodes and re-encodes them
-    (smaller, or to accept non-JPEG images). ``time`` comes from the timestamps in the file names; when
-    a name has none, every row gets ``row index * frame_period`` (default ``DEFAULT_FRAME_PERIOD_S`` =
-    0.1 s) and the log is one episode. With timestamps, consecutive rows more than ``episode_gap_s``
+    (smaller, or to accept non-JPEG images). ``time`` comes from the timestamps in the file names; the few rows
+    whose name has none in a log where most have one are dropped and counted; when most names have none, every
+    row gets ``row index * frame_period`` (default ``DEFAULT_FRAME_PERIOD_S`` = 0.1 s) and the log is one episode.
+    With timestamps, consecutive rows more than ``episode_gap_s``
     apart (or going back in time) start a new episode. Rows whose images are missing are skipped, counted
     in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``.
     Stretches where the driver stopped and reversed are cut and their session split there (``reversing_spans``;
@@ -200,11 +201,13 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     log, rows, cameras = usable_rows(csv_path, img_dir, jpeg_quality, strict_images, say)
     exported = read_export_card(csv_path)  # an export of this project's: what its replay needs
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
-    undated = next((r for r in rows if r.stamp is None), None)
-    if undated is not None:
-        say(f"warning: the image names of {csv_path} carry no time (line {undated.line}: {undated.images[0].name!r}): "
-            f"its rows are taken {period:g} s apart, as one episode ({IMPORT_COMMAND} --frame-period S sets the "
-            "seconds per row)")
+    undated = [r for r in rows if r.stamp is None]  # most or all of them: usable_rows dropped a few
+    if undated:
+        which = (f"none of the {len(rows)} image names of {csv_path} carry a time" if len(undated) == len(rows) else
+                 f"{len(undated)} of the {len(rows)} image names of {csv_path} carry no time")
+        say(f"warning: {which} (first: line {undated[0].line}, "
+            f"{undated[0].images[0].name!r}): its rows are taken {period:g} s apart, as one episode "
+            f"({IMPORT_COMMAND} --frame-period S sets the seconds per row)")
     sessions, cut = (sessions, []) if keep_reversing else _cut_reversing(rows, times, sessions, csv_path, say)
     singles = [a for a, b in sessions if b - a == 1]
     if singles:
@@ -246,6 +249,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
                        "speed": "logged in mph, stored in m/s (mph / 2.23694)",
                        "skipped_rows": len(log.skipped),
                        "repeated_rows_dropped": len(log.repeated),
+                       "undated_rows_dropped": len(log.undated),
                        "skipped_examples": [{"line": n, "image": name, "problem": problem}
                                             for n, name, problem in log.skipped[:5]],
                        **({"exported": exported} if exported else {})},

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PureWindowsPath
@@ -53,6 +56,8 @@ EXPORT_CARD = "exported_dataset.json"
 IMPORT_COMMAND = "python -m agent.udacity.recordings import"  # the command line that imports a recording
 CONVERT_HINT = f"convert other image formats with {IMPORT_COMMAND} --jpeg-quality Q"
 PROGRESS_ROWS = 2000  # recordings this long show a bar while their images are checked (on a terminal)
+# How libjpeg's warnings of damaged image data begin (other warnings, an unknown JFIF version say, are harmless)
+LIBJPEG_CORRUPT = ("Corrupt JPEG data", "Premature end of JPEG file")
 STOP_MPH = 1.0  # slower than this the car stands (a recording that never moves faster is refused)
 
 
@@ -122,6 +127,7 @@ class Log:
     rows: list[LogRow]
     skipped: list[tuple[int, str, str]]  # (CSV line, the image's file name, what is wrong with it)
     repeated: list[tuple[int, int]] = field(default_factory=list)  # (CSV line, the earlier line it repeats): dropped
+    undated: list[tuple[int, str]] = field(default_factory=list)  # (CSV line, center image): no time in a dated log
 
     @property
     def cameras(self) -> list[tuple[str, str]]:
@@ -255,6 +261,29 @@ def drop_bad_images(log: Log, cameras: list[tuple[str, str]], jpeg: bool, strict
     log.skipped.sort()
 
 
+def decode_noting_warnings(data: bytes) -> tuple[np.ndarray | None, str]:
+    """cv2.imdecode of ``data`` (BGR, or None) and the first warning of corrupt data libjpeg wrote while decoding
+    it ('' if none).
+
+    libjpeg decodes a JPEG whose image data is scrambled behind intact markers, warning on stderr ("Corrupt JPEG
+    data: premature end of data segment") without saying which file, and OpenCV returns a full-size image: the
+    warning is the only sign. It is read by pointing file descriptor 2 at a temporary file for the decode. Damage
+    that libjpeg does not notice (a few bytes changed inside the data) cannot be told from a real frame."""
+    with tempfile.TemporaryFile() as caught:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(caught.fileno(), 2)
+            img = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        said = caught.read(4096).decode(errors="replace")
+    corrupt = [line.strip() for line in said.splitlines() if line.startswith(LIBJPEG_CORRUPT)]
+    return img, corrupt[0] if corrupt else ""
+
+
 def _image_problem(row: LogRow, cam: int, jpeg: bool, where: str) -> tuple[str, str] | None:
     """(file name, what is wrong) when camera ``cam``'s image of ``row`` cannot be read or decoded, else None."""
     path = row.images[cam]
@@ -272,14 +301,14 @@ def _image_problem(row: LogRow, cam: int, jpeg: bool, where: str) -> tuple[str, 
             jpeg_shape(b)
         except ValueError as e:
             return path.name, f"is a broken JPEG ({e})"
-    elif jpeg:  # another format: the whole recording needs converting, not one row skipped
-        try:
-            jpeg_shape(b)
-        except ValueError as e:
-            raise ValueError(f"{where} line {row.line}: image {path.name!r} is {e}; {CONVERT_HINT}") from None
-    img = cv2.imdecode(np.frombuffer(b, dtype=np.uint8), cv2.IMREAD_COLOR)
-    if img is None:
-        return path.name, "cannot be decoded"
+    img, warned = decode_noting_warnings(b)
+    if img is None:  # no image in any format OpenCV reads (NUL or random bytes): a broken frame, its row skipped
+        return path.name, "cannot be decoded" + ("" if b[:2] == b"\xff\xd8" else " (no image in any format)")
+    if b[:2] != b"\xff\xd8" and jpeg:  # another format: the whole recording needs converting, not one row skipped
+        raise ValueError(f"{where} line {row.line}: image {path.name!r} is not a JPEG (it does not start with the "
+                         f"JPEG start-of-image marker FF D8); {CONVERT_HINT}")
+    if warned and b[:2] == b"\xff\xd8":  # scrambled data behind intact markers: decoded, greyed or smeared
+        return path.name, f"is a corrupt JPEG (libjpeg: {warned})"
     if img.shape[:2] != FRAME_SHAPE[:2]:  # another camera than the simulator's: the whole recording, not one row
         h, w, c = FRAME_SHAPE
         raise ValueError(f"{where} line {row.line}: image {path.name!r} is {img.shape[0]}x{img.shape[1]} (height x "
@@ -313,6 +342,12 @@ def usable_rows(csv_path: Path, img_dir: Path, jpeg_quality: int | None, strict_
         line, earlier = log.repeated[0]
         say(f"warning: dropped {len(log.repeated)} rows of {csv_path} that repeat an earlier row (the same center "
             f"image and values; first: line {line}, as line {earlier}): a frame counts once")
+    drop_undated_rows(log)
+    if log.undated:
+        line, name = log.undated[0]
+        say(f"warning: {len(log.undated)} of the {len(log.rows) + len(log.undated)} image names of {csv_path} carry "
+            f"no time (first: line {line}, {name!r}): their rows are dropped, the other {len(log.rows)} keep the "
+            "times in their names")
     cameras = log.cameras
     drop_bad_images(log, cameras, jpeg_quality is None, strict_images, csv_path.name)
     if log.skipped:
@@ -347,6 +382,18 @@ def drop_repeated_rows(log: Log, where: str) -> None:
                              "with other steering, throttle, brake or speed: a recording logs each frame once, and "
                              "which row is right cannot be told")
     log.rows = kept
+
+
+def drop_undated_rows(log: Log) -> None:
+    """Move the rows whose center image name carries no time to ``log.undated`` when most names carry one (a file
+    renamed by hand in a real recording): the others keep their times. Re-timing every row at a fixed period
+    instead would stretch or squeeze the whole recording. When most carry none, the rows stay (and the import
+    times them by their index)."""
+    undated = [r for r in log.rows if r.stamp is None]
+    if not undated or 2 * len(undated) >= len(log.rows):
+        return
+    log.undated = [(r.line, r.images[0].name) for r in undated]
+    log.rows = [r for r in log.rows if r.stamp is not None]
 
 
 def check_distinct_times(rows: list[LogRow], where: str) -> None:

@@ -4,6 +4,7 @@ import reused only while it was made from the same recording by the same rule.""
 import json
 from datetime import datetime, timedelta
 
+import cv2
 import numpy as np
 import pytest
 
@@ -110,9 +111,9 @@ def test_missing_logs_and_empty_csv(tmp_path):
 
 
 def test_import_refuses_non_jpeg_without_quality(tmp_path):
-    _sim_recording(tmp_path / "rec")
+    frames = _sim_recording(tmp_path / "rec")
     victim = sorted((tmp_path / "rec" / "IMG").glob("right_*"))[2]
-    victim.write_bytes(b"\x89PNG not really")
+    victim.write_bytes(cv2.imencode(".png", frames[2])[1].tobytes())
     with pytest.raises(ValueError, match=f"line 3: image '{victim.name}' is not a JPEG"):
         ui.import_udacity(tmp_path / "rec", tmp_path / "data")
 

@@ -76,10 +76,49 @@ def test_a_dangling_image_link_is_skipped_like_a_missing_image(tmp_path):
 
 
 def test_a_non_jpeg_image_names_the_command_that_converts_it(tmp_path):
-    _sim_recording(tmp_path / "rec")
-    sorted((tmp_path / "rec" / "IMG").glob("right_*"))[2].write_bytes(b"\x89PNG not really")
+    import cv2
+
+    frames = _sim_recording(tmp_path / "rec")
+    sorted((tmp_path / "rec" / "IMG").glob("right_*"))[2].write_bytes(cv2.imencode(".png", frames[2])[1].tobytes())
     with pytest.raises(ValueError, match="python -m agent.udacity.recordings import --jpeg-quality Q"):
         ui.import_udacity(tmp_path / "rec", tmp_path / "data")
+
+
+def _scrambled(jpeg: bytes, seed: int = 0) -> bytes:
+    """The JPEG with its image data replaced by random bytes, every marker (start, tables, scan header, end) intact."""
+    i = jpeg.index(b"\xff\xda")
+    start, end = i + 2 + ((jpeg[i + 2] << 8) | jpeg[i + 3]), len(jpeg) - 2
+    noise = np.random.default_rng(seed).integers(0, 256, end - start, dtype=np.uint8).tobytes()
+    return jpeg[:start] + noise + jpeg[end:]
+
+
+def test_a_scrambled_jpeg_behind_intact_markers_is_skipped_and_named(tmp_path, capfd):
+    """libjpeg decodes scrambled image data into a full-size frame, warning on stderr without a file name: the
+    import reads that warning, skips the row and names the file in its one warning."""
+    _sim_recording(tmp_path / "rec", offsets_s=OFFSETS)
+    victim = sorted((tmp_path / "rec" / "IMG").glob("center_*"))[6]
+    victim.write_bytes(_scrambled(victim.read_bytes()))
+    warnings = []
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    assert back.num_steps == 19 and back.card["import"]["skipped_rows"] == 1
+    assert len(warnings) == 1 and f"line 7, '{victim.name}', is a corrupt JPEG (libjpeg: Corrupt JPEG data" in warnings[0]
+    assert "Corrupt JPEG data" not in capfd.readouterr().err, "libjpeg's own nameless line is not left on the terminal"
+
+
+@pytest.mark.parametrize("quality", [None, 90])
+def test_an_image_of_nul_or_random_bytes_is_skipped_and_counted_not_refused(quality, tmp_path):
+    """Bytes that are no image in any format are a broken frame, as docs/udacity.md says: skipped and counted,
+    whatever --jpeg-quality; only an image in another format asks for converting."""
+    _sim_recording(tmp_path / "rec", offsets_s=OFFSETS)
+    centers = sorted((tmp_path / "rec" / "IMG").glob("center_*"))
+    centers[3].write_bytes(bytes(5000))
+    centers[11].write_bytes(np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    warnings = []
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", jpeg_quality=quality,
+                                          warn=warnings.append))
+    assert back.num_steps == 18 and back.card["import"]["skipped_rows"] == 2
+    assert len(warnings) == 1 and warnings[0].startswith("warning: skipped 2 of 20 rows")
+    assert f"line 4, '{centers[3].name}', cannot be decoded" in warnings[0]
 
 
 
@@ -247,9 +286,26 @@ def test_names_without_time_say_the_period_they_are_given(tmp_path):
     log.write_text(log.read_text().replace("2016_12_01_", "frame"))
     warnings = []
     ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append)
-    assert warnings == [f"warning: the image names of {log} carry no time (line 1: 'center_frame13_30_48_287.jpg'): "
-                        "its rows are taken 0.1 s apart, as one episode (python -m agent.udacity.recordings import "
-                        "--frame-period S sets the seconds per row)"]
+    assert warnings == [f"warning: none of the 20 image names of {log} carry a time (first: line 1, "
+                        "'center_frame13_30_48_287.jpg'): its rows are taken 0.1 s apart, as one episode "
+                        "(python -m agent.udacity.recordings import --frame-period S sets the seconds per row)"]
+
+
+def test_one_name_without_time_drops_its_row_and_the_others_keep_their_times(tmp_path):
+    """One image renamed by hand in a recording logged 0.2 s apart: re-timing every row at 0.1 s would halve the
+    recording's time (and double its speed-times-time distance in the replay); the others keep their times."""
+    _sim_recording(tmp_path / "rec", offsets_s=tuple(round(0.2 * k, 1) for k in range(20)))
+    victim = sorted((tmp_path / "rec" / "IMG").glob("center_*"))[4]
+    victim.rename(victim.with_name("center_renamed.jpg"))
+    log = tmp_path / "rec" / "driving_log.csv"
+    log.write_text(log.read_text().replace(victim.name, "center_renamed.jpg"))
+    warnings = []
+    back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
+    assert back.num_steps == 19 and back.card["import"]["undated_rows_dropped"] == 1
+    np.testing.assert_allclose(back.load(0, keys=["time"])["time"], [0.2 * k for k in range(20) if k != 4], atol=1e-6)
+    assert back.card["import"]["time_from"].startswith("timestamps")
+    assert warnings == [f"warning: 1 of the 20 image names of {log} carry no time (first: line 5, "
+                        "'center_renamed.jpg'): their rows are dropped, the other 19 keep the times in their names"]
 
 
 # ------------------------------------------------------------------ how train.py takes the recordings it is given
