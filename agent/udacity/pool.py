@@ -127,15 +127,31 @@ def locate(entry: Entry, root: Path) -> Path | None:
     return where
 
 
+def _log_lines(csv_path: Path) -> tuple[list[str], list[str]]:
+    """(header line, if the log has one; its rows), blank lines left out: how the manifest counts a log's rows."""
+    with csv_path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
+        lines = [line for line in f if line.strip()]
+    header = lines[:1] if lines and is_header(next(csv.reader(lines[:1], skipinitialspace=True))) else []
+    return header, lines[len(header):]
+
+
+def check_rows(entry: Entry, folder: Path) -> Path:
+    """``folder`` when its log holds the entry's ``rows`` (an entry of a whole log); ValueError otherwise: another
+    commit of the repository, or another recording in the folder, would pass unnoticed."""
+    csv_path = folder / CSV_NAME
+    found = len(_log_lines(csv_path)[1])
+    if found != entry.rows:
+        raise ValueError(f"{str(csv_path)!r} has {found} rows, but the manifest's entry {entry.name} says "
+                         f"{entry.rows} (another commit of its repository, or another recording?)")
+    return folder
+
+
 def take_rows(folder: Path, rows: tuple[int, int], into: Path) -> Path:
     """``into``, a recording of the rows [start, stop) of ``folder``'s log (its header kept) with a link to its
     images: where one published log holds two recordings (a lake session and a jungle one), each is a part. The
     log is rewritten only when its rows change, so the import of the part is reused while the source is."""
     csv_path = folder / CSV_NAME
-    with csv_path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
-        lines = [line for line in f if line.strip()]
-    header = lines[:1] if lines and is_header(next(csv.reader(lines[:1], skipinitialspace=True))) else []
-    body = lines[len(header):]
+    header, body = _log_lines(csv_path)
     if rows[1] > len(body):
         raise ValueError(f"{str(csv_path)!r} has {len(body)} rows; the manifest takes rows {rows[0]}-{rows[1]} "
                          "(another commit of its repository?)")
@@ -168,7 +184,7 @@ def import_pool(entries: Sequence[Entry], root: Path, out: Path, role: str, say=
     members, refused = [], {}
     for e, path in found:
         try:
-            source = path if e.csv_rows is None else take_rows(path, e.csv_rows, out / PARTS_DIR / e.name)
+            source = check_rows(e, path) if e.csv_rows is None else take_rows(path, e.csv_rows, out / PARTS_DIR / e.name)
             import_recordings([source], [out / e.name], warn=lambda m, n=e.name: say(f"{n}: {m}"))
         except ValueError as err:  # a recording the import refuses (impossible data) is left out, not the pool
             say(f"{e.name}: left out of the pool: {err}")

@@ -44,7 +44,7 @@ def test_a_bad_manifest_line_is_one_error_naming_the_line(tmp_path, row, said):
 
 
 def test_import_pool_joins_the_recordings_found_and_names_the_missing(tmp_path, capsys):
-    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b", track="jungle", steering="mouse"), _row("gone"),
+    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b", track="jungle", steering="mouse", rows=3), _row("gone"),
                                               _row("h", role="held-out")])
     _sim_recording(tmp_path / "rec" / "a")
     _sim_recording(tmp_path / "rec" / "b", offsets_s=(0, 0.1, 0.2))
@@ -99,7 +99,7 @@ def test_a_pool_trains_with_its_recordings_weighted_by_the_square_root(tmp_path)
     from agent.training.config import TrainArgs, resolve
     from agent.training.experiment import run
 
-    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b")])
+    manifest = _manifest(tmp_path / "m.csv", [_row("a", rows=16), _row("b", rows=4)])
     _sim_recording(tmp_path / "rec" / "a", offsets_s=tuple(0.1 * k for k in range(16)))
     _sim_recording(tmp_path / "rec" / "b", offsets_s=tuple(0.1 * k for k in range(4)))
     pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=lambda m: None)
@@ -127,7 +127,7 @@ def test_episode_shares_keep_the_epoch_and_split_it_by_the_rule():
 def test_dagger_on_a_pool_drives_the_replay_of_each_recording(tmp_path):
     from agent.training.dagger import RECIPES, Lineage, plan_rounds
 
-    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b")])
+    manifest = _manifest(tmp_path / "m.csv", [_row("a", rows=12), _row("b", rows=12)])
     for name in ("a", "b"):
         _sim_recording(tmp_path / "rec" / name, offsets_s=tuple(0.1 * k for k in range(12)))
     pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=lambda m: None)
@@ -196,3 +196,17 @@ def test_rows_beyond_the_log_leave_the_recording_out_with_one_line(tmp_path):
                             say=lambda m: None)
     assert [m["name"] for m in card["recordings"]] == ["a"]
     assert "has 6 rows; the manifest takes rows 4-8 (another commit" in card["refused"]["b"]
+
+
+@pytest.mark.parametrize("header", [False, True])
+def test_a_whole_log_of_other_rows_than_the_manifest_says_is_left_out_naming_the_entry(tmp_path, header):
+    """An entry without csv_rows is checked too: 9,999 rows in the manifest against a 6-row log is another commit or
+    another recording, not the one the manifest names."""
+    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b", rows=9999)])
+    _sim_recording(tmp_path / "rec" / "a", header=header)
+    _sim_recording(tmp_path / "rec" / "b", header=header)
+    said = []
+    card = pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=said.append)
+    assert [m["name"] for m in card["recordings"]] == ["a"] and list(card["refused"]) == ["b"]
+    (line,) = [s for s in said if s.startswith("b: left out of the pool:")]
+    assert "has 6 rows, but the manifest's entry b says 9999" in line and "\n" not in line
