@@ -339,14 +339,16 @@ def parse_crop(text: str | None) -> list[int] | None:
 
 
 SHAPE = ("policy", "window", "frame_stride", "encoder", "feature_dim", "image_size", "crop", "color")  # --init's
+CORE_SIZES = ("d_model", "heads", "topk", "sparsity", "nac_mode", "hidden")  # the core's, from --init's core_options
 
 
 def checkpoint_shape(init: str, given: dict[str, Any], time_input: str | None, latency_input: str | None,
                      latency_queue: int | None) -> dict[str, Any]:
     """--init: the arguments that shape the policy and its input come from the checkpoint, not the flags; the
     time input too unless --time-input is given (it changes what the core is fed, not its weights). ``given``:
-    this command's values of SHAPE. A shape flag set away from its default to something else than the
-    checkpoint's is refused: it would be ignored. Returns the arguments the checkpoint sets."""
+    this command's values of SHAPE and CORE_SIZES. A shape or size flag set away from its default to something
+    else than the checkpoint's is refused: it would be ignored. Returns the arguments the checkpoint sets (its
+    sizes too, so args.json records what trains)."""
     payload = read_checkpoint(init)
     c = PolicyConfig.from_dict(payload["config"])
     label = (payload.get("metadata") or {}).get("policy") or c.core
@@ -354,6 +356,7 @@ def checkpoint_shape(init: str, given: dict[str, Any], time_input: str | None, l
                  feature_dim=c.feature_dim, image_size=f"{c.image_size[0]}x{c.image_size[1]}",
                  crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color)
     defaults = {f.name: f.default for f in fields(TrainArgs)}
+    sizes = _checkpoint_sizes(init, c.core, dict(c.core_options), str(label), given, defaults)
     for name, kept in shape.items():
         if given[name] not in (defaults[name], kept):
             flag = "--" + ("core" if name == "policy" else name.replace("_", "-"))
@@ -370,7 +373,46 @@ def checkpoint_shape(init: str, given: dict[str, Any], time_input: str | None, l
     if queue and told != "input":
         raise ValueError(f"--latency-queue {queue} shows the actions on their way beside the latency input; add "
                          "--latency-input input")
-    return {**shape, "time_input": time_input or c.time_input, "latency_input": told, "latency_queue": queue}
+    return {**shape, **sizes, "time_input": time_input or c.time_input, "latency_input": told,
+            "latency_queue": queue}
+
+
+def _checkpoint_sizes(init: str, core: str, options: dict[str, Any], label: str, given: dict[str, Any],
+                      defaults: dict[str, Any]) -> dict[str, Any]:
+    """--init: the size flags (CORE_SIZES) that build the checkpoint's core, as args.json records them; a size
+    flag given away from its default that would build another core than the checkpoint's is refused (a flag this
+    core does not read, e.g. --topk for an lstm, is ignored as it is without --init)."""
+    from policies.cores import core_parameters, policy_core_options
+
+    def widths(opts: dict[str, Any]) -> dict[str, Any]:  # what the core is built with (policies.cores' defaults)
+        out = {k: opts.get(k, p.default) for k, p in core_parameters(core).items()}
+        if "hidden" in out:  # lstm, gru, mlp: d_model is only the width's default
+            width = out.pop("d_model")
+            out["hidden"] = out["hidden"] or width
+        elif "units" in out:  # cfc, ltc
+            width = out.pop("d_model")
+            out["units"] = out["units"] or (width if core == "cfc" else max(2, width // 2))
+        return out
+
+    def built(sizes: dict[str, Any]) -> dict[str, Any]:
+        hidden = None if sizes["hidden"] == defaults["hidden"] else sizes["hidden"]  # as resolve gives it
+        return widths(policy_core_options(label, d_model=sizes["d_model"], heads=sizes["heads"], topk=sizes["topk"],
+                                          sparsity=sizes["sparsity"], nac_mode=sizes["nac_mode"], hidden=hidden)[1])
+
+    plain, mine = built(defaults), {k: given[k] for k in CORE_SIZES}
+    asked, kept = built(mine), widths(options)
+    for key in (k for k in asked if asked[k] != plain[k] and asked[k] != kept.get(k)):
+        for name in (n for n in CORE_SIZES if built({**mine, n: defaults[n]})[key] != asked[key]):  # its cause
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"--init takes the policy's shape from {init}: {flag} {given[name]} contradicts its "
+                             f"{key} {kept.get(key)}; leave {flag} out to fine-tune it, or train from scratch "
+                             "without --init")
+    record = {k: options[k] for k in ("d_model", "heads", "topk", "sparsity") if k in options and core == "nac"}
+    record.update({"nac_mode": options["mode"]} if core == "nac" and "mode" in options else {})
+    record.update({"d_model": options["d_model"]} if core != "nac" and "d_model" in options else {})
+    if options.get("hidden") or options.get("units"):
+        record["hidden"] = options.get("hidden") or options["units"] * (2 if core == "ltc" else 1)
+    return record
 
 
 SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the PilotNet/Udacity recipe's label shifts
@@ -568,8 +610,8 @@ def resolve(a: TrainArgs) -> TrainPlan:
         a = TrainArgs(**{**{f.name: saved[f.name] for f in fields(TrainArgs) if f.name in saved}, **keep})
     check_args(a)  # a bad flag is the likelier mistake: say that before anything about the folder
     if a.init is not None and not a.resume:  # the run's label is the checkpoint's core, not --core's default
-        a = replace(a, **checkpoint_shape(a.init, {name: getattr(a, name) for name in SHAPE}, a.time_input,
-                                          a.latency_input, a.latency_queue))
+        a = replace(a, **checkpoint_shape(a.init, {name: getattr(a, name) for name in SHAPE + CORE_SIZES},
+                                          a.time_input, a.latency_input, a.latency_queue))
     default_hidden = next(f.default for f in fields(TrainArgs) if f.name == "hidden")
     return TrainPlan(
         asdict(a), core_names(a.policy),

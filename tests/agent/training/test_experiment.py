@@ -334,6 +334,35 @@ def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
     assert load_checkpoint(kept / "best.pt").config.time_input == "index"
 
 
+def test_init_refuses_core_sizes_other_than_the_checkpoints_and_records_its_own(data_dir, tmp_path):
+    """--d-model, --heads, --topk, --sparsity, --nac-mode, --hidden are the checkpoint's under --init: one given
+    another value is refused, naming it; left at their defaults, args.json records the sizes the run trained."""
+    first = tmp_path / "first"
+    run(resolve(tiny_args(data_dir, first, policy="nac", epochs=1, topk=2, sparsity=0.25)))
+    init = str(first / "best.pt")
+    sizes = {f: getattr(TrainArgs, f) for f in ("d_model", "heads", "topk", "sparsity", "nac_mode", "hidden")}
+    for flags, needle in ((dict(d_model=32), "--d-model 32 contradicts its d_model 16"),
+                          (dict(heads=8), "--heads 8 contradicts its heads 4"),
+                          (dict(topk=4), "--topk 4 contradicts its topk 2"),
+                          (dict(sparsity=0.75), "--sparsity 0.75 contradicts its sparsity 0.25"),
+                          (dict(nac_mode="euler"), "--nac-mode euler contradicts its mode exact")):
+        with pytest.raises(ValueError, match=needle):
+            resolve(tiny_args(data_dir, tmp_path / "again", epochs=1, init=init, **{**sizes, **flags}))
+    # equal to the checkpoint's (d_model 16 given) or left at the defaults: its sizes, recorded as such
+    again = tmp_path / "again"
+    run(resolve(tiny_args(data_dir, again, epochs=1, init=init, **{**sizes, "d_model": 16})))
+    written = json.loads((again / "args.json").read_text())
+    assert {k: written[k] for k in ("d_model", "heads", "topk", "sparsity", "nac_mode")} == {
+        "d_model": 16, "heads": 4, "topk": 2, "sparsity": 0.25, "nac_mode": "exact"}
+    # a recurrent core: --hidden is its width, --topk is not one of its sizes (ignored, as without --init)
+    gru = tmp_path / "gru"
+    run(resolve(tiny_args(data_dir, gru, policy="gru", epochs=1)))
+    with pytest.raises(ValueError, match="--hidden 32 contradicts its hidden 16"):
+        resolve(tiny_args(data_dir, tmp_path / "g2", init=str(gru / "best.pt"), hidden=32))
+    assert resolve(tiny_args(data_dir, tmp_path / "g2", init=str(gru / "best.pt"), topk=3, hidden=64,
+                             d_model=64)).record["hidden"] == 16
+
+
 def test_init_refuses_a_checkpoint_for_other_actions(data_dir, tmp_path):
     discrete = write_synthetic(tmp_path / "d", episodes=3, action_space="discrete")
     run(resolve(tiny_args(discrete, tmp_path / "disc", policy="mlp", epochs=1)))
