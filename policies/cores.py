@@ -19,7 +19,9 @@ Registry ``CORES`` (``build_core(name, input_dim, window, **options)``). Every c
            time passed as ``[B, W]`` timestamps (the layer uses t_i - t_j). Options: d_model (64),
            heads (16), mode (exact|euler|steady), topk (8), sparsity (0.5), euler_steps, dropout,
            phi_activation (sigmoid|tanh|identity), logit_scale (False), logit_scale_init (1.0),
-           block (**bare**|prenorm).
+           block (**bare**|prenorm), variant (**paper**|official), delta_t (0.5), activation (none|elu).
+           ``variant="official"`` (name ``nac-official``) is the function of the authors' public code
+           (docs/nac.md, section 13); it reads no frame times, as their experiments call it on x alone (t = 1).
 ``lstm``   torch LSTM, hidden (= d_model), layers (1).
 ``gru``    torch GRU, hidden (= d_model), layers (1).
 ``cfc``    ncps CfC, units (= d_model), cfc_mode (default|pure|no_gate); elapsed time between frames.
@@ -44,8 +46,9 @@ checkpoints that do not name a block load. The comparison table names the block.
 
 Policy names (``train.py --core``), parsed here only (``parse_core_name``, ``policy_core_options``)::
 
-    CORE[-MODE][+FLAG]...
+    CORE[-official][-MODE][+FLAG]...
     CORE   nac | lstm | gru | cfc | ltc | mha | mlp
+    -official  nac only: variant "official", the authors' code's function (their Euler defaults: 5 steps of 0.5)
     MODE   nac only: exact | euler | steady          (plain "nac": train.py's --nac-mode)
     FLAG   bare | prenorm                            block structure (nac, mha)
            scale | scale=S                           nac: learnable per-head logit scale, initial value S (1)
@@ -53,7 +56,7 @@ Policy names (``train.py --core``), parsed here only (``parse_core_name``, ``pol
                                                      phi_activation=identity, positions=sinusoidal
 
 e.g. ``nac-exact`` (the paper's layer, bare), ``nac-steady+prenorm``, ``nac-exact+prenorm+scale=4``,
-``mha+bare``, ``gru+hidden=32``. Presets (``PRESETS``): ``nac-focus`` names the NAC variant that measured
+``nac-official-steady``, ``mha+bare``, ``gru+hidden=32``. Presets (``PRESETS``): ``nac-focus`` names the NAC variant that measured
 best in docs/nac.md. Unknown cores, flags or option names raise ValueError listing the valid ones.
 
 ncps' own sequence loops squeeze ``timespans[:, t]`` to ``[B]``, which broadcasts against the wrong
@@ -72,6 +75,7 @@ import torch
 import torch.nn as nn
 
 from policies.nac import MODES as NAC_MODES
+from policies.nac import OFFICIAL_DEFAULTS
 from policies.nac import NAC, attention_stats
 
 BLOCKS = ("bare", "prenorm")
@@ -139,7 +143,8 @@ class NACCore(Core):
     def __init__(self, input_dim: int, window: int, d_model: int = 64, heads: int = 16, mode: str = "exact",
                  topk: int = 8, sparsity: float = 0.5, euler_steps: int = 6, dropout: float = 0.0,
                  seed: int = 22222, block: str = "bare", logit_scale: bool = False,
-                 logit_scale_init: float = 1.0, phi_activation: str = "sigmoid"):
+                 logit_scale_init: float = 1.0, phi_activation: str = "sigmoid", variant: str = "paper",
+                 delta_t: float = 0.5, activation: str = "none"):
         super().__init__()
         self.block_kind = check_block(block)
         if block == "prenorm":
@@ -147,7 +152,9 @@ class NACCore(Core):
         self.nac = NAC(d_model if block == "prenorm" else input_dim, d_model, heads, mode=mode, topk=topk,
                        sparsity=sparsity, euler_steps=euler_steps, dropout=dropout, causal=True,
                        return_sequences=False, seed=seed, logit_scale=logit_scale,
-                       logit_scale_init=logit_scale_init, phi_activation=phi_activation)
+                       logit_scale_init=logit_scale_init, phi_activation=phi_activation, variant=variant,
+                       delta_t=delta_t, activation=activation)
+        self.reads_time = variant != "official"  # the authors' experiments call their layer on x alone: t = 1
         if block == "prenorm":
             self.block = AttentionBlock(d_model, block)
             self.norm = nn.LayerNorm(d_model)
@@ -155,6 +162,10 @@ class NACCore(Core):
 
     def forward(self, x: torch.Tensor, time: torch.Tensor, query_time: torch.Tensor | None = None) -> torch.Tensor:
         """``query_time`` [B]: the moment the last step's answer is for, when not its frame's (NAC's clock)."""
+        if not self.reads_time:
+            if query_time is not None:
+                raise ValueError("the nac-official core reads no clock (query_time); tell it the latency as an input")
+            time = None
         if self.block_kind == "bare":
             return self.nac(x, time=time, query_time=query_time)
         h = self.block(self.inp(x), lambda z: self.nac(z, time=time, query_time=query_time))
@@ -168,7 +179,7 @@ class NACCore(Core):
         z = x if self.block_kind == "bare" else self.block.attention_input(self.inp(x))
         self.nac.return_sequences = True
         try:
-            _, internals = self.nac(z, time=time, return_internals=True)
+            _, internals = self.nac(z, time=time if self.reads_time else None, return_internals=True)
         finally:
             self.nac.return_sequences = False
         internals.update(attention_stats(internals["attn"], internals["index"]))
@@ -350,7 +361,7 @@ def _value(text: str) -> Any:
 
 
 def valid_policy_names() -> list[str]:
-    return list(CORES) + [f"nac-{m}" for m in NAC_MODES] + list(PRESETS)
+    return list(CORES) + [f"nac-{m}" for m in NAC_MODES] + ["nac-official"] + list(PRESETS)
 
 
 def _unknown(name: str, why: str = "") -> ValueError:
@@ -366,6 +377,7 @@ def parse_core_name(name: str) -> tuple[str, dict[str, Any]]:
     """A policy name (grammar in the module docstring) -> (registry core, the options the name sets).
 
     ``"nac-euler"`` -> ("nac", {"mode": "euler"}); ``"mha+bare"`` -> ("mha", {"block": "bare"});
+    ``"nac-official-steady"`` -> ("nac", {"variant": "official", "mode": "steady"});
     ``"nac-exact+prenorm+scale=4"`` -> ("nac", {"mode": "exact", "block": "prenorm", "logit_scale": True,
     "logit_scale_init": 4.0}); a plain core name -> (name, {}). ValueError on anything else.
     """
@@ -379,6 +391,8 @@ def parse_core_name(name: str) -> tuple[str, dict[str, Any]]:
     options: dict[str, Any] = {}
     if head in PRESETS:  # a preset is a whole name: its flags are already chosen
         raise _unknown(name, f"{head} is {PRESETS[head]} and takes no +FLAGs; write {PRESETS[head]}+FLAG")
+    if core == "nac" and mode.partition("-")[0] == "official":  # nac-official[-MODE]
+        options["variant"], mode = "official", mode.partition("-")[2]
     if mode:
         modes = f"{', '.join(NAC_MODES)}, and the preset{'s' if len(PRESETS) > 1 else ''} {', '.join(PRESETS)}"
         if core != "nac":
@@ -439,6 +453,8 @@ def policy_core_options(name: str, *, d_model: int = 64, heads: int = 16, topk: 
         "ltc": {"d_model": d_model, **({"units": max(2, hidden // 2)} if hidden else {})},
         "mlp": {"d_model": d_model, **width},
     }[core]
+    if named.get("variant") == "official":
+        base.update(OFFICIAL_DEFAULTS)
     return core, {**base, **named}
 
 

@@ -9,8 +9,12 @@
     5. Output           o_i = dt * sum_k softmax_k(a_ik) v_{j_k}; heads concatenated; linear projection
 
 With its default arguments this layer is the paper's; options that depart from it are off by default.
+``variant="official"`` is instead the function the authors' public code computes (``OfficialPairStage``):
+dense q/k/v, phi and omega from one learnable scalar, time gates shared by the heads, Euler in fixed steps
+of ``delta_t``, padded keys' logits multiplied by 0, an optional output activation.
 docs/nac.md is the method section: every numerical choice (selection, filler slots, masking, init), the
-departures with the measurements behind them, and what each implementation choice here saves.
+departures with the measurements behind them, what each implementation choice here saves, and how the
+official variant differs.
 """
 from __future__ import annotations
 
@@ -29,6 +33,9 @@ from policies.wiring import backbone_masks, backbone_sizes, check_sparsity, sens
 MODES = ("exact", "euler", "steady")
 PHI_ACTIVATIONS = ("sigmoid", "tanh", "identity")
 SELECTIONS = ("auto", "exact", "blocks")
+VARIANTS = ("paper", "official")  # the paper's text | the authors' public code (docs/nac.md, section 13)
+OFFICIAL_DEFAULTS = {"euler_steps": 5, "delta_t": 0.5}  # the authors' layer's defaults where they differ from ours
+ACTIVATIONS = ("none", "elu")  # on the layer's output (the authors' Udacity model uses elu)
 COMMAND_UNROLL = 1  # passes of the command layer's recurrent synapses
 BLOCK_MARGIN = 1  # extra key blocks kept by block selection, beyond the guaranteed minimum
 AUTO_BLOCK_THRESHOLD = 1024  # selection="auto" uses block selection when T_k exceeds this
@@ -59,6 +66,9 @@ class NACConfig:
     seed: int = 22222
     logit_scale: bool = False
     logit_scale_init: float = 1.0
+    variant: str = "paper"
+    delta_t: float = 0.5  # variant "official" only: its Euler step (the paper's text steps t / euler_steps)
+    activation: str = "none"
 
     def validate(self) -> None:
         def positive_int(name: str) -> None:
@@ -77,8 +87,15 @@ class NACConfig:
         check_choice("phi_activation", self.phi_activation, PHI_ACTIVATIONS)
         check_choice("selection", self.selection, SELECTIONS)
         check_sparsity(self.sparsity)
-        if not (isinstance(self.dt, (int, float)) and math.isfinite(self.dt) and self.dt > 0):
-            raise ValueError(f"dt must be a finite number > 0; got {self.dt!r}")
+        check_choice("variant", self.variant, VARIANTS)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        if self.variant == "official" and self.phi_activation != "sigmoid":
+            raise ValueError(f"variant official computes phi = sigmoid(c); phi_activation must be sigmoid, "
+                             f"got {self.phi_activation!r}")
+        for name in ("dt", "delta_t"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
         if not (isinstance(self.tau_epsilon, (int, float)) and math.isfinite(self.tau_epsilon)
                 and self.tau_epsilon > 0):
             raise ValueError(f"tau_epsilon must be a finite number > 0 (omega must stay positive); "
@@ -240,6 +257,50 @@ class _Folded(NamedTuple):
     b_motor: torch.Tensor
     w_heads: torch.Tensor
     b_heads: torch.Tensor
+
+
+class OfficialPairStage(nn.Module):
+    """The pair stage of the authors' public code (variant "official"), with ``PairBackbone``'s interface.
+
+    Their backbone runs one step of an NCP cell from a zero state on a length-1 sequence per pair, and the
+    motor neuron it reads has no input synapse: its output is one constant c per layer, whatever the pair
+    (their kernels get zero gradient). So phi = sigmoid(c) and omega = softplus(c) + eps for every head, pair
+    and sample, c one learnable scalar here (theirs is bias * output_w + output_b). The internal time
+    t = sigmoid(alpha * tau + beta) keeps alpha and beta affine in the pair p = [q; k]: one pair of maps shared
+    by every head.
+    """
+
+    def __init__(self, d_head: int, num_heads: int, tau_epsilon: float, generator: torch.Generator):
+        super().__init__()
+        self.d_head, self.num_heads, self.tau_epsilon = d_head, num_heads, tau_epsilon
+        self.gate = nn.Parameter(torch.zeros(()))  # c; theirs starts at 0 too (a zero bias)
+        self.w_time = nn.Parameter(torch.empty(1, 2 * d_head, 2))  # [:, :, 0] alpha, [:, :, 1] beta
+        self.b_time = nn.Parameter(torch.zeros(1, 1, 2))
+        _lecun_uniform_(self.w_time, torch.ones_like(self.w_time), generator)
+
+    def folded(self) -> "_TimeWeights":
+        w = self.w_time.transpose(1, 2).expand(self.num_heads, -1, -1)  # [H, 2, 2 d_head], the same for every head
+        return _TimeWeights(w[..., :self.d_head], w[..., self.d_head:], self.b_time.transpose(1, 2))
+
+    def token_features(self, q: torch.Tensor, k: torch.Tensor, w: "_TimeWeights") -> tuple[torch.Tensor, torch.Tensor]:
+        """Query-side and key-side halves of alpha and beta: [H, 2, Nq], [H, 2, Nk] (biases on the query side)."""
+        return torch.baddbmm(w.b_token, w.w_query, q), torch.bmm(w.w_key, k)
+
+    def forward(self, pre: torch.Tensor, tau: torch.Tensor | float, w: "_TimeWeights") -> tuple[torch.Tensor, ...]:
+        """``pre`` [H, 2, P] summed pair halves -> phi, omega, t: [H, P] each (phi, omega one value, expanded)."""
+        alpha, beta = pre.unbind(1)
+        t = torch.sigmoid(alpha * tau + beta)
+        phi = torch.sigmoid(self.gate).expand_as(t)
+        omega = (F.softplus(self.gate) + self.tau_epsilon).expand_as(t)
+        return phi, omega, t
+
+
+class _TimeWeights(NamedTuple):
+    """``OfficialPairStage.folded()``: the time gates' weights, [H, 2, d_head] per side and [1, 2, 1] biases."""
+
+    w_query: torch.Tensor
+    w_key: torch.Tensor
+    b_token: torch.Tensor
 
 
 class _PairInputs(torch.autograd.Function):
@@ -439,29 +500,41 @@ class NAC(nn.Module):
     ``forward(x, time=None, key_padding_mask=None, return_internals=False)``; with
     ``return_internals=True`` returns ``(y, internals)``, internals a dict of ``[B, H, Tq, K]`` tensors
     "phi", "omega", "t", "logits", "attn", "index" (filler slots: docs/nac.md, section 7).
+
+    ``variant="official"``: the authors' public code's function (module docstring; ``delta_t`` is its Euler
+    step). There a padded key stays selectable and its logit is multiplied by 0, and ``return_sequences=False``
+    returns the last position, as theirs does.
     """
 
     def __init__(self, input_dim: int, d_model: int, num_heads: int, *, mode: str = "exact", topk: int = 8,
                  sparsity: float = 0.5, euler_steps: int = 6, dt: float = 1.0, tau_epsilon: float = 1e-6,
                  phi_activation: str = "sigmoid", selection: str = "auto", causal: bool = False,
                  dropout: float = 0.0, return_sequences: bool = True, shared_backbone: bool = False,
-                 seed: int = 22222, logit_scale: bool = False, logit_scale_init: float = 1.0):
+                 seed: int = 22222, logit_scale: bool = False, logit_scale_init: float = 1.0,
+                 variant: str = "paper", delta_t: float = 0.5, activation: str = "none"):
         super().__init__()
-        self.config = NACConfig(input_dim, d_model, num_heads, mode, topk, sparsity, euler_steps, dt,
-                                tau_epsilon, phi_activation, selection, causal, dropout, return_sequences,
-                                shared_backbone, seed, logit_scale, logit_scale_init)
+        self.config = NACConfig(
+            input_dim=input_dim, d_model=d_model, num_heads=num_heads, mode=mode, topk=topk, sparsity=sparsity,
+            euler_steps=euler_steps, dt=dt, tau_epsilon=tau_epsilon, phi_activation=phi_activation,
+            selection=selection, causal=causal, dropout=dropout, return_sequences=return_sequences,
+            shared_backbone=shared_backbone, seed=seed, logit_scale=logit_scale, logit_scale_init=logit_scale_init,
+            variant=variant, delta_t=delta_t, activation=activation)
         self.config.validate()
         self.input_dim, self.d_model, self.num_heads = input_dim, d_model, num_heads
         self.d_head = d_model // num_heads
         self._mode = mode
         self.topk, self.euler_steps, self.dt = topk, euler_steps, float(dt)
         self.selection, self.causal, self.return_sequences = selection, causal, return_sequences
+        self.official, self.delta_t, self.activation = variant == "official", float(delta_t), activation
 
         generator = torch.Generator().manual_seed(seed)
-        qkv_mask = torch.cat([sensory_mask(input_dim, d_model, sparsity, seed + i) for i in range(3)], dim=1)
+        dense = 0.0 if self.official else sparsity  # the authors' q/k/v cells read every input, whatever the sparsity
+        qkv_mask = torch.cat([sensory_mask(input_dim, d_model, dense, seed + i) for i in range(3)], dim=1)
         self.sensory = MaskedLinear(qkv_mask, generator)  # 1. sensory gates q | k | v
-        self.backbone = PairBackbone(self.d_head, num_heads, sparsity, seed, shared_backbone,  # 3.
-                                     phi_activation, tau_epsilon, generator)
+        self.backbone = (  # 3. the pair stage
+            OfficialPairStage(self.d_head, num_heads, tau_epsilon, generator) if self.official
+            else PairBackbone(self.d_head, num_heads, sparsity, seed, shared_backbone, phi_activation, tau_epsilon,
+                              generator))
         self.attn_dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(d_model, d_model)  # 5. output projection
         with torch.no_grad():
@@ -491,7 +564,9 @@ class NAC(nn.Module):
         c = self.config
         return (f"input_dim={c.input_dim}, d_model={c.d_model}, num_heads={c.num_heads}, mode={self.mode}, "
                 f"topk={self.topk}, sparsity={c.sparsity}, selection={self.selection}, causal={self.causal}"
-                + (f", logit_scale=True (init {c.logit_scale_init:g})" if c.logit_scale else ""))
+                + (f", logit_scale=True (init {c.logit_scale_init:g})" if c.logit_scale else "")
+                + (f", variant=official, delta_t={c.delta_t:g}" if self.official else "")
+                + (f", activation={c.activation}" if c.activation != "none" else ""))
 
     # ------------------------------------------------------------------ input checks
     def _check_inputs(self, x: torch.Tensor, time: torch.Tensor | None,
@@ -529,7 +604,8 @@ class NAC(nn.Module):
             return phi / omega
         if self.mode == "exact":
             return phi * -torch.expm1(-omega * t) / omega
-        h, a = t / self.euler_steps, torch.zeros_like(phi)
+        h = self.delta_t if self.official else t / self.euler_steps  # the authors' code steps delta_t, ignoring t
+        a = torch.zeros_like(phi)
         for _ in range(self.euler_steps):
             a = a + h * (phi - omega * a)
         return a
@@ -543,8 +619,8 @@ class NAC(nn.Module):
             raise ValueError("query_time [B] needs time [B, T] and one query per sample (return_sequences False)")
         B, T, _ = x.shape
         H, dh = self.num_heads, self.d_head
-        key_valid = (torch.ones(B, T, dtype=torch.bool, device=x.device) if key_padding_mask is None
-                     else ~key_padding_mask)
+        key_valid = (torch.ones(B, T, dtype=torch.bool, device=x.device)
+                     if key_padding_mask is None or self.official else ~key_padding_mask)
 
         # 1. sensory gates, all steps at once: [B, H, T, d_head] each
         q, k, v = self.sensory(x).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)
@@ -591,6 +667,9 @@ class NAC(nn.Module):
         # softmax reads s_h * a (s_h > 0 keeps -inf at -inf), "logits" stays the ODE's a
         # (scaled before masking: d(-inf * s)/ds would be -inf * 0 = NaN)
         ode = self.ode_logits(phi, omega, t)
+        if self.official and key_padding_mask is not None:  # the authors' mask multiplies the selected keys' logits
+            kept = (~key_padding_mask).to(ode.dtype).gather(1, index.permute(2, 0, 1, 3).reshape(B, -1))
+            ode = ode * kept.view(B, H, K, Tq).permute(1, 2, 0, 3)
         logits = ode.masked_fill(invalid, -math.inf)
         scaled = logits if self.log_logit_scale is None else (
             ode * self.log_logit_scale.exp().view(H, 1, 1, 1)).masked_fill(invalid, -math.inf)
@@ -601,6 +680,8 @@ class NAC(nn.Module):
         # 5. quadrature of the attention-weighted values, heads concatenated, projection
         context = self.dt * (attn.view(H, 1, K, B * Tq) * v_sel.view(H, dh, K, B * Tq)).sum(2)  # [H, dh, B*Tq]
         y = self.out_proj(context.view(H, dh, B, Tq).permute(2, 3, 0, 1).reshape(B, Tq, self.d_model))
+        if self.activation == "elu":
+            y = F.elu(y)
         y = y.masked_fill(empty[0, 0, :, :, None], 0.0)
         if not self.return_sequences:
             y = y[:, 0]

@@ -128,8 +128,10 @@ class PolicyConfig:
             raise ValueError(f"time_input must be one of {TIME_INPUTS}, got {self.time_input!r}")
         if self.latency_input not in LATENCY_INPUTS:
             raise ValueError(f"latency_input must be one of {LATENCY_INPUTS}, got {self.latency_input!r}")
-        if self.latency_input == "clock" and self.core != "nac":
-            raise ValueError(f"latency_input clock gives the nac core's query a timestamp; core {self.core!r} has "
+        official = self.core == "nac" and self.core_options.get("variant") == "official"  # reads no frame times
+        if self.latency_input == "clock" and (self.core != "nac" or official):
+            core = "nac-official" if official else self.core
+            raise ValueError(f"latency_input clock gives the nac core's query a timestamp; core {core!r} has "
                              "none (tell it with latency_input input)")
         if not is_int(self.queue_steps, 0, 1000):
             raise ValueError(f"queue_steps must be an integer in [0, 1000], got {self.queue_steps!r}")

@@ -246,3 +246,24 @@ def test_mha_internals_match_its_attention():
     assert (inner["attn"][..., future] == 0).all() and (inner["index"][..., future] == -1).all()
     assert inner["uniform_max_weight"].item() == pytest.approx(sum(1 / n for n in range(2, W + 1)) / (W - 1))
     assert math.isfinite(inner["entropy"].item())
+
+
+def test_nac_official_is_a_policy_name_with_the_authors_defaults_and_reads_no_frame_times():
+    assert parse_core_name("nac-official") == ("nac", {"variant": "official"})
+    assert parse_core_name("nac-official-steady+activation=elu") == (
+        "nac", {"variant": "official", "mode": "steady", "activation": "elu"})
+    with pytest.raises(ValueError, match="set twice"):
+        parse_core_name("nac-official+variant=paper")
+    with pytest.raises(ValueError, match="not a nac mode"):
+        parse_core_name("nac-official-rk4")
+    core, options = policy_core_options("nac-official", d_model=16, heads=4, nac_mode="euler")
+    assert options["variant"] == "official" and options["mode"] == "euler"
+    assert (options["euler_steps"], options["delta_t"]) == (5, 0.5)  # their layer's defaults
+    assert policy_core_options("nac-official+euler_steps=3")[1]["euler_steps"] == 3  # the name wins
+    nac = build_core(core, F, W, **options).eval()
+    x = torch.randn(B, W, F)
+    assert torch.equal(nac(x, default_time()), nac(x, 5 * default_time()))  # t = 1, as their experiments call it
+    with pytest.raises(ValueError, match="reads no clock"):
+        nac(x, default_time(), query_time=torch.zeros(B))
+    inner = nac.internals(x, default_time())
+    assert inner["attn"].shape == (B, 4, W, min(8, W)) and float(inner["entropy_norm"]) == pytest.approx(1.0)

@@ -764,3 +764,127 @@ def test_layer_without_the_native_kernel_gives_the_same_outputs(tmp_path):
     torch.manual_seed(0)
     x = torch.randn(2, 300, 6)
     torch.testing.assert_close(y, NAC(6, 16, 2, topk=5, causal=True)(x), atol=1e-6, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- variant "official"
+# The function of the authors' public code (docs/nac.md, section 13), restated here from its formulas; the
+# benchmark benchmarks.official_parity compares the layer with their TensorFlow layer itself.
+def official(**kw) -> NAC:
+    return make(variant="official", topk=4, **kw)
+
+
+def official_reference(layer: NAC, x, time=None, pad=None):
+    """Dense q/k/v; top-K keys per head by q . k; phi = sigmoid(c), omega = softplus(c) + eps; t = sigmoid(alpha
+    tau + beta), alpha and beta affine in [q; k] with one map for every head; Euler in steps of delta_t; padded
+    keys' logits times 0; softmax; dt * sum of values; projection; activation."""
+    B, T, _ = x.shape
+    H, d, stage = layer.num_heads, layer.d_head, layer.backbone
+    q, k, v = ((x @ layer.sensory.weight + layer.sensory.bias).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4))
+    K = min(layer.topk, T)
+    index = (q @ k.transpose(-1, -2)).topk(K, dim=-1).indices  # [B, H, T, K]
+
+    def gather(z):
+        return z.gather(2, index.reshape(B, H, T * K, 1).expand(-1, -1, -1, d)).view(B, H, T, K, d)
+
+    pair = torch.cat([q[:, :, :, None].expand(-1, -1, -1, K, -1), gather(k)], -1)
+    alpha, beta = (pair @ stage.w_time[0] + stage.b_time[0, 0]).unbind(-1)
+    tau = 1.0 if time is None else time.view(B, 1, 1, 1)
+    t = torch.sigmoid(alpha * tau + beta)
+    phi, omega = torch.sigmoid(stage.gate), torch.nn.functional.softplus(stage.gate) + layer.config.tau_epsilon
+    if layer.mode == "steady":
+        logits = (phi / omega).expand_as(t)
+    elif layer.mode == "exact":
+        logits = phi / omega * (1 - torch.exp(-omega * t))
+    else:
+        logits = torch.zeros_like(t)
+        for _ in range(layer.euler_steps):
+            logits = logits + layer.delta_t * (phi - omega * logits)
+    if pad is not None:
+        logits = logits * (~pad).float()[:, None, None, :].expand(B, H, T, T).gather(3, index)
+    out = layer.dt * (torch.softmax(logits, -1)[..., None] * gather(v)).sum(3)
+    y = layer.out_proj(out.transpose(1, 2).reshape(B, T, layer.d_model))
+    return torch.nn.functional.elu(y) if layer.activation == "elu" else y
+
+
+@pytest.mark.parametrize("mode", ["exact", "steady", "euler"])
+def test_official_variant_is_the_authors_function(mode):
+    torch.manual_seed(1)
+    layer = official(mode=mode, dt=0.7, euler_steps=5, delta_t=0.4, activation="elu")
+    with torch.no_grad():
+        layer.backbone.gate.fill_(0.8)
+        layer.backbone.b_time.normal_()
+    x, time = torch.randn(3, 9, 6), torch.tensor([0.5, 1.0, 2.5])
+    pad = torch.zeros(3, 9, dtype=torch.bool)
+    pad[1, 5:] = True
+    torch.testing.assert_close(layer(x), official_reference(layer, x), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(layer(x, time=time), official_reference(layer, x, time), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(layer(x, key_padding_mask=pad), official_reference(layer, x, pad=pad),
+                               atol=1e-6, rtol=1e-5)
+    layer.return_sequences = False  # the last position, padded or not, as theirs returns out[:, -1]
+    torch.testing.assert_close(layer(x, key_padding_mask=pad), official_reference(layer, x, pad=pad)[:, -1],
+                               atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["steady", "euler"])
+def test_official_steady_and_euler_attend_uniformly_over_the_top_k(mode):
+    layer = official(mode=mode)
+    x = torch.randn(2, 10, 6)
+    y, inner = run(layer, x)
+    assert torch.equal(inner["attn"], torch.full_like(inner["attn"], inner["attn"].flatten()[0].item()))
+    torch.testing.assert_close(inner["attn"], torch.full_like(inner["attn"], 0.25))
+    _, short = run(layer, x, time=torch.tensor([0.1, 9.0]))  # euler steps delta_t: the pair's time is not read
+    torch.testing.assert_close(short["logits"], inner["logits"])
+    # the output is the projected mean of the top-K values
+    v = layer.sensory(x)[..., 2 * 16:].view(2, 10, 2, 8).transpose(1, 2)  # [B, H, T, d_head]
+    index = inner["index"]
+    chosen = v.gather(2, index.reshape(2, 2, 40, 1).expand(-1, -1, -1, 8)).view(2, 2, 10, 4, 8).mean(3)
+    torch.testing.assert_close(y, layer.out_proj(chosen.transpose(1, 2).reshape(2, 10, 16)), atol=1e-6, rtol=1e-5)
+    if mode == "euler":  # n steps of size delta_t from 0: a_n = (phi / omega) (1 - (1 - delta_t omega)^n)
+        phi, omega = inner["phi"], inner["omega"]
+        expected = phi / omega * (1 - (1 - 0.5 * omega) ** layer.euler_steps)
+        torch.testing.assert_close(inner["logits"], expected, atol=1e-6, rtol=1e-5)
+
+
+def test_official_exact_reads_the_pair_only_through_its_time_gate_shared_by_the_heads():
+    layer = official()
+    with torch.no_grad():
+        layer.backbone.w_time.zero_()  # alpha = beta = 0: t = 1/2 for every pair, so every logit is the same
+    _, inner = run(layer, torch.randn(2, 10, 6))
+    assert torch.allclose(inner["attn"], torch.full_like(inner["attn"], 0.25))
+    assert torch.equal(inner["t"], torch.full_like(inner["t"], 0.5))
+    assert tuple(layer.backbone.w_time.shape) == (1, 2 * layer.d_head, 2)  # one map for all heads
+
+
+def test_official_sparsity_changes_nothing_and_there_are_no_backbone_kernels():
+    layers = [official(sparsity=s, seed=3) for s in (0.0, 0.5, 0.9)]
+    states = [layer.state_dict() for layer in layers]
+    assert all(s.keys() == states[0].keys() and all(torch.equal(s[n], states[0][n]) for n in s) for s in states)
+    assert bool(layers[1].sensory.mask.all())  # q, k, v read every input
+    assert {n for n, _ in layers[1].named_parameters()} == {
+        "sensory.weight", "sensory.bias", "backbone.gate", "backbone.w_time", "backbone.b_time",
+        "out_proj.weight", "out_proj.bias"}
+    x = torch.randn(2, 7, 6)
+    torch.testing.assert_close(layers[0](x), layers[2](x))
+    y, inner = run(layers[1], x)
+    c = layers[1].backbone.gate
+    torch.testing.assert_close(inner["phi"], torch.sigmoid(c).expand_as(inner["phi"]))
+    torch.testing.assert_close(inner["omega"], (torch.nn.functional.softplus(c) + 1e-6).expand_as(inner["omega"]))
+    y.square().sum().backward()
+    assert c.grad is not None and c.grad.abs() > 0  # exact mode: the scalar is learnt (steady: uniform whatever c)
+
+
+@pytest.mark.parametrize("variant", ["paper", "official"])
+@pytest.mark.parametrize("mode", ["exact", "steady", "euler"])
+def test_one_frame_per_sample_reduces_every_nac_to_the_projection_of_its_value(variant, mode):
+    layer = make(variant=variant, mode=mode, dt=0.5, activation="elu")
+    x = torch.randn(4, 1, 6)
+    v = layer.sensory(x)[..., 32:]
+    torch.testing.assert_close(layer(x), torch.nn.functional.elu(layer.out_proj(0.5 * v)))
+
+
+def test_official_options_are_checked():
+    for kw, word in [({"variant": "authors"}, "variant"), ({"activation": "relu"}, "activation"),
+                     ({"variant": "official", "phi_activation": "tanh"}, "sigmoid"), ({"delta_t": 0.0}, "delta_t"),
+                     ({"delta_t": math.inf}, "delta_t"), ({"dt": True}, "dt")]:
+        with pytest.raises(ValueError, match=word):
+            make(**kw)

@@ -192,6 +192,17 @@ def test_checkpoint_round_trip_gives_identical_outputs(core, tmp_path):
     assert not list(tmp_path.glob(".*tmp"))  # atomic write leaves no temp file
 
 
+def test_the_official_nac_variant_is_rebuilt_from_its_checkpoint(tmp_path):
+    policy = make_policy(core_options={"d_model": 16, "heads": 4, "variant": "official", "mode": "euler",
+                                       "euler_steps": 5, "delta_t": 0.5, "activation": "elu"})
+    loaded = load_checkpoint(save_checkpoint(tmp_path / "p.pt", policy))
+    assert loaded.core.nac.config.variant == "official" and loaded.core.nac.activation == "elu"
+    frames = random_frames(8).view(2, 4, SIZE, SIZE, 3)
+    assert torch.equal(loaded(frames), policy(frames))
+    with pytest.raises(ValueError, match="'nac-official' has none"):
+        tiny_config(latency_input="clock", core_options={"variant": "official"}).validate()
+
+
 def test_bad_checkpoints_give_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_checkpoint(tmp_path / "missing.pt")
