@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Sequence
 import cv2
 import numpy as np
 
-from common.files import StagingFolder, check_room, refuse_nonempty, write_json
+from common.files import StagingFolder, check_room, disk_full, refuse_nonempty, write_json
 from driving_data.dataset import CARD_NAME, FORMAT, write_episode
 from driving_data.frames import JpegFrames, check_jpeg_quality, jpeg_shape
 from driving_data.udacity_log import (CONVERT_HINT, CSV_NAME, EXPORT_CARD, IMPORT_COMMAND, MPH_PER_MS, STOP_MPH, LogRow,
@@ -362,12 +362,15 @@ def import_recordings(paths: Sequence[str | Path], targets: Sequence[Path], *, s
 
 @contextlib.contextmanager
 def removed_if_refused(made: list[Path]) -> Iterator[None]:
-    """The imports in ``made`` are removed when the block is refused (ValueError, FileNotFoundError): a command
-    refused after importing leaves no import behind. Callers empty ``made`` once their run has begun with them
-    (from then on they are the run's data), and imports reused from an earlier run are never in it."""
+    """The imports in ``made`` are removed when the block is refused (ValueError, FileNotFoundError) or fills the
+    disk (which the removal frees again): a command refused after importing leaves no import behind. Callers empty
+    ``made`` once their run has begun with them (from then on they are the run's data), and imports reused from an
+    earlier run are never in it."""
     try:
         yield
-    except (ValueError, FileNotFoundError):
+    except (ValueError, OSError) as e:
+        if not isinstance(e, (ValueError, FileNotFoundError)) and not disk_full(e):
+            raise
         for target in made:
             shutil.rmtree(target, ignore_errors=True)
             if target.parent.name == "imported_data":

@@ -130,6 +130,40 @@ def test_the_middle_reference_runs_end_to_end_and_says_so(udacity_drive, tmp_pat
     assert "road's middle" in saved["replay"]["intervention"] and saved["reference"] == "driver-or-middle"
 
 
+def test_a_disk_that_fills_up_while_a_video_is_written_is_one_line_and_removes_the_import(udacity_drive, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """ffmpeg dies of the full disk and imageio raises a broken pipe: evaluate.py answers with the one disk-full line
+    and exit 2, as for any other full disk, and takes back the import it made for the run (freeing its room)."""
+    import shutil
+    from collections import namedtuple
+
+    from agent.udacity.recordings import export_udacity
+
+    rec = tmp_path / "rec"
+    export_udacity(udacity_drive, rec)
+    (rec / "exported_dataset.json").unlink()  # as the simulator records: imported into OUT/imported_data
+
+    class DeadFfmpeg:  # imageio's writer once ffmpeg has died: what imageio-ffmpeg raises around the broken pipe
+        def append_data(self, img):
+            raise OSError("[Errno 32] Broken pipe\n\nFFMPEG COMMAND:\n...")
+
+        def close(self):
+            pass
+
+    import imageio.v2
+
+    monkeypatch.setattr(imageio.v2, "get_writer", lambda *a, **k: DeadFfmpeg())
+    usage = namedtuple("usage", "total used free")
+    real_usage = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9, 0) if "videos" in str(p) else real_usage(p))
+    out = tmp_path / "eval"
+    assert evaluate_cli.main(["--replay", str(rec), "--expert-drives", "--max-steps", "20", "--workers", "1",
+                              "--out", str(out), "--no-progress", "--no-tensorboard"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no space left on the disk while writing ") and ".mp4" in err[0], err
+    assert not (out / "imported_data").exists()
+
+
 def test_dagger_data_is_recorded_in_the_replay(udacity_drive, tmp_path):
     """collect.py --driver in a replay: the student drives, the path controller labels the states it reaches."""
     out = tmp_path / "dagger"

@@ -28,7 +28,9 @@ Saliency (``--saliency``), what the CNN looks at in the current frame:
 """
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -38,6 +40,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.files import disk_full
+
 SCALE = 4  # 96 -> 384
 HUD_H = 112
 BAR_Y = (64, 88)  # top rows of the policy's and the expert's steering bars in the HUD
@@ -46,6 +50,9 @@ FONT = cv2.FONT_HERSHEY_SIMPLEX
 WHITE, GREY, DARK = (235, 235, 235), (140, 140, 140), (24, 24, 28)
 POLICY_COLOR, EXPERT_COLOR = (70, 150, 255), (255, 160, 40)  # RGB
 SALIENCY_METHODS = ("gradcam", "visualbackprop")
+# Less room than this left where a video is written when ffmpeg stops taking frames: the disk filled up (ffmpeg
+# died of it; imageio says only that its pipe broke)
+VIDEO_ROOM_BYTES = 32 * 2**20
 
 
 def upscale(frame: np.ndarray, scale: int = SCALE) -> np.ndarray:
@@ -312,17 +319,38 @@ class VideoWriter:
             self.shape = img.shape
         elif img.shape != self.shape:
             raise ValueError(f"video frames must all have shape {self.shape}, got {img.shape}")
-        self._writer.append_data(np.ascontiguousarray(img))
+        try:
+            self._writer.append_data(np.ascontiguousarray(img))
+        except OSError as e:  # BrokenPipeError, or imageio's IOError around it
+            full = self._disk_full(e)
+            if full is e:
+                raise
+            raise full from e
         self.frames += 1
 
     def close(self) -> Path:
         try:
             self._writer.close()  # ffmpeg finishes encoding here: the longest moment for a Ctrl-C to land
             os.replace(self._tmp, self.path)
-        except BaseException:
+        except BaseException as e:
             self._tmp.unlink(missing_ok=True)  # an interrupted close leaves no half video either
-            raise
+            full = self._disk_full(e) if isinstance(e, OSError) else e
+            if full is e:
+                raise
+            raise full from e
         return self.path
+
+    def _disk_full(self, e: OSError) -> OSError:
+        """``e``, or an ENOSPC error naming the video when the disk it is written to is (nearly) full: ffmpeg dies
+        of a full disk, and what reaches Python is a broken pipe, which the commands would show as a traceback
+        where a full disk is one line (common.cli)."""
+        if disk_full(e):
+            return e
+        try:
+            free = shutil.disk_usage(self.path.parent).free
+        except OSError:
+            return e
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path)) if free < VIDEO_ROOM_BYTES else e
 
     def abort(self) -> None:
         try:

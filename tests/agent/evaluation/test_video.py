@@ -146,3 +146,24 @@ def test_saliency_maps_follow_the_decision(head):
     assert np.all(vid.saliency_map(policy, frame, window, rel, "gradcam") == 0)
     with pytest.raises(ValueError, match="saliency method"):
         vid.saliency_map(policy, frame, window, rel, "lime")
+
+
+def test_a_broken_pipe_on_a_full_disk_is_the_disk_full_error_naming_the_video(tmp_path, monkeypatch):
+    """ffmpeg dies when the disk fills up and imageio says only that its pipe broke: with (almost) no room left
+    where the video goes, the writer says ENOSPC and names the video; with room left, the error stays what it was."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    w = vid.VideoWriter(tmp_path / "c.mp4", 10)
+    monkeypatch.setattr(w._writer, "append_data", lambda img: (_ for _ in ()).throw(BrokenPipeError(32, "Broken pipe")))
+    with pytest.raises(BrokenPipeError):  # room left: not a full disk
+        w.append(np.zeros((32, 32, 3), np.uint8))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9, 4096))
+    with pytest.raises(OSError) as e:
+        w.append(np.zeros((32, 32, 3), np.uint8))
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "c.mp4")
+    assert isinstance(e.value.__cause__, BrokenPipeError)
+    w.abort()
+    assert list(tmp_path.iterdir()) == []
