@@ -171,11 +171,14 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
     cfg = policy.config
     if cfg.env != spec.gym_id and cfg.env not in spec.feeds and cfg.env not in also:
         if spec.feeds:  # a replay: its env is the recording's, no --env to change
+            from envs.replay.spec import REAL_UDACITY
+
             students = [e for e in ENV_NAMES if get_spec(e).gym_id in spec.feeds]
+            # a person's recording: the student made for its frames, as evaluate.py takes by default
+            example = RECORDING_STUDENT if spec.geometry == REAL_UDACITY else shipped_checkpoint(students[0])
             raise ValueError(f"checkpoint {str(path)!r} steers {cfg.env} frames; a replay shows {spec.frame_shape[0]}x"
                              f"{spec.frame_shape[1]} first-person camera frames and drives students of "
-                             f"{', '.join(students)} (e.g. {shipped_checkpoint(students[0])}, or one train.py made from "
-                             "the recording)")
+                             f"{', '.join(students)} (e.g. {example}, or one train.py made from the recording)")
         if recorded:
             raise ValueError(f"checkpoint {str(path)!r} was trained on env {cfg.env!r}; the data was recorded in {env} "
                              f"({spec.gym_id!r}): score a student of that env (e.g. {shipped_checkpoint(env)})")

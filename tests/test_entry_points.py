@@ -158,3 +158,21 @@ def test_every_command_calls_one_thing_by_one_name():
                 assert "out" not in action.dest and "OUT" not in str(action.metavar or ""), \
                     f"{name}: the output folder {action.dest} is positional; output folders are --out"
     assert {flag for shown in flags.values() for flag, _ in shown} >= {"--max-steps", "--replay", "--out", "--seed"}
+
+
+def test_the_checkpoints_a_help_names_exist_and_the_recording_default_is_the_one_evaluate_takes():
+    """A help text that names a shipped checkpoint names one that exists; evaluate.py's --checkpoint help names the
+    student it really takes for a person's recording (agent.controllers.RECORDING_STUDENT), not another one."""
+    import re
+
+    from agent.controllers import RECORDING_STUDENT
+
+    named: dict[str, str] = {}
+    for module in CLIS:
+        for name, parser in _parsers(module).items():
+            for flag, action in _shown(parser):
+                for path in re.findall(r"checkpoints/[\w.-]+\.(?:pt|zip)", action.help or ""):
+                    named.setdefault(path, f"{name} {flag}")
+    assert named and not {p: where for p, where in named.items() if not (REPO / p).is_file()}
+    helps = dict(_shown(_parsers("evaluate")["evaluate"]))
+    assert f"real simulator recording: {RECORDING_STUDENT}," in helps["--checkpoint"].help

@@ -130,6 +130,20 @@ def test_the_middle_reference_runs_end_to_end_and_says_so(udacity_drive, tmp_pat
     assert "road's middle" in saved["replay"]["intervention"] and saved["reference"] == "driver-or-middle"
 
 
+def test_a_wrong_checkpoint_for_a_person_s_recording_names_the_student_made_for_its_frames(udacity_drive, tmp_path,
+                                                                                            capsys):
+    from agent.controllers import RECORDING_STUDENT
+    from agent.udacity.recordings import export_udacity
+
+    rec = tmp_path / "rec"
+    export_udacity(udacity_drive, rec)
+    (rec / "exported_dataset.json").unlink()  # as the simulator records: the real camera
+    assert evaluate_cli.main(["--replay", str(rec), "--checkpoint", "checkpoints/carracing_nac.pt", "--out",
+                              str(tmp_path / "e"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"(e.g. {RECORDING_STUDENT}, or one train.py made" in err[0], err
+
+
 def test_a_disk_that_fills_up_while_a_video_is_written_is_one_line_and_removes_the_import(udacity_drive, tmp_path,
                                                                                          monkeypatch, capsys):
     """ffmpeg dies of the full disk and imageio raises a broken pipe: evaluate.py answers with the one disk-full line

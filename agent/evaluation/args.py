@@ -10,6 +10,7 @@ from typing import Sequence
 import torch
 
 from driving_data.dataset import is_recording
+from agent.controllers import RECORDING_STUDENT, shipped_checkpoint
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.evaluation.video import SALIENCY_METHODS
 from agent.workers import MAX_WORKERS, check_workers
@@ -30,8 +31,11 @@ class EvalArgs:
         f"environment: {' | '.join(ENV_NAMES)}", group="where it drives", choices=ENV_NAMES)
     checkpoint: list[str] = option([],
         "policy checkpoint(s) (.pt from train.py) that drive; several -> one sub-folder each + comparison.md "
-        "(default: the env's shipped student, checkpoints/<env>_nac.pt; --data on a real simulator recording: "
-        "checkpoints/udacity_sim2real_nac.pt, the one made for its frames)", group="what drives", metavar="CKPT")
+        "(default: the env's shipped student, checkpoints/<env>_nac.pt"
+        + "".join(f"; {e}: {shipped_checkpoint(e)}" for e in ENV_NAMES
+                  if shipped_checkpoint(e) != Path(f"checkpoints/{e}_nac.pt"))
+        + f"; --data or --replay on a real simulator recording: {RECORDING_STUDENT}, the one made for its frames)",
+        group="what drives", metavar="CKPT")
     name: list[str] = option([],
         "display names of the --checkpoint policies, in order, in comparison.md and as folder names (default:"
         " the file stems)", group="what drives", metavar="NAME")
