@@ -229,3 +229,13 @@ def test_the_guide_and_the_report_stay_short():
     """The README is a newcomer's guide and docs/results.md a report by question, not a log: their length is held."""
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
     assert len((ROOT / "docs" / "results.md").read_text().splitlines()) <= 700
+
+
+def test_the_demo_times_say_what_they_depend_on():
+    """A demo's wall time on 2 cores doubles when other work shares them (make demo: 48 s idle, 1 min 56 s shared):
+    each time the README gives says on which cores it was measured, idle and shared."""
+    block = (ROOT / "README.md").read_text().split("```bash", 1)[1].split("```", 1)[0]
+    demos = [line for line in block.splitlines() if line.startswith("make demo")]
+    assert len(demos) == 2
+    for line in demos:
+        assert "idle" in line and "shared" in line and len(re.findall(r"\d+ s\b", line)) >= 2, line
