@@ -1,5 +1,6 @@
-"""Where users wait, fp32 against the default precision (``--precision auto``: bf16 where the hardware runs it
-natively, policies/precision.py), on the CPU, in one run, each stage the precision reaches measured under both
+"""Where users wait, fp32 against the default precision (``--precision auto``: bf16 where it is measured faster,
+policies/precision.py; ``--against bf16`` forces bf16 instead, to measure whether auto's choice is right on this
+CPU), on the CPU, in one run, each stage the precision reaches measured under both
 with the two interleaved so a change in the machine's load falls on both:
 
 * train.py on a real Udacity recording (``--data``, the ``--span`` of its sessions) and on CarRacing
@@ -65,6 +66,9 @@ class PrecisionArgs:
                           group="runtime")
     out: Path = option(Path("runs/bench/precision"), "folder of precision.md and precision.json", group="output")
     progress: bool = option(True, "a progress bar on stderr when it is a terminal", group="runtime")
+    against: str = option("auto", "what the 'default' column runs: auto (train.py's default, as it resolves on this "
+                          "machine) or bf16 (forced: whether auto's choice of fp32 is right on a CPU without AMX)",
+                          group="runtime", choices=("auto", "bf16"))
 
 
 @dataclass
@@ -101,10 +105,15 @@ def median_pair(measure: Callable[[str], float], rounds: int) -> dict[str, list[
     return got
 
 
-def resolved(precision: str) -> str:
+def asked(p: str, a: PrecisionArgs) -> str:
+    """The --precision a column's runs are given: fp32, or --against (auto, or bf16 forced)."""
+    return "fp32" if p == "fp32" else a.against
+
+
+def resolved(p: str, a: PrecisionArgs) -> str:
     from policies.precision import resolve
 
-    return "fp32" if precision == "fp32" else resolve("auto", "cpu")
+    return resolve(asked(p, a), "cpu")
 
 
 def training_rows(label: str, data: Path, root: Path, a: PrecisionArgs, span: str = "0:1") -> list[Row]:
@@ -128,7 +137,7 @@ def training_rows(label: str, data: Path, root: Path, a: PrecisionArgs, span: st
     base = TrainArgs(data=str(data), epochs=a.epochs, threads=a.threads, progress=False, data_loading="memory")
     loaded = splits = head = None
     for p in PRECISIONS:
-        args = replace(base, out=str(root / f"{label}_{p}"), precision="fp32" if p == "fp32" else "auto")
+        args = replace(base, out=str(root / f"{label}_{p}"), precision=asked(p, a))
         plan, dataset = resolve_data(resolve(args), SINGLE)
         if loaded is None:  # the same frames for both runs, as train.py shares them among its cores
             loaded = load_data(plan.data, SINGLE, Path(args.out), dataset)
@@ -193,7 +202,7 @@ def offline_row(dataset: Path, root: Path, a: PrecisionArgs) -> Row:
         with contextlib.redirect_stdout(io.StringIO()):
             res = evaluate(resolve(EvalArgs(data=[str(dataset)], data_span=a.span, checkpoint=[str(RECORDING_STUDENT)],
                                             threads=a.threads,
-                                            precision="fp32" if p == "fp32" else "auto", progress=False, out=str(out))))
+                                            precision=asked(p, a), progress=False, out=str(out))))
         return next(iter(res.values()))["pooled"]["frames"] / (time.perf_counter() - start)
 
     got = median_pair(once, a.repeats)
@@ -202,7 +211,7 @@ def offline_row(dataset: Path, root: Path, a: PrecisionArgs) -> Row:
                "frames/s", f, d, "no worse", d >= f, measured=got)
 
 
-def step_row(checkpoint: Path, frames, what: str) -> Row:
+def step_row(checkpoint: Path, frames, what: str, a: PrecisionArgs) -> Row:
     """Median ms of one stream step (one frame, 1 thread), fp32 and the default alternating step by step on the
     same frames: a drive's wait at every step."""
     import torch
@@ -210,7 +219,7 @@ def step_row(checkpoint: Path, frames, what: str) -> Row:
     from policies.policy import load_checkpoint
 
     torch.set_num_threads(1)
-    streams = {p: load_checkpoint(checkpoint).use_precision(resolved(p)).stream() for p in PRECISIONS}
+    streams = {p: load_checkpoint(checkpoint).use_precision(resolved(p, a)).stream() for p in PRECISIONS}
     times: dict[str, list[float]] = {p: [] for p in PRECISIONS}
     for k, frame in enumerate(frames):
         for p in PRECISIONS if k % 2 == 0 else PRECISIONS[::-1]:
@@ -271,8 +280,8 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:,.2f}" if unit == "ms" else f"{value:,.4f}" if not unit.endswith("/s") else f"{value:,.0f}"
 
 
-def table(rows: list[Row]) -> str:
-    lines = ["| where users wait | unit | fp32 | default | default vs fp32 | target | met | note |",
+def table(rows: list[Row], column: str = "default") -> str:
+    lines = [f"| where users wait | unit | fp32 | {column} | {column} vs fp32 | target | met | note |",
              "|---|---|---:|---:|---:|---|---|---|"]
     for r in rows:
         change = ("measured once" if r.change is None
@@ -284,7 +293,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def machine() -> dict[str, Any]:
+def machine(a: PrecisionArgs) -> dict[str, Any]:
     import platform
 
     import torch
@@ -292,7 +301,11 @@ def machine() -> dict[str, Any]:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else \
         platform.processor()
-    return {"cpu": model, "cores": os.cpu_count(), "default_precision": resolved("default"),
+    from policies.precision import choose
+
+    auto = choose("auto", "cpu")
+    return {"cpu": model, "cores": os.cpu_count(), "default_precision": auto.precision, "auto_reason": auto.reason,
+            "measured_against_fp32": resolved("default", a),
             "torch": torch.__version__, "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 
@@ -344,9 +357,9 @@ def measure(a: PrecisionArgs, command: str) -> None:
         stage("train.py, CarRacing", lambda: training_rows("on CarRacing", carracing, root, a))
         stage("evaluate.py --data", lambda: offline_row(recording, root, a))
         stage("policy step, CarRacing", lambda: step_row(CARRACING_STUDENT, frames_of(carracing, a.frames),
-                                                         f"{CARRACING_STUDENT.stem}, CarRacing frames"))
+                                                         f"{CARRACING_STUDENT.stem}, CarRacing frames", a))
         stage("policy step, recording", lambda: step_row(RECORDING_STUDENT, frames_of(recording, a.frames),
-                                                         f"{RECORDING_STUDENT.stem}, the recording's frames"))
+                                                         f"{RECORDING_STUDENT.stem}, the recording's frames", a))
         stage("evaluate.py, CarRacing", lambda: drive_row(
             "evaluate.py: CarRacing, shipped student, fast renderer, 1 worker", root / "drive",
             checkpoint=[str(CARRACING_STUDENT)], episodes=1, max_steps=a.max_steps, renderer="fast"))
@@ -354,10 +367,13 @@ def measure(a: PrecisionArgs, command: str) -> None:
             f"evaluate.py --replay: {RECORDING_STUDENT.stem} on the recording", root / "replay",
             replay=str(recording), replay_span=a.span, checkpoint=[str(RECORDING_STUDENT)]))
     stages.close()
-    about = {**machine(), "elapsed_s": round(time.time() - started, 1)}
-    text = (f"fp32 against the default (--precision auto = {about['default_precision']} here), {about['cpu']}, "
+    about = {**machine(a), "elapsed_s": round(time.time() - started, 1)}
+    against = ("the default" if a.against == "auto" else "bf16, forced") + \
+        f" (--precision auto = {about['default_precision']} here: {about['auto_reason']})"
+    text = (f"fp32 against {against}, {about['cpu']}, "
             f"{about['cores']} cores, load average {about['load_average_1min']:.1f} at the end, "
-            f"{about['elapsed_s']:.0f} s in all; `{command}`\n\n" + table(rows))
+            f"{about['elapsed_s']:.0f} s in all; `{command}`\n\n"
+            + table(rows, "default" if a.against == "auto" else "bf16"))
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "precision.md").write_text(text + "\n")
     (a.out / "precision.json").write_text(json.dumps(

@@ -66,8 +66,8 @@ class EvalArgs:
     device: str = option("auto", help="auto (cuda if available) | cpu | cuda | cuda:N", group="runtime")
     threads: int = option(1, help="torch threads (single-frame latency: 1 is fastest on a 2-core CPU)", group="runtime")
     precision: str = option("auto",
-        "the encoder's arithmetic when --data is scored (every recorded frame, in batches): auto (bf16 where the "
-        "hardware runs it natively: a CPU with AMX or AVX-512-BF16, a CUDA GPU with bf16; else fp32) | bf16 | "
+        "the encoder's arithmetic when --data is scored (every recorded frame, in batches): auto (bf16 where it is "
+        "faster: a CPU with AMX, a CUDA GPU with native bf16; else fp32) | bf16 | "
         "fp32; a drive encodes one frame per step, which runs fp32 under every precision (bf16 is slower on "
         "one frame: policies/precision.py)", group="runtime", choices=PRECISIONS)
     tensorboard: bool = option(True, help="write TensorBoard scalars to OUT/tb", group="output")

@@ -174,8 +174,8 @@ class TrainArgs:
     hidden: int = option(64, "lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)", group="model")
     device: str = option("auto", "auto (cuda if available) | cpu | cuda", group="runtime")
     precision: str = option("auto",
-        "the encoder's arithmetic: auto (bf16 where the hardware runs it natively: a CPU with AMX or "
-        "AVX-512-BF16, a CUDA GPU with bf16; else fp32) | bf16 | fp32 (float32 throughout); the sequence core, "
+        "the encoder's arithmetic: auto (bf16 where it trains faster: a CPU with AMX, a CUDA GPU with native "
+        "bf16; else fp32, printed with its reason) | bf16 | fp32 (float32 throughout); the sequence core, "
         "the loss and the optimizer stay fp32 (policies/precision.py); with --resume, this command's",
         group="runtime", choices=PRECISIONS)
     threads: int = option(0,

@@ -3,6 +3,7 @@ a summary line per core and, for several, a comparison table (comparison.md / .j
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from agent.training.loop import train_run
 from agent.training.windows import describe_blocks, make_splits, validation_candidates
 from common.files import write_json
 from driving_data.dataset import DemoDataset, open_datasets
+from policies.precision import choose as choose_precision
 
 SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse", "val_steer_vs_straight",
                 "val_steer_vs_mean",
@@ -142,7 +144,11 @@ def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
     with distributed.joined(world, device) as world:
         barrier(world)  # every rank has read and checked the folder before rank 0 writes into it
         torch.set_num_threads(plan.run.threads or auto_threads(world.local_size))
+        precision = choose_precision(plan.run.precision, device)  # the Trainer chooses the same (metrics.json)
+        if world.main:
+            print(precision.line())
         plan, dataset = resolve_data(plan, world, made)
+        plan = replace(plan, record={**plan.record, "precision_resolved": precision.record()})  # args.json keeps it
         folds = plan.run.folds
         data = load_data(plan.data, world, out, dataset)
         head = resolve_head(plan, data)  # fail early on a head the data cannot feed

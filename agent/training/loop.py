@@ -44,7 +44,7 @@ from common.files import atomic_write_all, disk_full, write_json
 from common.stops import Interrupted, raise_if_stopped, stops_at_safe_points
 from envs.registry import camera_envs
 from policies.actions import check_temperature
-from policies.precision import resolve as resolve_precision
+from policies.precision import choose as choose_precision
 from policies.policy import (
     DrivingPolicy,
     PolicyConfig,
@@ -333,7 +333,8 @@ class Trainer:
         targets = {e: episode_targets(data, e, self.cols) for e in self.train_eps}
         train_targets = np.concatenate(list(targets.values()))
         self.policy = build_policy(plan.model, spec, data, head_kind, names, train_targets, resumed, self.last_path)
-        self.policy.to(device).use_precision(resolve_precision(run.precision, device))
+        self.precision = choose_precision(run.precision, device)  # what runs and why, kept in metrics.json
+        self.policy.to(device).use_precision(self.precision.precision)
         self.class_weight = (inverse_frequency_weights(train_targets, device)
                              if head_kind == "discrete" and opt.class_weights else None)
         r = plan.recovery
@@ -555,7 +556,8 @@ class Trainer:
             "samples_per_sec": state["train_samples"] / max(state["train_time"], 1e-9),
             "train_samples": state["train_samples"],  # windows trained on, all epochs (--oversample-turns adds some)
             "train_windows": sum(self.lengths.values()), "val_windows": best["val_windows"], "device": str(self.device),
-            "precision": self.policy.precision, "threads": torch.get_num_threads(), "processes": self.world.size,
+            "precision": self.policy.precision, "precision_reason": self.precision.reason,
+            "threads": torch.get_num_threads(), "processes": self.world.size,
             "data_loading": "lazy" if self.data.lazy else "memory",
             "history": state["history"], "args": self.plan.record, "policy_config": self.policy.config.to_dict(),
             "train_episodes": self.train_eps, "val_episodes": self.val_eps,

@@ -30,7 +30,8 @@ def inputs(tmp_path_factory):
 def test_one_run_measures_every_stage_under_both_precisions(inputs, tmp_path, capsys):
     rec, carracing = inputs
     out = tmp_path / "out"
-    assert precision.main(["--data", str(rec), "--carracing", str(carracing), "--out", str(out), *TINY]) == 0
+    assert precision.main(["--data", str(rec), "--carracing", str(carracing), "--out", str(out), *TINY,
+                           "--against", "bf16"]) == 0  # bf16 forced: another arithmetic than fp32 on any CPU
     report = json.loads((out / "precision.json").read_text())
     rows = {r["what"].split(":")[0].split(" (")[0]: r for r in report["rows"]}
     both = [r for r in report["rows"] if r["default"] is not None]
@@ -47,12 +48,14 @@ def test_one_run_measures_every_stage_under_both_precisions(inputs, tmp_path, ca
         assert math.isclose(r["change"], r["default"] / r["fp32"]) and r["met"] == (r["change"] >= 1.8)
     losses = [r for r in both if r["what"].startswith("train.py") and r["unit"] == "mse"]
     assert len(losses) == 2
-    if report["machine"]["default_precision"] == "bf16":  # the default did run another arithmetic than fp32
-        assert all(r["measured"]["val_loss"]["fp32"] != r["measured"]["val_loss"]["default"] for r in losses)
+    assert report["machine"]["auto_reason"].startswith("auto: ")
+    assert report["machine"]["measured_against_fp32"] == "bf16"
+    assert all(r["measured"]["val_loss"]["fp32"] != r["measured"]["val_loss"]["default"] for r in losses)
     assert "policy step, carracing_nac, CarRacing frames" in rows and "evaluate.py --data" in rows
     md = (out / "precision.md").read_text()
     assert md.count("\n| ") == len(report["rows"]) + 1  # the header and one line per row
-    assert "| train.py on rec: best validation loss after 2 epochs | mse |" in md
+    assert "| train.py on rec: best validation loss after 2 epochs | mse |" in md and "| bf16 vs fp32 |" in md
+    assert "fp32 against bf16, forced (--precision auto = " in md
     assert md.strip() in capsys.readouterr().out
 
 

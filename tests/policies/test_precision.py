@@ -1,5 +1,6 @@
-"""--precision: auto picks bf16 only where the hardware runs it natively, fp32 is the plain float32 path bit for
-bit, bf16 moves the encoder's batches (never a one-frame step) to bfloat16 and nothing after it."""
+"""--precision: auto picks bf16 only where it trains faster (AMX, a GPU's native bf16), saying why; fp32 is the
+plain float32 path bit for bit, bf16 moves the encoder's batches (never a one-frame step) to bfloat16 and nothing
+after it."""
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,30 @@ def cpu_with(monkeypatch, amx: bool, avx512_bf16: bool) -> None:
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
 
 
+@pytest.mark.parametrize("flags, expected, why", [
+    ({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}, "bf16", "this CPU has AMX (amx_bf16); bf16 trained "
+                                                                        "1.71x as fast"),
+    ({"avx2", "avx512f", "avx512_bf16"}, "fp32", "this CPU has avx512_bf16 but no AMX; bf16 measured slower there "
+                                                 "(0.63x"),
+    ({"avx2", "fma"}, "fp32", "this CPU has neither AMX nor avx512_bf16, so bf16 would be emulated; measured slower"),
+    (set(), "fp32", "this CPU has neither AMX nor avx512_bf16"),
+])
+def test_auto_on_a_cpu_is_bf16_only_with_amx_and_says_why(monkeypatch, flags, expected, why):
+    """The CPU's flags given (not this machine's): bf16 only where it trained faster, AMX; the reason in one line."""
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: pytest.fail("the given flags decide"))
+    choice = precision.choose("auto", "cpu", flags=flags)
+    assert choice.precision == expected and choice.reason.startswith("auto: " + why), choice
+    assert choice.line() == f"precision: {expected} ({choice.reason})" and "\n" not in choice.line()
+    assert choice.record() == {"precision": expected, "reason": choice.reason}
+    for asked in ("fp32", "bf16"):  # asked for: as asked, on any CPU
+        assert precision.choose(asked, "cpu", flags=flags) == precision.Choice(asked, f"asked for: --precision {asked}")
+
+
 @pytest.mark.parametrize("amx, avx512_bf16, expected", [(False, False, "fp32"), (True, False, "bf16"),
-                                                        (False, True, "bf16"), (True, True, "bf16")])
-def test_auto_is_bf16_only_on_a_cpu_that_runs_it_natively(monkeypatch, amx, avx512_bf16, expected):
+                                                        (False, True, "fp32"), (True, True, "bf16")])
+def test_torchs_probes_give_the_cpus_flags(monkeypatch, amx, avx512_bf16, expected):
     cpu_with(monkeypatch, amx, avx512_bf16)
+    assert precision.cpu_bf16_flags() == {f for f, has in (("amx_bf16", amx), ("avx512_bf16", avx512_bf16)) if has}
     assert resolve("auto", "cpu") == expected
     assert resolve("fp32", "cpu") == "fp32" and resolve("bf16", "cpu") == "bf16"  # asked for: as asked
 
@@ -34,7 +55,9 @@ def test_without_torchs_probes_the_cpus_flags_decide(monkeypatch, tmp_path):
     read = precision.cpu_flags
     monkeypatch.setattr(precision, "cpu_flags", lambda: read(cpuinfo))
     assert resolve("auto", "cpu") == "fp32"
-    cpuinfo.write_text("flags\t\t: fpu avx512f avx512_bf16 amx_tile\n")
+    cpuinfo.write_text("flags\t\t: fpu avx512f avx512_bf16\n")
+    assert resolve("auto", "cpu") == "fp32"  # AVX-512-BF16 without AMX: slower in bf16
+    cpuinfo.write_text("flags\t\t: fpu avx512f avx512_bf16 amx_tile amx_bf16\n")
     assert resolve("auto", "cpu") == "bf16"
     assert read(tmp_path / "none") == set()  # no such file (not Linux): nothing native
 
@@ -46,11 +69,21 @@ def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch, native, expected):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Old GPU")
     assert resolve("auto", "cuda") == expected
+    assert precision.choose("auto", "cuda").reason == (
+        "auto: this GPU (Old GPU) runs bf16 natively" if native else "auto: this GPU (Old GPU) has no native bf16")
     if native:
         assert resolve("bf16", "cuda") == "bf16"
     else:
         with pytest.raises(ValueError, match=r"^--precision bf16: this GPU \(Old GPU\) does not run bfloat16"):
             resolve("bf16", "cuda")
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_gpus_support_can_be_given(native):
+    """No GPU needed: the GPU's native bf16 given decides auto, whatever the CPU's flags."""
+    choice = precision.choose("auto", "cuda", flags=set(), native_gpu_bf16=native)
+    assert choice.precision == ("bf16" if native else "fp32") and choice.reason.startswith("auto: this GPU (")
+    assert precision.choose("auto", "cpu", flags={"amx_bf16"}, native_gpu_bf16=False).precision == "bf16"
 
 
 def test_a_bad_value_is_one_line():

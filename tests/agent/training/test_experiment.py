@@ -510,17 +510,24 @@ def test_time_input_index_hides_the_clock_from_the_core():
     torch.testing.assert_close(*outputs["index"])
 
 
-def test_precision_is_recorded_and_bf16_learns_as_fp32_does(data_dir, tmp_path):
-    """--precision: the run's precision (auto resolved) in metrics.json and in every checkpoint; bf16 lands near fp32."""
-    from policies.precision import resolve as resolve_precision
+def test_precision_is_recorded_and_bf16_learns_as_fp32_does(data_dir, tmp_path, capsys):
+    """--precision: the run's precision (auto resolved) and why, printed in one line at the start and kept in
+    args.json, metrics.json and every checkpoint; bf16 lands near fp32."""
+    from policies.precision import choose as choose_precision
 
     best = {}
     for precision in ("fp32", "bf16", "auto"):
         out = tmp_path / precision
+        capsys.readouterr()
         run(resolve(tiny_args(data_dir, out, policy="mlp", epochs=3, precision=precision)))
+        choice = choose_precision(precision, "cpu")
+        assert capsys.readouterr().out.startswith(choice.line() + "\n")
+        assert json.loads((out / "args.json").read_text())["precision_resolved"] == choice.record()
         metrics = json.loads((out / "metrics.json").read_text())
-        resolved = resolve_precision(precision, "cpu")
+        resolved = choice.precision
         assert metrics["precision"] == resolved and metrics["args"]["precision"] == precision
+        assert metrics["precision_reason"] == choice.reason
+        assert choice.reason.startswith("auto: " if precision == "auto" else "asked for: --precision ")
         assert read_checkpoint(out / "best.pt")["metadata"]["precision"] == resolved
         best[precision] = metrics["best"]["val_loss"]
     assert abs(best["bf16"] - best["fp32"]) < 0.15 * best["fp32"], best
