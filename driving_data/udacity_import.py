@@ -177,8 +177,10 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     whose name has none in a log where most have one are dropped and counted; when most names have none, every
     row gets ``row index * frame_period`` (default ``DEFAULT_FRAME_PERIOD_S`` = 0.1 s) and the log is one episode.
     With timestamps, consecutive rows more than ``episode_gap_s``
-    apart (or going back in time) start a new episode. Rows whose images are missing are skipped, counted
-    in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``.
+    apart (or going back in time) start a new episode. Rows whose center images are missing are skipped, counted
+    in the card and reported once through ``warn`` (default: stderr), or refused with ``strict_images``; rows
+    whose side images are missing keep their center frame, the recording imported center-only (counted in the
+    card's import.rows_missing_side_images, one warning).
     Stretches where the driver stopped and reversed are cut and their session split there (``reversing_spans``;
     listed in the card), unless ``keep_reversing``. The whole CSV is validated before anything is written (what
     each row claims against what the simulator can record: the module docstring); a failed import leaves no
@@ -248,6 +250,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
                        "reversing": {"rule": "kept" if keep_reversing else REVERSING_RULE, "cut": cut},
                        "speed": "logged in mph, stored in m/s (mph / 2.23694)",
                        "skipped_rows": len(log.skipped),
+                       "rows_missing_side_images": missing_sides(rows),
                        "repeated_rows_dropped": len(log.repeated),
                        "undated_rows_dropped": len(log.undated),
                        "skipped_examples": [{"line": n, "image": name, "problem": problem}
@@ -256,6 +259,15 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             "episodes": episodes,
         })
     return out_dir
+
+
+def missing_sides(rows: list[LogRow]) -> dict[str, object]:
+    """The card's count of the imported rows that log a side image whose file is missing (imported center-only):
+    in all, per side, and the first few by CSV line."""
+    lacking = [r for r in rows if r.missing_sides]
+    return {"rows": len(lacking),
+            **{side: sum(any(c == side for c, _ in r.missing_sides) for r in lacking) for side in ("left", "right")},
+            "examples": [{"line": r.line, "images": [name for _, name in r.missing_sides]} for r in lacking[:5]]}
 
 
 def recording_fingerprint(log_dir: str | Path) -> dict[str, object]:

@@ -18,7 +18,10 @@ What a row claims is checked against what the simulator can record, and a record
 in one line naming the CSV line and the rule: a speed below 0 or above ``MAX_SPEED_MPH``, a car that never moves,
 throttle or brake outside [0, 1], one image logged with two sets of values or two images with one time, frames of
 another size than ``FRAME_SHAPE``, a CSV in UTF-16. What can be repaired safely is, with one warning, counted in
-the card: a row that repeats an earlier one is dropped, an image that is missing, empty or broken skips its row.
+the card: a row that repeats an earlier one is dropped, a center image that is missing, empty or broken skips its
+row, and a side image (left or right) that is missing leaves its row with its center frame, the whole recording
+then imported center-only (a dataset's episode holds a camera for all its frames or not at all; training on real
+recordings reads the center camera alone unless asked for --side-correction).
 """
 from __future__ import annotations
 
@@ -97,12 +100,15 @@ class LogRow:
     """One validated row of driving_log.csv."""
 
     line: int  # line number in the CSV (1-based), for messages and the episode's row range
-    images: tuple[Path, Path | None, Path | None]  # center, left, right, resolved inside IMG/ (sides: None if not logged)
+    images: tuple[Path, Path | None, Path | None]  # center, left, right, resolved inside IMG/ (sides: None if not
+    # logged or missing)
     steering: float
     throttle: float
     brake: float
     speed_mph: float
     stamp: datetime | None  # from the center image's name
+    missing_sides: tuple[tuple[str, str], ...] = ()  # (column, file name) of each side image it logs that is not in
+    # IMG/: the row is kept, center-only
 
 
 def locate_log(log_dir: str | Path) -> tuple[Path, Path]:
@@ -132,15 +138,21 @@ class Log:
     @property
     def cameras(self) -> list[tuple[str, str]]:
         """(file prefix, array) of the cameras every row has: all three, or the center one alone (a recording
-        of one camera, such as the bridge's --record, or with side images missing in some rows)."""
+        of one camera, such as the bridge's --record, or with side images not logged or missing in some rows)."""
         return list(CAMERAS) if all(r.images[1] and r.images[2] for r in self.rows) else [CAMERAS[0]]
+
+    @property
+    def missing_sides(self) -> list[LogRow]:
+        """The rows that log a side image whose file is missing: kept, with their center frame."""
+        return [r for r in self.rows if r.missing_sides]
 
 
 def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> Log:
     """Parse and validate every row; errors name the CSV line. Image paths are resolved by file name
     inside ``img_dir``, whatever folder, drive letter or separator the recording machine wrote. A row whose
-    image file is missing (a user deleted bad frames) is skipped and counted, or refused with
-    ``strict_images``; empty left/right columns mean a center-only recording."""
+    center image file is missing (a user deleted bad frames) is skipped and counted, one whose side image is
+    missing is kept without it (``LogRow.missing_sides``), both refused with ``strict_images``; empty left/right
+    columns mean a center-only recording."""
     files = {f.name: f for f in img_dir.iterdir()}
     lower = {name.lower(): f for name, f in files.items()}  # logs recorded on Windows ignore case
     log = Log([], [])
@@ -158,13 +170,14 @@ def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> L
                     continue  # the header row of some published sets
                 if len(fields) != len(COLUMNS):
                     raise ValueError(f"{where} line {n}: expected {len(COLUMNS)} columns ({','.join(COLUMNS)}), got {len(fields)}")
-                images, missing = _row_images(fields, where, n, files, lower, img_dir, strict_images)
+                images, missing, sides = _row_images(fields, where, n, files, lower, img_dir, strict_images)
                 values = _row_values(fields, where, n)
                 if missing is not None:
                     log.skipped.append((n, missing, "missing"))
                     continue
                 steering, throttle, brake, speed = values
-                log.rows.append(LogRow(n, images, steering, throttle, brake, speed, parse_stamp(images[0].name)))
+                log.rows.append(LogRow(n, images, steering, throttle, brake, speed, parse_stamp(images[0].name),
+                                       sides))
         except csv.Error as e:
             raise ValueError(f"{where} line {reader.line_num}: {e}") from None
     if not log.rows:
@@ -193,9 +206,12 @@ def check_encoding(csv_path: Path) -> None:
 
 
 def _row_images(fields: list[str], where: str, n: int, files: dict[str, Path], lower: dict[str, Path],
-                img_dir: Path, strict: bool) -> tuple[tuple[Path, Path | None, Path | None], str | None]:
-    """The row's image files (left/right None when not logged), and the name of a missing one (None: all found)."""
+                img_dir: Path, strict: bool
+                ) -> tuple[tuple[Path, Path | None, Path | None], str | None, tuple[tuple[str, str], ...]]:
+    """The row's image files (left/right None when not logged or missing), the name of its center image when that
+    is missing (None: found), and (column, name) of each side image it logs that is missing."""
     images: list[Path | None] = []
+    sides: list[tuple[str, str]] = []
     for col, logged in zip(COLUMNS[:3], fields[:3]):
         name = PureWindowsPath(logged).name  # splits on both \ and /
         if not name:
@@ -208,9 +224,11 @@ def _row_images(fields: list[str], where: str, n: int, files: dict[str, Path], l
             if strict:
                 raise FileNotFoundError(f"{where} line {n}: {col} image {name!r} (logged as {logged!r}) "
                                         f"is not in {str(img_dir)!r}")
-            return (Path(name), None, None), name
+            if col == "center":
+                return (Path(name), None, None), name, ()
+            sides.append((col, name))  # the row keeps its center frame
         images.append(found)
-    return (images[0], images[1], images[2]), None  # type: ignore[return-value]
+    return (images[0], images[1], images[2]), None, tuple(sides)  # type: ignore[return-value]
 
 
 def _row_values(fields: list[str], where: str, n: int) -> tuple[float, float, float, float]:
@@ -349,6 +367,12 @@ def usable_rows(csv_path: Path, img_dir: Path, jpeg_quality: int | None, strict_
             f"no time (first: line {line}, {name!r}): their rows are dropped, the other {len(log.rows)} keep the "
             "times in their names")
     cameras = log.cameras
+    if log.missing_sides:
+        first = log.missing_sides[0]
+        say(f"warning: {len(log.missing_sides)} of {len(log.rows)} rows of {csv_path} name side images missing from "
+            f"{img_dir} (first: line {first.line}, {first.missing_sides[0][1]!r}): every row keeps its center frame and "
+            "the recording is imported center-only (no left/right views for --side-correction); --strict-images "
+            "refuses such a recording")
     drop_bad_images(log, cameras, jpeg_quality is None, strict_images, csv_path.name)
     if log.skipped:
         line, name, problem = log.skipped[0]

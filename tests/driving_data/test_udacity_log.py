@@ -75,6 +75,43 @@ def test_a_dangling_image_link_is_skipped_like_a_missing_image(tmp_path):
     assert back.num_steps == 19 and f"line 8, '{victim.name}', cannot be read" in warnings[0]
 
 
+def test_a_recording_without_its_side_images_trains_and_replays_on_its_center_frames(tmp_path, capsys):
+    """A public recording as downloaded: every center image, some left ones, no right one. Every row keeps its
+    center frame: imported center-only, the rows lacking side images counted in the card and said in one warning;
+    it trains, and the replay drives it. --strict-images refuses it, naming the first missing image."""
+    from agent.evaluation.args import EvalArgs
+    from agent.evaluation.config import resolve
+    from agent.evaluation.evaluate import evaluate
+
+    def steady(lines):  # a speed the simulator reaches and gentle steering, so the replay has a road to follow
+        return [", ".join(line.split(", ")[:3] + [f"{0.2 * np.sin(k / 5):.3f}", "0.9", "0", "20.5"])
+                for k, line in enumerate(lines)]
+
+    rec, n = tmp_path / "rec", 40
+    _sim_recording(rec, offsets_s=tuple(round(0.1 * k, 1) for k in range(n)), rows=steady)
+    lefts = sorted((rec / "IMG").glob("left_*"))
+    gone = [*sorted((rec / "IMG").glob("right_*")), *lefts[::3]]
+    for f in gone:
+        f.unlink()
+    with pytest.raises(FileNotFoundError, match="line 1: left image 'left_"):
+        ui.import_udacity(rec, tmp_path / "strict", strict_images=True)
+    assert train.main(["--data", str(rec), "--out", str(tmp_path / "run"), *TINY]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "side images" in line]
+    assert len(said) == 1 and said[0].startswith(f"warning: {n} of {n} rows of ") and "center-only" in said[0], said
+    card = json.loads((tmp_path / "run" / "imported_data" / "dataset.json").read_text())
+    assert card["cameras"] == {"frames": "center"} and card["counts"]["steps"] == n
+    assert card["import"]["skipped_rows"] == 0
+    missing = card["import"]["rows_missing_side_images"]
+    assert (missing["rows"], missing["left"], missing["right"]) == (n, len(lefts[::3]), n)
+    assert missing["examples"][0] == {"line": 1, "images": [lefts[0].name, lefts[0].name.replace("left_", "right_")]}
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["train_samples"] > 0 and metrics["train_windows"] > 0
+    results = evaluate(resolve(EvalArgs(replay=str(rec), out=str(tmp_path / "replay"), workers=1, video_episodes=0,
+                                        progress=False, tensorboard=False)))
+    (student,) = results.values()
+    assert student["num_episodes"] == 1 and student["elapsed_s"] > 0
+
+
 def test_a_non_jpeg_image_names_the_command_that_converts_it(tmp_path):
     import cv2
 

@@ -132,16 +132,20 @@ def test_cli(tmp_path, capsys):
 
 
 def test_rows_with_missing_images_are_skipped_and_counted(tmp_path):
-    """A user deleted a few bad frames: those rows go, with one warning that counts them."""
+    """A user deleted a few bad frames: a row without its center image goes, one without a side image keeps its
+    center frame (the recording then center-only), each said in one warning and counted in the card."""
     _sim_recording(tmp_path / "rec")
     for name in ("center_2016_12_01_13_30_48_487.jpg", "right_2016_12_01_13_30_53_387.jpg"):
         (tmp_path / "rec" / "IMG" / name).unlink()
     warnings = []
     back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
-    assert back.num_steps == 4 and [m["csv_lines"] for m in back.episodes] == [[1, 4], [5, 5]]
-    assert len(warnings) == 2 and warnings[0].startswith("warning: skipped 2 of 6 rows") and "line 3" in warnings[0]
-    assert "1 of the 2 sessions of driving_log.csv are a single frame" in warnings[1], "said, not silent"
-    assert back.card["import"]["skipped_rows"] == 2 and back.card["import"]["skipped_examples"][0]["line"] == 3
+    assert back.num_steps == 5 and [m["csv_lines"] for m in back.episodes] == [[1, 4], [5, 6]]
+    assert len(warnings) == 2 and warnings[0].startswith("warning: 1 of 5 rows") and "line 6" in warnings[0]
+    assert warnings[1].startswith("warning: skipped 1 of 6 rows") and "line 3" in warnings[1]
+    assert back.card["import"]["skipped_rows"] == 1 and back.card["import"]["skipped_examples"][0]["line"] == 3
+    assert back.card["cameras"] == {"frames": "center"}
+    assert back.card["import"]["rows_missing_side_images"] == {
+        "rows": 1, "left": 0, "right": 1, "examples": [{"line": 6, "images": ["right_2016_12_01_13_30_53_387.jpg"]}]}
     assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "strict"), "--strict-images"]) == 2
     for f in (tmp_path / "rec" / "IMG").iterdir():
         f.unlink()
