@@ -1,7 +1,8 @@
 """A DAgger lineage in one command: expert episodes and a first student, then rounds in which the previous
 round's student drives (the expert labelling every frame it sees) and the next student fine-tunes it on all the
 data so far. Each step is the same call as ``collect.py`` / ``train.py`` would make; a re-run picks up where an
-interrupted one stopped (finished rounds are kept, a collection is topped up, a training resumes from last.pt).
+interrupted one stopped (finished rounds are kept, a collection is topped up, a training resumes from last.pt, or
+starts over where it was stopped before its first epoch was saved).
 
     python -m agent.training.dagger --core nac-focus --seed 2 --recipe long --renderer fast
     python -m agent.training.dagger --core lstm --seed 1 --recipe short --data data/dl1_lstm --out runs/dl1/lstm
@@ -237,7 +238,8 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
         args = TrainArgs(data=train_data, out=str(run_dir),
                          epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed, val_fraction=recipe.val_fraction,
                          split=recipe.split, threads=lin.threads, precision=lin.precision, progress=lin.progress,
-                         resume=(run_dir / "last.pt").exists(), **lin.train_options,
+                         resume=(run_dir / "args.json").exists(), **lin.train_options,  # a killed round: on
+                         # from its last.pt, or over again where it saved no epoch (train.py --resume does either)
                          **(({"init": lin.init} if lin.init else {"policy": lin.core}) if k == 0
                             else {"init": str(driver), "lr": rnd.lr}),
                          **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))

@@ -16,7 +16,7 @@ from agent.training import distributed
 from agent.training.config import TrainPlan, data_label, data_paths, imported, with_env_defaults
 from agent.training.data import load_data, resolve_head, use_recording
 from agent.training.distributed import barrier, device_for
-from agent.training.loop import train_run
+from agent.training.loop import fine_tuned, train_run
 from agent.training.windows import describe_blocks, make_splits, validation_candidates
 from common.files import write_json
 from driving_data.dataset import DemoDataset, open_datasets
@@ -152,6 +152,8 @@ def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
         folds = plan.run.folds
         data = load_data(plan.data, world, out, dataset)
         head = resolve_head(plan, data)  # fail early on a head the data cannot feed
+        if plan.model.init is not None and not plan.run.resume:  # and on a checkpoint it cannot fine-tune
+            fine_tuned(plan.model, data, head[0], head[1])
         held = validation_candidates(data)
         if len(held) < data.num_episodes and world.main:
             print(f"real recordings with other episodes (a simulator's, or a replay's DAgger rounds): validation is "

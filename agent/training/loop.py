@@ -17,7 +17,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -98,6 +98,13 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
         check_frame_shape(trained_frame_shape(c), data.frame_shape, f"--init {path!r}", "this dataset's frames")
     c.env = data.env.gym_id  # its frame_shape stays: the data's frames are that size (checked above)
     return policy
+
+
+def fine_tuned(m: Model, data: Data, head: str, names: list[str] | None) -> DrivingPolicy:
+    """--init's policy as this run fine-tunes it (initial_policy with the run's settings); a checkpoint the data
+    cannot fine-tune is refused (agent.training.experiment asks before writing into the run folder)."""
+    return initial_policy(m.init, data, head, names, m.time_input, m.discrete_actions, m.action_temperature,
+                          m.latency_input, m.latency_queue)
 
 
 def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, loss: str,
@@ -261,13 +268,25 @@ def train_run(plan: TrainPlan, spec: str, data: Data, head: tuple[str, list[str]
 
 
 def open_run_folder(resume: bool, overwrite: bool, run_dir: Path, world: World) -> dict[str, Any] | None:
-    """The checkpoint to resume from (--resume), None for a fresh run; refuses to overwrite a run by accident."""
+    """The checkpoint to resume from (--resume), None for a fresh run; refuses to overwrite a run by accident.
+    --resume where no last.pt is: a run that saved epochs (best.pt, metrics.json) but lost its last.pt is refused
+    (starting it over would replace them); one stopped before its first epoch was saved starts over, saying so."""
     last_path = run_dir / "last.pt"
     if last_path.exists() and resume:
         resumed = read_checkpoint(last_path)
         if "train_state" not in resumed:
             raise ValueError(f"{str(last_path)!r} has no training state to resume from")
         return resumed
+    if resume:
+        saved = [name for name in ("best.pt", "metrics.json") if (run_dir / name).exists()]
+        if saved:
+            raise ValueError(f"--resume: {str(last_path)!r} is missing, so the run in {str(run_dir)!r} (which saved "
+                             f"{' and '.join(saved)}) cannot be continued; pass --overwrite instead of --resume to "
+                             "train it again from epoch 1, or give another --out")
+        if world.main and run_dir.exists():  # a core or fold not begun before the stop starts quietly
+            tqdm.write(f"--resume: the run in {str(run_dir)!r} stopped before its first epoch was saved (no last.pt): "
+                       "training it from epoch 1")
+        overwrite = True  # what it logged before the stop goes: a fresh start
     if last_path.exists() and not overwrite:
         raise ValueError(f"{str(run_dir)!r} already holds a run (last.pt); pass --resume to continue it, "
                          f"--overwrite to start again, or another --out")
@@ -284,8 +303,7 @@ def build_policy(m: Model, spec: str, data: Data, head: str, names: list[str] | 
     if resumed:
         return policy_from_checkpoint(resumed, f"checkpoint {str(where)!r}")
     if m.init is not None:
-        return initial_policy(m.init, data, head, names, m.time_input, m.discrete_actions, m.action_temperature,
-                              m.latency_input, m.latency_queue)
+        return fine_tuned(m, data, head, names)
     if m.action_temperature not in (None, 1.0) and not m.discrete_actions:
         raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
                          "temperature (add --discrete-actions sample)")
@@ -460,6 +478,9 @@ class Trainer:
         loss.backward()
         step_loss = distributed.mean(world, loss.detach()).item()  # the whole step's loss, on every rank
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), opt.grad_clip).item()
+        if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):  # before the step spreads it to the weights
+            self.diverged(f"the training loss became {step_loss:g} (gradient norm {grad_norm:g}) at epoch "
+                          f"{epoch + 1}, step {state['batch'] + 1}")
         self.optimizer.step()
         self.scheduler.step()
         state["batch"] += 1
@@ -507,6 +528,8 @@ class Trainer:
         state, writer, epoch = self.state, self.writer, self.state["epoch"]
         train_loss = state["epoch_loss_sum"] / max(1, state["epoch_samples"])
         val = self.validate()
+        if not math.isfinite(val["val_loss"]):  # the epoch's last steps made the weights diverge
+            self.diverged(f"the validation loss became {val['val_loss']:g} at the end of epoch {epoch + 1}")
         gs = state["global_step"]
         writer.add_scalar("losses/val", val["val_loss"], gs)
         writer.add_scalar("losses/train_epoch", train_loss, gs)
@@ -534,6 +557,15 @@ class Trainer:
             tqdm.write(f"{self.desc} epoch {epoch + 1}/{self.opt.epochs}: train {train_loss:.4f} "
                        + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows")
                        + (f" ({NO_STRAIGHT_RATIO})" if "val_steer_mse" in val and "val_steer_vs_straight" not in val else ""))
+
+    def diverged(self, what: str) -> NoReturn:
+        """A loss or gradient that is not finite: the weights diverged (a learning rate too high). The run stops in
+        one line, its files as the last finished epoch saved them."""
+        self.writer.close()
+        kept = (f"last.pt keeps epoch {self.state['epoch']}, best.pt epoch {self.state['best_epoch']}"
+                if self.state["epoch"] else "no epoch was saved")
+        raise ValueError(f"{self.desc}: {what}: the training diverged; lower --lr (it is {self.opt.lr:g}) and start "
+                         f"again with --overwrite ({kept})")
 
     def stop(self, e: BaseException) -> None:
         """Ctrl-C, SIGTERM or a failed peer process: save last.pt and raise Interrupted."""

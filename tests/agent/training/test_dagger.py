@@ -45,6 +45,12 @@ def test_a_lineage_runs_its_rounds_and_a_rerun_only_redoes_what_is_missing(tmp_p
     run_lineage(lin, TINY_RECIPE, log=said.append)
     assert len(open_dataset(tmp_path / "data").episodes) == 3 and (runs / "r1" / "best.pt").exists()
 
+    for f in (runs / "r1").iterdir():  # the last round killed before its first epoch ended: only args.json kept
+        if f.name != "args.json":
+            f.unlink()
+    run_lineage(lin, TINY_RECIPE, log=said.append)  # trained over again, not "already holds a run"
+    assert json.loads((runs / "r1" / "metrics.json").read_text())["history"][0]["epoch"] == 1
+
     with pytest.raises(ValueError, match="belongs to another lineage"):  # a fresh lineage on a used dataset
         run_lineage(_lineage(tmp_path, out=str(tmp_path / "other")), TINY_RECIPE, log=said.append)
 
