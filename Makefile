@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # own defaults are the full-size ones (see README.md). DEMO is wiped and rebuilt each time.
 DEMO   ?= demo
 
-.PHONY: setup demo demo-udacity test bench clean
+.PHONY: setup demo demo-udacity test test-dispatch bench clean
 
 setup: $(STAMP)
 
@@ -54,9 +54,25 @@ demo-udacity: $(STAMP)
 	@echo "  videos      $(DEMO)-udacity/eval/*/videos/*.mp4"
 	@echo "  TensorBoard $(VENV)/bin/tensorboard --logdir $(DEMO)-udacity"
 
-# one pytest-xdist worker per core; a test file stays on one worker, so its module fixtures are built once
+# one pytest-xdist worker per core; a test file stays on one worker, so its module fixtures are built once;
+# then test-dispatch
 test: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
+	@$(MAKE) --no-print-directory test-dispatch
+
+# The tests that compare library kernels' float outputs (the NAC layer and the policies against reference maths and
+# against each other's code paths, rendered frames against stored references) once more with torch, oneDNN,
+# OpenCV, numpy and libm capped one CPU dispatch level below this machine's (tests/cpu_dispatch.py: AVX-512 ->
+# AVX2, AVX2 -> SSE4.1), so that a test which holds on one instruction set only fails on the developer's machine
+# too. These files, not the whole suite (3 min): about 45 s on 2 idle cores.
+DISPATCH_TESTS := tests/policies tests/envs/udacity/test_spec.py tests/envs/replay/test_camera.py \
+                  tests/envs/test_carracing_render.py
+
+test-dispatch: $(STAMP)
+	@caps="$$($(PY) -m tests.cpu_dispatch)" && if [ -n "$$caps" ]; then \
+		echo "the numeric tests again, one CPU dispatch level lower: $$caps"; \
+		env $$caps $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder $(DISPATCH_TESTS); \
+	else echo "test-dispatch: this CPU has no dispatch level below its own to try"; fi
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.nac_runtime
