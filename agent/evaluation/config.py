@@ -141,7 +141,9 @@ def resolve(a: EvalArgs, *, claim: ExitStack | None = None) -> EvalPlan:
             Outputs(out, tuple(made), a.video_episodes if a.video else 0,
                     a.saliency_method if a.saliency else None, a.tensorboard, a.progress),
             Runtime(("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device, threads,
-                    default_workers(episodes * policies, threads) if a.workers is None else a.workers, a.precision))
+                    # processes that run: no more than the episodes (what metrics.json records)
+                    default_workers(episodes * policies, threads) if a.workers is None
+                    else min(a.workers, episodes * policies), a.precision))
 
 
 def _seeds(seed: int | None, episodes: int | None, spec: Any, replay: str | None,

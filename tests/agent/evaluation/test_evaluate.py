@@ -139,6 +139,14 @@ def test_sampled_discrete_actions_repeat_per_track_seed_in_any_worker(tmp_path, 
     assert runs[3]["discrete_actions"] == "dither" and returns[3] != returns[2]
 
 
+def test_workers_beyond_the_episodes_are_recorded_as_the_processes_that_ran(tmp_path, ckpts):
+    """--workers 1000 starts one process per episode (as collect.py does), and metrics.json says so, not 1000."""
+    one = resolve(_args(tmp_path / "one", checkpoint=[str(ckpts["const"])], episodes=2, workers=1000))
+    two = resolve(_args(tmp_path / "two", checkpoint=[str(ckpts["const"])], with_expert=True, episodes=2,
+                        workers=1000))
+    assert (one.runtime.workers, two.runtime.workers) == (2, 4)
+
+
 def test_a_checkpoint_that_names_its_action_rule_drives_with_it_unless_told(tmp_path, ckpts):
     """A discrete student trained to sample (its config's discrete_actions) samples by default, as the same
     weights told --discrete-actions sample do; an explicit rule overrides the checkpoint's."""
