@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from common.files import resolve_path
-from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id
+from envs.registry import ENV_NAMES, get_spec, spec_for_gym_id, trained_frame_shape
 from policies.actions import DISCRETE_ACTION_RULES, DiscreteChooser, check_discrete_options, check_temperature
 
 
@@ -26,11 +26,6 @@ def load_driver(path: str | Path, env: str, action_space: str, actions: str | No
                            f"--driver {str(path)!r}", ("--driver-actions", "--driver-temperature", ""))
     return PolicyController(policy.eval(), name=Path(path).stem, actions=actions, temperature=temperature,
                             told_latency=told_latency)
-
-
-# the student shipped for people's recordings of the real simulator (evaluate.py --data / --replay REC, the bridge):
-# trained on many drivers' public recordings, it steers drivers it never saw better than the simulator-trained one
-RECORDING_STUDENT = Path("checkpoints/udacity_real_nac.pt")
 
 
 def shipped_checkpoint(env: str) -> Path:
@@ -147,19 +142,13 @@ class PolicyController:
         return [self.frames[i] for i in self.stream.picks()]
 
 
-def trained_frame_shape(config: Any) -> tuple[int, ...]:
-    """The camera frames [H, W, C] a checkpoint was trained on: its config's, else (a checkpoint that does not say)
-    its env's camera."""
-    return tuple(config.frame_shape) if config.frame_shape else tuple(spec_for_gym_id(config.env).frame_shape)
-
-
 def load_policy(path: str | Path, env: str, action_space: str | None, device: str, also: Sequence[str] = (),
                 frame_shape: Sequence[int] | None = None, recorded: bool = False) -> Any:
     """Load a checkpoint and check it was made for ``env`` (or an env whose gym id is in ``also``, or one whose
     students ``env`` can feed: EnvSpec.feeds), for ``action_space`` when given, and for the frames it will see
     (``frame_shape``, default ``env``'s camera): trained on that size (policies.policy.check_frame_shape).
     ``recorded``: ``env`` is that of recorded data (evaluate.py --data), not a --env the user gave."""
-    from policies.policy import check_frame_shape, load_checkpoint, not_a_checkpoint_file
+    from policies.policy import RECORDING_STUDENT, check_frame_shape, load_checkpoint, not_a_checkpoint_file
 
     spec = get_spec(env)
     p = resolve_path(path)

@@ -30,7 +30,7 @@ def shifted(values: np.ndarray, steps: int) -> np.ndarray:
 
 def label_drivers(steer: np.ndarray, times: np.ndarray, shifts: list[int]) -> dict[str, np.ndarray]:
     """The open-loop drivers of one whole session, by name: each a steering per row."""
-    from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
+    from driving_data.labels import DEFAULT_SMOOTHING_S, centred_average
 
     label = centred_average(times, steer, DEFAULT_SMOOTHING_S)
     drivers = {"recorded steering": steer, "the label (centred 0.5 s average)": label}

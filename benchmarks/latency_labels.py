@@ -15,9 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.experts.expert import Expert
-from agent.experts.latency import queued_actions
 from common.cli import option, run_command
-from driving_data.dataset import open_dataset
+from driving_data.dataset import open_dataset, queued_actions
 
 
 def queue_dependence(expert: Any, dataset: Any, states: int = 20, every: int = 3, seed: int = 0) -> dict[str, float]:

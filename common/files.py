@@ -1,8 +1,12 @@
-"""Files written atomically (a reader never sees half a file or half a folder), JSON, and paths found from the
-repository root: what every package writes and reads with, below all of them."""
+"""Files written atomically (a reader never sees half a file or half a folder), JSON, paths found from the
+repository root, a file's SHA-256, and a run's --out folder (its lock, claimed before any work): what every
+package writes and reads with, below all of them."""
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
+import hashlib
 import json
 import math
 import os
@@ -10,7 +14,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -90,6 +94,58 @@ def remove_stale_temp(out: Path) -> list[Path]:
     return stale
 
 
+@contextlib.contextmanager
+def folder_lock(out: Path, who: str = "collect.py") -> Iterator[None]:
+    """An flock on OUT/.lock: a second run (collect.py, train.py or evaluate.py) into the same folder fails fast;
+    the OS drops the lock when the process dies, so a killed run never leaves a stale lock."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").split()  # what the holder wrote: name and pid
+            name, pid = holder[0] if holder else "run", holder[1] if len(holder) > 1 else "?"
+            raise ValueError(f"another {name} is writing into {str(out)!r} (pid {pid}); wait for it or use "
+                             "another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{who} {os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def run_folder(out: Path, who: str, *, lock: bool = True) -> Iterator[None]:
+    """The --out of a train.py or evaluate.py run, before any work: writable (one-line ValueError otherwise),
+    locked against a second run, and rid of the temp files and staging folders a killed run left (safe under the
+    lock: no one else writes there). A folder made here that the run left empty is removed again.
+    ``lock`` False (torchrun ranks other than 0, which write nothing) skips all of it."""
+    if not lock:
+        yield
+        return
+    top = None  # the outermost folder this makes
+    for folder in (out, *out.parents):
+        if folder.exists():
+            break
+        top = folder
+    check_writable(out)
+    try:
+        with folder_lock(out, who):
+            remove_stale_temp(out)
+            yield
+    finally:
+        if top is not None and {p.name for p in out.iterdir()} <= {".lock"}:
+            (out / ".lock").unlink(missing_ok=True)
+            for folder in (out, *out.parents):
+                try:
+                    folder.rmdir()  # only while empty
+                except OSError:
+                    break
+                if folder == top:
+                    break
+
+
 def refuse_nonempty(out_dir: Path) -> None:
     """ValueError unless out_dir is absent or an empty folder: a new dataset never lands on old files."""
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -152,6 +208,15 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # common/ sits in the repository root
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, in hex: what cards name the file of an expert or a student by."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def resolve_path(path: str | Path) -> Path:

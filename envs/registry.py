@@ -15,7 +15,7 @@ from envs.catalog import ENV_NAMES, camera_envs, dataset_env, named_spec, real_f
 from envs.spec import EnvSpec, SeedRanges
 
 __all__ = ["ENV_NAMES", "REPLAY_PREFIX", "EnvSpec", "SeedRanges", "camera_envs", "dataset_env", "get_spec",
-           "neutral_action", "real_frames_env", "spec_for_gym_id"]
+           "neutral_action", "real_frames_env", "spec_for_gym_id", "trained_frame_shape"]
 
 
 def get_spec(name: str) -> EnvSpec:
@@ -32,3 +32,9 @@ def neutral_action(space: Any) -> Any:
     if hasattr(space, "n"):
         return int(getattr(space, "start", 0))
     return np.clip(np.zeros(space.shape, dtype=space.dtype), space.low, space.high)
+
+
+def trained_frame_shape(config: Any) -> tuple[int, ...]:
+    """The camera frames [H, W, C] a policy was trained on, from its config (a ``PolicyConfig``: its ``frame_shape``
+    and the gym id of its ``env``): the config's, else (a checkpoint that does not say) its env's camera."""
+    return tuple(config.frame_shape) if config.frame_shape else tuple(spec_for_gym_id(config.env).frame_shape)

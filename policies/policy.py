@@ -40,6 +40,9 @@ from policies.precision import bf16_autocast, runs_bf16
 
 CHECKPOINT_FORMAT = "nac-drive/driving-policy"
 CHECKPOINT_VERSION = 1
+# the student shipped for people's recordings of the real simulator (evaluate.py --data / --replay REC, the bridge):
+# trained on many drivers' public recordings, it steers drivers it never saw better than the simulator-trained one
+RECORDING_STUDENT = Path("checkpoints/udacity_real_nac.pt")
 HEADS = ("discrete", "continuous")
 COLORS = ("rgb", "yuv")
 # RGB -> YUV (BT.601, as OpenCV's COLOR_RGB2YUV) on [0, 1] pixels, U and V centred on 0.5

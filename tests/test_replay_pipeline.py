@@ -132,7 +132,7 @@ def test_the_middle_reference_runs_end_to_end_and_says_so(udacity_drive, tmp_pat
 
 def test_a_wrong_checkpoint_for_a_person_s_recording_names_the_student_made_for_its_frames(udacity_drive, tmp_path,
                                                                                             capsys):
-    from agent.controllers import RECORDING_STUDENT
+    from policies.policy import RECORDING_STUDENT
     from agent.udacity.recordings import export_udacity
 
     rec = tmp_path / "rec"

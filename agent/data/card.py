@@ -2,23 +2,15 @@
 episodes' own metadata so it is right even after a crash between an episode file and its card."""
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
 from agent.data.recorder import steer_bins
+from common.files import file_sha256
 from driving_data.dataset import FORMAT
 from envs.registry import EnvSpec
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def expert_summary(expert: Any) -> dict[str, Any]:

@@ -31,9 +31,9 @@ from typing import Any, Callable
 import numpy as np
 
 from agent.controllers import load_driver
-from agent.data.card import build_card, expert_summary, file_sha256
+from agent.data.card import build_card, expert_summary
 from agent.data.config import CollectConfig, CollectError, CollectPlan, Drives, Recorded, Tracks, resolve, shard_range
-from agent.data.out_folder import Existing, check_compatible, folder_lock, inspect_out
+from agent.data.out_folder import Existing, check_compatible, inspect_out
 from agent.data.recorder import (
     OFF_ROAD_SECONDS,
     STUCK_SECONDS,
@@ -44,7 +44,7 @@ from agent.data.recorder import (
 )
 from agent.runtime import show_progress
 from agent.workers import default_workers, warm_up
-from common.files import write_json
+from common.files import file_sha256, folder_lock, write_json
 from common.stops import sigterm_as_interrupt
 from driving_data.dataset import CARD_NAME, temp_files, write_episode
 from envs.registry import EnvSpec, get_spec

@@ -10,7 +10,7 @@ from typing import Sequence
 import torch
 
 from driving_data.dataset import is_recording
-from agent.controllers import RECORDING_STUDENT, shipped_checkpoint
+from agent.controllers import shipped_checkpoint
 from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.evaluation.video import SALIENCY_METHODS
 from agent.workers import MAX_WORKERS, check_workers
@@ -18,7 +18,7 @@ from common.checks import is_int
 from common.cli import option
 from envs.registry import ENV_NAMES, REPLAY_PREFIX, get_spec
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature, spared_ids
-from policies.policy import WINDOW_CLOCKS
+from policies.policy import RECORDING_STUDENT, WINDOW_CLOCKS
 from policies.precision import PRECISIONS
 from policies.precision import check as check_precision
 

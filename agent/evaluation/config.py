@@ -3,6 +3,7 @@
 how it runs (Runtime). Nothing after ``resolve`` reads EvalArgs."""
 from __future__ import annotations
 
+import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -11,12 +12,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from agent.controllers import RECORDING_STUDENT, shipped_checkpoint
+from agent.controllers import shipped_checkpoint
 from agent.evaluation.args import EvalArgs, check_args, default_out, run_names, safe_name, spared, timing_of
 from agent.evaluation.timing import TimingConditions
 from agent.workers import default_workers
 from common.checks import is_int
+from common.files import run_folder
 from envs.registry import REPLAY_PREFIX, get_spec
+from policies.policy import RECORDING_STUDENT
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,6 @@ def resolve(a: EvalArgs, *, claim: ExitStack | None = None) -> EvalPlan:
     out = Path(a.out) if a.out else default_out(students, a.name, expert=a.expert_drives or a.with_expert,
                                                     data=bool(a.data), replay=bool(a.replay))
     if claim is not None:
-        from agent.data.out_folder import clear_results, run_folder
-
         claim.enter_context(run_folder(out, "evaluate.py"))
         clear_results(out)  # a re-run's results replace the last's
     from driving_data.udacity_import import import_recordings, removed_if_refused
@@ -165,3 +166,22 @@ def _seeds(seed: int | None, episodes: int | None, spec: Any, replay: str | None
     if not is_int(episodes, 1):
         raise ValueError(f"--episodes must be an integer >= 1, got {episodes!r}")
     return seed, episodes
+
+
+RESULT_FOLDERS = ("videos", "tb", "paths")  # evaluate.py's outputs that a re-run would otherwise add to, not replace
+RESULT_FILES = "steering_*.png"
+RESULT_MARKS = ("metrics.json", "episodes.csv", "comparison.json", "offline.json")  # a folder evaluate.py wrote
+
+
+def clear_results(out: Path) -> None:
+    """Before evaluate.py writes into ``out``: remove the last run's videos, TensorBoard events and steering plots
+    (in ``out`` and its per-policy sub-folders), which this run might not all overwrite; its other files are
+    rewritten, and imported recordings are kept for reuse. Only folders that hold evaluate.py's results are touched."""
+    for folder in [out, *(p for p in out.iterdir() if p.is_dir() and p.name != "imported_data")]:
+        if not any((folder / mark).is_file() for mark in RESULT_MARKS):
+            continue
+        for name in RESULT_FOLDERS:
+            if (folder / name).is_dir() and not (folder / name).is_symlink():
+                shutil.rmtree(folder / name)
+        for f in folder.glob(RESULT_FILES):
+            f.unlink()

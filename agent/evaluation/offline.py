@@ -3,7 +3,7 @@ steering matches what a driver did, frame by frame, on a real simulator recordin
 
 Every episode (recording session) is streamed through the policy with its recorded timestamps, as the
 closed-loop stream would see it (time-aware cores get the real, irregular clock). Steering is scored against
-the recorded value and against its centred 0.5 s average (agent.data.labels: what a keyboard driver meant),
+the recorded value and against its centred 0.5 s average (driving_data.labels: what a keyboard driver meant),
 next to two trivial predictors that any useful policy must beat: always straight (0) and always the training
 data's mean (from the checkpoint's target normalisation). Per session and pooled over all frames; one PNG per
 session shows predicted and recorded steering over time (the plot users look at first).
@@ -20,16 +20,17 @@ from typing import Any, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from agent.controllers import RECORDING_STUDENT, load_policy, shipped_checkpoint
+from agent.controllers import load_policy, shipped_checkpoint
 from driving_data.dataset import DemoDataset, dataset_action_spaces, is_recording, open_datasets
+from driving_data.labels import DEFAULT_SMOOTHING_S, centred_average
 from envs.registry import dataset_env
-from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.evaluation.config import EvalPlan
 from agent.evaluation.drivers import check_action_options
 from agent.evaluation.plots import steering_plot
 from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, show_progress
 from common.files import atomic_write_text, write_json
 from policies.actions import at_temperature
+from policies.policy import RECORDING_STUDENT
 from policies.precision import resolve as resolve_precision
 
 PREDICTORS = ("policy", "straight", "mean")

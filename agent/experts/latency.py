@@ -41,22 +41,6 @@ def latency_observation(privileged: np.ndarray, latency: int, queue: Any, max_la
     return np.concatenate([privileged, np.float32([latency / max_latency]), queued.ravel()])
 
 
-def queued_actions(applied: np.ndarray, steps: np.ndarray, latencies: np.ndarray, size: int) -> np.ndarray:
-    """The actions on their way ``[N, size, A]`` at ``steps`` of a recorded episode driven under ``latencies``
-    (per step): the recorder applies at step t the action chosen at t - D, so the D actions then on their way are
-    the ones ``applied`` at t .. t + D - 1 (next to land first); zeros past D, the last applied one past the end."""
-    applied = np.asarray(applied, np.float32)
-    steps, latencies = np.asarray(steps, np.int64), np.asarray(latencies, np.int64)
-    if len(latencies) and latencies.max() > size:
-        raise ValueError(f"a latency of {int(latencies.max())} steps has more actions on their way than the {size} "
-                         "shown")
-    k = np.arange(size)
-    index = np.minimum(steps[:, None] + k[None], len(applied) - 1)
-    out = applied[index]
-    out[k[None] >= latencies[:, None]] = 0.0
-    return out
-
-
 class ActionDelay:
     """A latency of ``steps``: each action given reaches the env ``steps`` calls later, ``neutral`` until the first
     one lands (steps 0: straight through). ``pending`` holds the actions on their way, next to land first: what a

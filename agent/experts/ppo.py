@@ -37,8 +37,7 @@ import numpy as np
 from agent.experts.expert import EvalResult, Expert, evaluate_model, space_of
 from agent.experts.latency import LatencyQueue, widen_policy
 from common.cli import option, run_command
-from agent.data.card import file_sha256
-from common.files import resolve_path, write_json
+from common.files import file_sha256, resolve_path, write_json
 from envs.registry import ENV_NAMES, EnvSpec, get_spec
 
 PROG = "python -m agent.experts.ppo"

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agent.data.labels import DEFAULT_SMOOTHING_S, centred_average
 from agent.runtime import show_progress
 from agent.training.config import DataOptions, TrainPlan, data_paths, parse_crop, parse_image_size
 from agent.training.distributed import SINGLE, World, barrier
@@ -28,6 +27,7 @@ from driving_data.dataset import (
     pool_card,
 )
 from driving_data.frames import FrameFile, FrameRows
+from driving_data.labels import DEFAULT_SMOOTHING_S, centred_average
 from envs.registry import EnvSpec, dataset_env
 from envs.replay.camera import CameraGeometry
 from policies.actions import check_discrete_options
@@ -133,7 +133,7 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
                          f"{len(names)} ({names})")
     smoothing = label_smoothing_s(o.smooth_labels, dataset) if action_space == "continuous" else 0.0
     recorded = [is_recording(m) for m in dataset.episodes]
-    if smoothing > 0:  # keyboard taps -> what the driver meant (agent.data.labels); auto: a person's sessions only
+    if smoothing > 0:  # keyboard taps -> what the driver meant (driving_data.labels); auto: a person's sessions only
         targets = [centred_average(t, y, smoothing).astype(np.float32) if r or o.smooth_labels != "auto" else y
                    for t, y, r in zip(times, targets, recorded)]
     return Data(frames, side_frames, times, targets, env, names, action_space, frame_period, list(size), crop,

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.data.out_folder import run_folder
 from agent.runtime import NO_STRAIGHT_RATIO
 from agent.training import distributed
 from agent.training.config import TrainPlan, data_label, data_paths, imported, with_env_defaults
@@ -18,7 +17,7 @@ from agent.training.data import load_data, resolve_head, use_recording
 from agent.training.distributed import barrier, device_for
 from agent.training.loop import fine_tuned, train_run
 from agent.training.windows import describe_blocks, make_splits, validation_candidates
-from common.files import write_json
+from common.files import run_folder, write_json
 from driving_data.dataset import DemoDataset, open_datasets
 from policies.precision import choose as choose_precision
 

@@ -42,7 +42,7 @@ from agent.training.windows import (
 )
 from common.files import atomic_write_all, disk_full, write_json
 from common.stops import Interrupted, raise_if_stopped, stops_at_safe_points
-from envs.registry import camera_envs
+from envs.registry import camera_envs, trained_frame_shape
 from policies.actions import check_temperature
 from policies.precision import choose as choose_precision
 from policies.policy import (
@@ -92,7 +92,6 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     if wrong:
         raise ValueError(f"--init {path!r} cannot be fine-tuned on this dataset: its " + "; ".join(wrong))
     if data.frame_shape:  # its crop and size are made for the frames it was trained on
-        from agent.controllers import trained_frame_shape
         from policies.policy import check_frame_shape
 
         check_frame_shape(trained_frame_shape(c), data.frame_shape, f"--init {path!r}", "this dataset's frames")

@@ -18,10 +18,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from agent.experts.latency import queued_actions
 from agent.training.config import SplitOptions, Windows
 from agent.training.data import Data, episode_targets, take_pieces
-from driving_data.dataset import DemoDataset
+from driving_data.dataset import DemoDataset, queued_actions
 
 
 def make_splits(split: SplitOptions, w: Windows, data: Data) -> tuple[Data, list[tuple[list[int], list[int]]]]:
@@ -274,7 +273,7 @@ def label_shifts(segments: list[tuple[int, int, int]], shifts: list[np.ndarray] 
 def window_queues(data: Data, segments: list[tuple[int, int, int]], shifts: list[np.ndarray] | None, size: int,
                   cols: slice | None) -> np.ndarray | None:
     """The actions on their way ``[N, size, A]`` at each window's last step, under the latency it is told
-    (``shifts``, steps; agent.experts.latency.queued_actions), for a policy shown ``size`` of them; None when it
+    (``shifts``, steps; driving_data.dataset.queued_actions), for a policy shown ``size`` of them; None when it
     is shown none or told no latency."""
     if not size or shifts is None:
         return None

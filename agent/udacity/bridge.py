@@ -76,9 +76,8 @@ import cv2
 import numpy as np
 import torch
 
-from agent.controllers import RECORDING_STUDENT
 from common.cli import option, run_command
-from policies.policy import WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
+from policies.policy import RECORDING_STUDENT, WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
 
 log = logging.getLogger(__name__)
 

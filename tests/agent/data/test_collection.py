@@ -357,10 +357,10 @@ def test_minari_cli_errors(tmp_path, capsys):
 
 
 def test_second_collector_into_the_same_folder_is_refused(tmp_path):
-    from agent.data.out_folder import folder_lock
+    from common.files import folder_lock
 
     with folder_lock(tmp_path / "d"):
-        with pytest.raises(CollectError, match="another collect.py is writing"):
+        with pytest.raises(ValueError, match="another collect.py is writing"):
             _collect(tmp_path / "d", episodes=1, max_steps=5)
     assert _collect(tmp_path / "d", episodes=1, max_steps=5).episodes_added == 1, "the lock dies with its holder"
 
@@ -570,11 +570,11 @@ def test_latency_steps_apply_each_chosen_action_that_many_steps_later(tmp_path):
 
 def test_a_latency_experts_labels_are_its_answers_to_the_recorded_queue(tmp_path):
     """Each label of the shipped latency expert is its answer shown the actions applied over the next D steps
-    (agent.experts.latency.queued_actions), and not the same shown them one step later: the queue it was shown is
+    (driving_data.dataset.queued_actions), and not the same shown them one step later: the queue it was shown is
     recoverable from the recorded actions, which is what a student told its actions on their way trains on."""
     import collect
     from driving_data.dataset import open_dataset
-    from agent.experts.latency import queued_actions
+    from driving_data.dataset import queued_actions
 
     expert_zip = REPO_ROOT / "checkpoints/expert_carracing_latency.zip"
     out = tmp_path / "data"
@@ -594,7 +594,7 @@ def test_a_latency_expert_labels_for_when_the_action_lands(tmp_path, capsys):
     """With a latency expert (agent.experts.latency) each label is its answer shown the latency and the actions on
     their way, which are the ones applied over the next D steps; the episode says its labels need no hindsight."""
     import collect
-    from agent.data.card import file_sha256
+    from common.files import file_sha256
     from driving_data.dataset import join_datasets, open_dataset
     from agent.experts.ppo import PPOTrainArgs, resolve, train
     from benchmarks.latency_labels import queue_dependence

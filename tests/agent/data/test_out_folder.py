@@ -11,7 +11,7 @@ from driving_data.dataset import open_dataset
 import evaluate
 import train
 from tests.helpers import steering_checkpoint
-from agent.data.out_folder import folder_lock
+from common.files import folder_lock
 from tests.driving_data.test_udacity_import import _sim_recording
 
 TINY = ["--epochs", "1", "--batch-size", "8", "--segment", "8", "--window", "2", "--frame-stride", "1",

@@ -122,7 +122,7 @@ def _queue_data(root, episodes=6, length=60, delay=3, size=32):
 
 
 def test_windows_show_the_actions_applied_over_the_next_d_steps(tmp_path):
-    from agent.experts.latency import queued_actions
+    from driving_data.dataset import queued_actions
     from agent.training.windows import window_queues
 
     data = load_data(with_env_defaults(resolve(TrainArgs(data=str(_queue_data(tmp_path / "q", episodes=1)),

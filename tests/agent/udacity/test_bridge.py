@@ -224,7 +224,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys, checkpoint, argv, words):
 
 def test_without_a_checkpoint_the_shipped_real_frame_student_drives():
     """No CKPT is the common case (a person's simulator): the student made for real frames, which exists."""
-    from agent.controllers import RECORDING_STUDENT
+    from policies.policy import RECORDING_STUDENT
     from common.cli import parse
 
     args = parse(ub.BridgeArgs, [], prog="bridge")

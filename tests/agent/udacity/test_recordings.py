@@ -223,7 +223,7 @@ def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors
     import cv2
 
     import evaluate
-    from agent.data.labels import centred_average
+    from driving_data.labels import centred_average
     from tests.helpers import steering_checkpoint
 
     offsets = tuple(round(0.1 * k, 1) for k in range(12)) + (5.0, 5.1, 5.2)
