@@ -6,12 +6,15 @@ a function counts too), names nothing of this repository above its layer (docs/a
     policies/       common/
     envs/           common/, driving_data/
 
-And no module of the project's packages or root scripts imports itself through others: the import graph has no
-circle. The tests mirror the packages: ``tests/<package>/.../test_<module>.py`` tests that module.
+Inside agent/, each stage imports only the stages ``STAGES`` names (the rules of docs/architecture.md as data),
+again at any depth. And no module of the project's packages or root scripts imports itself through others: the
+import graph has no circle. docs/architecture.md names every file of agent/. The tests mirror the packages:
+``tests/<package>/.../test_<module>.py`` tests that module.
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -70,6 +73,123 @@ def test_the_check_sees_a_lazy_import_inside_a_function():
     tree = ast.parse("def f():\n    import json\n    from agent.data import merge\n"
                      "    importlib.import_module('envs.x')\n")
     assert [name for _, name in _imported(tree)] == ["json", "agent", "envs"]
+
+
+BELOW = frozenset({"common", "driving_data", "envs", "policies"})  # the layers below agent/: every stage may use them
+STAGES = {  # a stage of agent/ (a package, or a module named on its own) -> the stages it may import besides itself
+    "agent": frozenset(),  # agent/__init__.py
+    "agent.runtime": BELOW,  # what the CLIs share: progress bars, ratios
+    "agent.workers": BELOW,  # worker processes
+    "agent.controllers": BELOW,  # who drives: the expert or a policy
+    "agent.experts": BELOW,  # no other stage
+    "agent.data": BELOW | {"agent.experts", "agent.controllers", "agent.workers", "agent.runtime"},
+    "agent.training": BELOW | {"agent.runtime"},
+    "agent.training.dagger": BELOW | {"agent.training", "agent.data"},  # runs data/'s collection between trainings
+    "agent.evaluation": BELOW | {"agent.experts", "agent.controllers", "agent.workers", "agent.runtime"},
+    "agent.udacity": frozenset(),  # agent/udacity/__init__.py: its modules are stages of their own
+    "agent.udacity.recordings": BELOW,
+    "agent.udacity.pool": BELOW,
+    "agent.udacity.bridge": frozenset({"common", "policies"}),  # a checkpoint and a socket: no env, no dataset
+}
+
+
+def _stage(name: str, rules: dict) -> str:
+    """The stage of a dotted module name: the longest key of ``rules`` it is or lies in, else its top-level name."""
+    keys = [k for k in rules if name == k or name.startswith(k + ".")]
+    return max(keys, key=len) if keys else name.split(".")[0]
+
+
+def _module_imports(tree: ast.AST, module: str, is_package: bool, names: set[str]) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import in the tree, at any depth: ``from a import b`` is the module ``a.b`` where
+    there is one (else ``a``), relative imports resolved, ``import_module("a.b")`` counted."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            [base, *subs] = _targets(node, module, is_package, names)
+            found += [(node.lineno, t) for t in dict.fromkeys(sub if sub in names else base for sub in subs)]
+        elif isinstance(node, (ast.Import, ast.Call)):
+            found += [(node.lineno, t) for t in _targets(node, module, is_package, names)]
+    return found
+
+
+def stage_violations(root: Path, rules: dict = STAGES) -> list[str]:
+    """``file:line: stage imports name (a stage it may not import)`` for every import of a module of ``root/agent``,
+    at any depth, that reaches a project module outside its own stage and the stages ``rules`` give it."""
+    ours = {p.parent.name for p in root.glob("*/__init__.py")} | {p.stem for p in root.glob("*.py")}
+    paths = {}
+    for package in ours:
+        for p in (root / package).rglob("*.py") if (root / package).is_dir() else ():
+            parts = p.relative_to(root).with_suffix("").parts
+            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    names = set(paths) | ours
+    bad = []
+    for module, path in sorted(paths.items()):
+        if module.split(".")[0] != "agent":
+            continue
+        stage = _stage(module, rules)
+        tree = ast.parse(path.read_text(), str(path))
+        for line, target in _module_imports(tree, module, path.name == "__init__.py", names):
+            other = _stage(target, rules)
+            if target.split(".")[0] in ours and other != stage and other not in rules[stage]:
+                bad.append(f"{path.relative_to(root)}:{line}: {stage} imports {target} (stage {other})")
+    return bad
+
+
+def test_each_stage_of_agent_imports_only_the_stages_it_may():
+    assert stage_violations(REPO) == []
+
+
+def test_every_stage_in_the_rules_is_a_module_of_agent():
+    for stage in STAGES:
+        path = REPO / stage.replace(".", "/")
+        assert (path / "__init__.py").is_file() or path.with_suffix(".py").is_file(), stage
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_the_stage_check_refuses_an_upward_or_forbidden_import(tmp_path):
+    files = {f"agent/{p}/__init__.py": "" for p in ("", "experts", "training", "data", "udacity")}
+    files |= {"common/__init__.py": "", "common/files.py": "", "envs/__init__.py": "", "envs/registry.py": "",
+              "agent/training/loop.py": "", "agent/data/card.py": "", "agent/controllers.py": "",
+              "agent/experts/expert.py": "from common.files import x\nfrom envs import registry\n",  # below: fine
+              "agent/data/collection.py": "from agent.experts import expert\nfrom .card import c\n"}  # allowed
+    root = _plant(tmp_path, files)
+    assert stage_violations(root) == []
+    _plant(root, {"agent/experts/ppo.py": "def f():\n    from agent.data.card import c\n",  # lazy, another stage
+                  "agent/training/windows.py": "import importlib\nimportlib.import_module('agent.controllers')\n",
+                  "agent/udacity/bridge.py": "from envs.registry import get_spec\n",  # the bridge uses only policies/
+                  "agent/data/merge.py": "from agent import controllers\nfrom ..training import loop\n"})
+    assert stage_violations(root) == [
+        "agent/data/merge.py:2: agent.data imports agent.training.loop (stage agent.training)",
+        "agent/experts/ppo.py:2: agent.experts imports agent.data.card (stage agent.data)",
+        "agent/training/windows.py:2: agent.training imports agent.controllers (stage agent.controllers)",
+        "agent/udacity/bridge.py:1: agent.udacity.bridge imports envs.registry (stage envs)"]
+
+
+def _documented_files(text: str) -> set[str]:
+    """The files of agent/ that docs/architecture.md names: ``agent/x.py`` anywhere, and ``y.py`` in the bullet of a
+    folder (``* `agent/x/`: `y.py` (...), ...``)."""
+    named = set(re.findall(r"`(agent/[\w/]+\.py)`", text))
+    for bullet in re.split(r"\n(?=\* )|\n\n", text):  # a bullet ends at the next one or at a blank line
+        folder = re.match(r"\* `(agent/[\w/]+/)`:", bullet)
+        if folder:
+            named |= {folder.group(1) + name for name in re.findall(r"`(\w+\.py)`", bullet)}
+    return named
+
+
+def test_the_architecture_doc_names_every_file_of_agent():
+    named = _documented_files((REPO / "docs" / "architecture.md").read_text())
+    files = {str(p.relative_to(REPO)) for p in (REPO / "agent").rglob("*.py") if p.name != "__init__.py"}
+    assert sorted(files - named) == [], "files of agent/ the doc does not name"
+    assert sorted(named - files) == [], "files the doc names that agent/ does not hold"
+    doc = ("* `agent/x/`: `a.py` (one),\n  `b.py`; `agent/c.py`\n* `common/`: `d.py`\n"
+           "* `agent/y/`: `e.py`\n\nThen `f.py`")
+    assert _documented_files(doc) == {"agent/x/a.py", "agent/x/b.py", "agent/c.py", "agent/y/e.py"}
 
 
 def project_modules() -> dict[str, str]:
