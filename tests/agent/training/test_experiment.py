@@ -74,6 +74,8 @@ def test_resolve_cuts_the_plan_the_run_trains_and_records(data_dir, tmp_path):
                                                                          "frame_stride": full.model.frame_stride}
     run(plan)
     written = json.loads((tmp_path / "r" / "args.json").read_text())
+    chosen = written.pop("precision_resolved")  # what --precision auto chose on this machine, and why
+    assert chosen["precision"] in ("fp32", "bf16") and chosen["reason"]
     assert written == json.loads(json.dumps({**full.record, "dataset_weight": "frames"}))
     assert read_checkpoint(tmp_path / "r" / "best.pt")["config"]["frame_stride"] == full.model.frame_stride
 
