@@ -81,16 +81,20 @@ class PolicyController:
         if env_names is None:  # the env action, in order (an env made with pi_speed takes [steer] alone)
             env_names = spec_for_gym_id(self.config.env).action_names.get("continuous", ())
         env_names = list(env_names)
-        self.filled = [] if self.config.head == "discrete" else [n for n in env_names if n not in names]
+        self.filled = [] if self.config.head == "discrete" else [
+            n for n in env_names if n not in names and not (n == "throttle" and self.config.fixed_throttle is not None)]
         # (env column, head column) of the components both have: a head may predict more than the env takes
         # (a udacity-hard student's throttle in a replay, which drives at the recorded speed)
         take = [(env_names.index(n), i) for i, n in enumerate(names) if n in env_names] \
             if self.config.head != "discrete" else []
         self._cols, self._head_cols = [e for e, _ in take], [i for _, i in take]
         self._env_names = env_names
-        # NAC cores expose attention internals; others draw no panel.
+        # NAC cores expose attention internals; others draw no panel, nor one whose sequence is a frame's tokens.
         self.has_panel = callable(getattr(policy.core, "internals", None)) and \
-            type(policy.core).__name__.lower().startswith("nac")
+            type(policy.core).__name__.lower().startswith("nac") and not self.config.frame_tokens
+        # the env's throttle, where the policy drives with a fixed one (PolicyConfig.fixed_throttle)
+        self._throttle = env_names.index("throttle") if "throttle" in env_names and self.config.head != "discrete" \
+            and self.config.fixed_throttle is not None else None
         self._sync = device.startswith("cuda")
 
     def reset(self, seed: int | None = None) -> None:
@@ -119,6 +123,8 @@ class PolicyController:
             return int(action), latency
         full = np.array(expert_action, dtype=np.float32).reshape(-1)[: len(self._env_names)].copy()  # the head lacks
         full[self._cols] = np.asarray(action, dtype=np.float32).reshape(-1)[self._head_cols]
+        if self._throttle is not None:
+            full[self._throttle] = self.config.fixed_throttle
         return full, latency
 
     def head_actions(self, env_actions: Sequence[Any]) -> np.ndarray | None:

@@ -15,6 +15,13 @@ Encoders (registry ``ENCODERS``):
   24@5x5/2, 36@5x5/2, 48@5x5/2, 64@3x3, 64@3x3, ELU, flatten, linear to ``feature_dim``. Designed
   for 66x200 first-person camera frames; any input of at least 31x31 works (96x96 included).
 
+* ``carracing-official``, ``pilotnet-official`` -- the same convolution stacks as the authors' public trainers
+  build them (docs/usage.md, "The paper's experiments as presets"): no projection, the conv map flattened
+  channels-last (as Keras flattens it) is the frame's feature (2430 values for a 96x96 CarRacing frame, 1152 =
+  1x18x64 for a 66x200 PilotNet one), Keras's initialisation (Glorot-uniform kernels, zero biases). CarRacing's
+  reads raw 0..255 pixels and drops out 0.2 after every convolution; PilotNet's scales pixels to ``[-1, 1]`` and
+  has no dropout. ``feature_dim`` and ``dropout`` are not read: their trainers fix both.
+
 The flattened size is measured with a dummy frame at construction, so the image size is free.
 """
 from __future__ import annotations
@@ -97,13 +104,77 @@ class PilotNet(TimeDistributed):
         return self.proj(self.dropout(self.convs(x).flatten(1)))
 
 
-ENCODERS: dict[str, Callable[..., TimeDistributed]] = {"carracing": CarRacingCNN, "pilotnet": PilotNet}
+class OfficialConvMap(TimeDistributed):
+    """A convolution stack as the authors' Keras trainers build it: no projection, the map flattened channels-last
+    (height, width, channel: Keras's order, so their ``Reshape`` of it cuts the same tokens) is the feature;
+    Glorot-uniform kernels and zero biases, Keras's defaults."""
+
+    pixel_scale: tuple[float, float]  # network input = pixels in [0, 1] * a + b
+
+    def __init__(self, image_size: tuple[int, int], convs: nn.Sequential, name: str, minimum: str):
+        super().__init__(image_size, 1)
+        self.convs = convs
+        for m in self.convs:
+            if isinstance(m, nn.Conv2d):
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        self.feature_dim = _flat_size(self.convs, self.image_size, name, minimum)
+
+    def frame_features(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.pixel_scale
+        return self.convs(x * a + b).permute(0, 2, 3, 1).flatten(1)
+
+
+class CarRacingOfficial(OfficialConvMap):
+    """Their CarRacing trainer's CNN: raw 0..255 pixels, conv 10@3x3/2, 20@5x5/2, 30@5x5/2, ReLU then dropout 0.2
+    after each, flattened (2430 values at 96x96)."""
+
+    pixel_scale = (255.0, 0.0)
+
+    def __init__(self, image_size: tuple[int, int] = (96, 96), feature_dim: int = 0, dropout: float = 0.2):
+        convs = nn.Sequential(
+            nn.Conv2d(3, 10, 3, stride=2), nn.ReLU(), nn.Dropout(0.2),
+            nn.Conv2d(10, 20, 5, stride=2), nn.ReLU(), nn.Dropout(0.2),
+            nn.Conv2d(20, 30, 5, stride=2), nn.ReLU(), nn.Dropout(0.2),
+        )
+        super().__init__(image_size, convs, "carracing-official", "27x27")
+
+
+class PilotNetOfficial(OfficialConvMap):
+    """Their Udacity trainer's NVIDIA stack: pixels / 127.5 - 1, conv 24@5x5/2, 36@5x5/2, 48@5x5/2, 64@3x3, 64@3x3,
+    ELU after each, no dropout, flattened (1x18x64 = 1152 values at 66x200)."""
+
+    pixel_scale = (2.0, -1.0)
+
+    def __init__(self, image_size: tuple[int, int] = (66, 200), feature_dim: int = 0, dropout: float = 0.0):
+        convs = nn.Sequential(
+            nn.Conv2d(3, 24, 5, stride=2), nn.ELU(),
+            nn.Conv2d(24, 36, 5, stride=2), nn.ELU(),
+            nn.Conv2d(36, 48, 5, stride=2), nn.ELU(),
+            nn.Conv2d(48, 64, 3), nn.ELU(),
+            nn.Conv2d(64, 64, 3), nn.ELU(),
+        )
+        super().__init__(image_size, convs, "pilotnet-official", "61x61")
+
+
+ENCODERS: dict[str, Callable[..., TimeDistributed]] = {
+    "carracing": CarRacingCNN, "pilotnet": PilotNet,
+    "carracing-official": CarRacingOfficial, "pilotnet-official": PilotNetOfficial,
+}
+OFFICIAL_ENCODERS = ("carracing-official", "pilotnet-official")  # their feature is the conv map: no feature_dim
 
 
 def build_encoder(name: str, image_size: tuple[int, int], feature_dim: int, dropout: float = 0.2) -> TimeDistributed:
-    """Encoder by name; ValueError naming the valid names for an unknown one."""
+    """Encoder by name; ValueError naming the valid names for an unknown one. The encoder's ``feature_dim`` is
+    what it outputs per frame: ``feature_dim`` itself, or for the official encoders the size of their map."""
     if name not in ENCODERS:
         raise ValueError(f"unknown encoder {name!r}; valid encoders: {', '.join(ENCODERS)}")
-    if feature_dim < 1:
+    if feature_dim < 1 and name not in OFFICIAL_ENCODERS:
         raise ValueError(f"feature_dim must be >= 1, got {feature_dim}")
     return ENCODERS[name](image_size=tuple(image_size), feature_dim=feature_dim, dropout=dropout)
+
+
+def encoder_features(name: str, image_size: tuple[int, int], feature_dim: int) -> int:
+    """The features per frame encoder ``name`` outputs at ``image_size``: ``feature_dim``, or an official
+    encoder's map size (ValueError for an image too small)."""
+    return build_encoder(name, image_size, feature_dim).feature_dim if name in OFFICIAL_ENCODERS else feature_dim

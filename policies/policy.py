@@ -85,6 +85,10 @@ class PolicyConfig:
     latency_input: str = "none"  # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature)
     queue_steps: int = 0  # input only: it is also shown up to this many of its actions on their way (next to land first)
     steer_gain: float = 1.0  # continuous steering is multiplied by it before the clip (DrivingPolicy.steered; benchmarks.steer_gain)
+    steer_gain_from: float = 0.0  # the gain acts only where |steering| >= this (the authors' Udacity drive.py: x3 from 0.01)
+    fixed_throttle: float | None = None  # the throttle it drives with, whatever it predicts (their drive.py: 0.05); None: its own / the driver's rule
+    frame_tokens: int = 0  # window 1 only: each frame's features cut in order into this many tokens, the sequence the core reads (0: the window is the sequence)
+    head_hidden: int = 0  # a hidden ReLU layer of this width before the action layer (their CarRacing model: 64); 0: one linear layer
 
     def temperature_for(self, rule: str | None) -> float:
         """The temperature a discrete student samples at under ``rule`` (None: its own rule): its own temperature
@@ -162,6 +166,21 @@ class PolicyConfig:
             raise ValueError(f"steer_gain must be a number in (0, 4], got {self.steer_gain!r}")
         if self.steer_gain != 1 and (self.head != "continuous" or "steer" not in self.action_names):
             raise ValueError(f"steer_gain scales continuous steering; a {self.head} head of {self.action_names} has none")
+        if not (isinstance(self.steer_gain_from, (int, float)) and 0 <= self.steer_gain_from < 1):
+            raise ValueError(f"steer_gain_from must be a number in [0, 1), got {self.steer_gain_from!r}")
+        if self.fixed_throttle is not None:
+            if isinstance(self.fixed_throttle, bool) or not isinstance(self.fixed_throttle, (int, float)) \
+                    or not -1 <= self.fixed_throttle <= 1:
+                raise ValueError(f"fixed_throttle must be a number in [-1, 1] or None, got {self.fixed_throttle!r}")
+            if self.head != "continuous":
+                raise ValueError(f"fixed_throttle is the throttle of a continuous steering policy, not of a {self.head} one")
+        for name in ("frame_tokens", "head_hidden"):
+            if not is_int(getattr(self, name), 0):
+                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if self.frame_tokens and self.window != 1:
+            raise ValueError(f"frame_tokens cuts one frame's features into a sequence: it needs window 1, got {self.window}")
+        if self.frame_tokens and self.latency_input != "none":
+            raise ValueError("frame_tokens: a policy whose sequence is one frame's tokens cannot be told its latency")
         for stat in ("target_mean", "target_std"):
             value = getattr(self, stat)
             if value is not None and len(value) != self.action_dim:
@@ -248,8 +267,16 @@ class DrivingPolicy(nn.Module):
         self.config = config.validate()
         c = config
         self.encoder = build_encoder(c.encoder, tuple(c.image_size), c.feature_dim, c.encoder_dropout)
-        self.core = build_core(c.core, c.feature_dim + c.told_features, c.window, **c.core_options)
-        self.head = nn.Linear(self.core.output_dim, c.action_dim)
+        features = self.encoder.feature_dim  # an official encoder's map size, else feature_dim
+        if c.frame_tokens:
+            if features % c.frame_tokens:
+                raise ValueError(f"frame_tokens {c.frame_tokens} does not divide the {features} features of a frame")
+            self.core = build_core(c.core, features // c.frame_tokens, c.frame_tokens, **c.core_options)
+        else:
+            self.core = build_core(c.core, features + c.told_features, c.window, **c.core_options)
+        self.head = (nn.Linear(self.core.output_dim, c.action_dim) if not c.head_hidden else
+                     nn.Sequential(nn.Linear(self.core.output_dim, c.head_hidden), nn.ReLU(),
+                                   nn.Linear(c.head_hidden, c.action_dim)))
         mean = c.target_mean if c.target_mean is not None else [0.0] * c.action_dim
         std = c.target_std if c.target_std is not None else [1.0] * c.action_dim
         self.register_buffer("target_mean", torch.tensor(mean, dtype=torch.float32), persistent=False)
@@ -311,7 +338,18 @@ class DrivingPolicy(nn.Module):
         time = self.core_time(time, B, W)
         if self.config.latency_input == "clock":
             return self.head(self.core(emb, time, query_time=self.latency_units(latency, B, emb.device)))
-        return self.head(self.core(self.core_input(emb, latency, on_the_way), time))
+        return self.head(self.core(*self.core_sequence(self.core_input(emb, latency, on_the_way), time)))
+
+    def core_sequence(self, x: torch.Tensor, time: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sequence the core reads and its times: the window itself, or with ``frame_tokens`` N the one frame's
+        features ``[B, 1, F]`` cut in order into ``[B, N, F / N]`` (the authors' Udacity model reshapes its conv map
+        so), the tokens 1 apart in core time."""
+        n = self.config.frame_tokens
+        if not n:
+            return x, time
+        B = x.shape[0]
+        return (x.reshape(B, n, x.shape[-1] // n),
+                torch.arange(1 - n, 1, device=x.device, dtype=torch.float32).expand(B, n))
 
     def latency_units(self, latency: torch.Tensor | float | None, batch: int, device: torch.device) -> torch.Tensor:
         """A latency in seconds (float or ``[B]``; None = 0) -> core units ``[B]``, as the window's times."""
@@ -377,14 +415,26 @@ class DrivingPolicy(nn.Module):
                 return int(out.argmax())
             return int(choose(torch.softmax(out.double(), 0).numpy()))
         low, high = np.asarray(self.config.action_low, np.float32), np.asarray(self.config.action_high, np.float32)
-        return np.clip(self.steered(out.numpy().astype(np.float32)), low, high)
+        action = np.clip(self.steered(out.numpy().astype(np.float32)), low, high)
+        if self.config.fixed_throttle is not None and "throttle" in self.config.action_names:
+            action[list(self.config.action_names).index("throttle")] = self.config.fixed_throttle
+        return action
 
     def steered(self, outputs: np.ndarray) -> np.ndarray:
-        """Continuous outputs ``[..., out]`` with the steering column times ``config.steer_gain`` (a copy)."""
+        """Continuous outputs ``[..., out]`` with the steering column times ``config.steer_gain`` (a copy), where
+        its magnitude is at least ``config.steer_gain_from``."""
         outputs = np.array(outputs)
         if self.config.steer_gain != 1:
-            outputs[..., list(self.config.action_names).index("steer")] *= self.config.steer_gain
+            col = list(self.config.action_names).index("steer")
+            steer = outputs[..., col]
+            outputs[..., col] = np.where(np.abs(steer) >= self.config.steer_gain_from,
+                                         steer * self.config.steer_gain, steer)
         return outputs
+
+    def throttle_for(self, otherwise: float) -> float:
+        """The throttle a driver sends beside this policy's steering: ``config.fixed_throttle``, else
+        ``otherwise`` (the driver's own rule)."""
+        return otherwise if self.config.fixed_throttle is None else float(self.config.fixed_throttle)
 
     @torch.no_grad()
     def predict_episode(self, frames: np.ndarray, times: np.ndarray | None = None, batch: int = 256,

@@ -67,8 +67,8 @@ def check_actions(d: Drivers, env: str, path: str, cfg: Any) -> None:
     if cfg.head != "continuous" or not spec.pi_speed:
         return
     names, wanted = tuple(cfg.action_names), ("steer",) if d.pi_speed else tuple(spec.action_names[cfg.action_space])
-    if names == wanted:
-        return
+    if names == wanted or (cfg.fixed_throttle is not None and names + ("throttle",) == wanted):
+        return  # a steering policy with a fixed throttle drives [steer, throttle] (PolicyConfig.fixed_throttle)
     if names == ("steer",):
         raise ValueError(f"checkpoint {path!r} predicts steering only, but {env} is driven with {list(wanted)}; "
                          "pass --pi-speed to let the env's PI controller hold the speed")

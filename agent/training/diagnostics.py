@@ -29,7 +29,8 @@ def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, s
         emb = policy.encode(torch.from_numpy(frames)[None])[0]
         x = emb[torch.from_numpy(index).to(emb.device)]
         time = policy.core_time(torch.from_numpy(times).to(emb.device), *x.shape[:2])
-        internals = policy.core.internals(policy.core_input(x), time)
+        seq, time = policy.core_sequence(policy.core_input(x), time)  # a frame's tokens, with frame_tokens
+        internals = policy.core.internals(seq, time)
     if not internals or "attn" not in internals:
         return {}
     for key in ("entropy", "entropy_norm", "max_weight", "uniform_max_weight"):
@@ -43,7 +44,7 @@ def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, s
         writer.add_scalar("attention/logit_scale_mean", float(internals["logit_scale"].mean()), step)
     sample = len(x) - 1  # the last window of the chunk: a full window past the episode start
     attn, idx = internals["attn"][sample], internals["index"][sample].clamp(min=0)  # [H, T, K]
-    dense = torch.zeros(*attn.shape[:2], W, device=attn.device).scatter_add_(-1, idx, attn).mean(0)  # [T, T]
+    dense = torch.zeros(*attn.shape[:2], seq.shape[1], device=attn.device).scatter_add_(-1, idx, attn).mean(0)  # [T, T]
     image = (dense / dense.max().clamp(min=1e-8)).cpu()
     image = image.repeat_interleave(16, 0).repeat_interleave(16, 1)[None]  # [1, 16T, 16T], query rows, key cols
     writer.add_image(f"{policy.config.core}/attention", image, step, dataformats="CHW")

@@ -28,8 +28,9 @@ on, is logged and answered with steering 0, throttle 0), and the frame rate is b
 a drive key: the payload is then empty. Steering and throttle are sent as **strings**
 (``str(float)``; the simulator reads the JSON fields as text and parses them). Steering is
 the policy's steering in [-1, 1] (+-25 degrees, + = right: the simulator's own convention, the same
-as this project's); throttle follows the usual drive loop, ``1 - steering^2 - (speed / limit)^2``
-clipped to [0, 1]. Each frame is one ``PolicyStream.step(frame, t)`` with ``t`` the seconds since
+as this project's, times the checkpoint's ``steer_gain`` where set); throttle follows the usual drive loop,
+``1 - steering^2 - (speed / limit)^2`` clipped to [0, 1], unless the checkpoint drives with a fixed throttle
+(``fixed_throttle``: ``train.py --preset paper-udacity`` stores the authors' 0.05). Each frame is one ``PolicyStream.step(frame, t)`` with ``t`` the seconds since
 the connection's first frame (monotonic clock), so time-aware cores see the real frame spacing; the
 stream is reset on every new connection. ``SteeringServer`` holds all of that without a socket (it
 is what the tests drive); ``Bridge`` only moves its dicts over socket.io.
@@ -234,7 +235,7 @@ class SteeringServer:
                 log.error("bad telemetry frame (answered with steering 0, throttle 0): %s%s", e,
                           "; further bad frames are only counted" if self.errors == MAX_LOGGED_ERRORS else "")
             return dict(STOP)
-        throttle = throttle_for(steering, speed, self.speed_limit)
+        throttle = self.policy.throttle_for(throttle_for(steering, speed, self.speed_limit))  # or its fixed one
         if self.recorder is not None:
             try:
                 self.recorder.add(jpeg, steering, throttle, speed)

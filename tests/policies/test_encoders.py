@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from policies.encoders import ENCODERS, CarRacingCNN, PilotNet, build_encoder
+from policies.encoders import ENCODERS, CarRacingCNN, PilotNet, build_encoder, encoder_features
 from policies.policy import frames_to_float
 
 
@@ -66,3 +66,24 @@ def test_bad_encoder_arguments():
     enc = build_encoder("carracing", (32, 32), 8)
     with pytest.raises(ValueError, match=r"\[B, T, 3, 32, 32\]"):
         enc(torch.rand(1, 2, 3, 40, 40))
+
+
+@pytest.mark.parametrize("name, size, features, scale", [("carracing-official", (96, 96), 2430, (255.0, 0.0)),
+                                                         ("pilotnet-official", (66, 200), 1152, (2.0, -1.0))])
+def test_official_encoders_output_their_conv_map_channels_last(name, size, features, scale):
+    """The authors' trainers' stacks: no projection (feature_dim is not read), the map flattened height, width,
+    channel as Keras flattens it, their pixel scale, Glorot-uniform kernels and zero biases."""
+    enc = build_encoder(name, size, feature_dim=64).eval()
+    assert enc.feature_dim == encoder_features(name, size, 64) == features
+    assert encoder_features("carracing", size, 64) == 64
+    x = torch.rand(2, 1, 3, *size)
+    out = enc(x)
+    conv_map = enc.convs(x[:, 0] * scale[0] + scale[1])  # [B, C, H, W]
+    assert out.shape == (2, 1, features)
+    torch.testing.assert_close(out[:, 0], conv_map.permute(0, 2, 3, 1).reshape(2, -1))
+    convs = [m for m in enc.convs if isinstance(m, torch.nn.Conv2d)]
+    assert all(not c.bias.detach().any() for c in convs)
+    fan = convs[0].in_channels * convs[0].kernel_size[0] ** 2 + convs[0].out_channels * convs[0].kernel_size[0] ** 2
+    assert float(convs[0].weight.detach().abs().max()) <= (6 / fan) ** 0.5
+    dropouts = [m.p for m in enc.convs if isinstance(m, torch.nn.Dropout)]
+    assert dropouts == ([0.2] * 3 if name.startswith("carracing") else [])

@@ -523,3 +523,45 @@ def test_steer_gain_scales_the_steering_alone_before_the_clip_online_and_offline
 def test_bad_steer_gains_are_refused(options, says):
     with pytest.raises(ValueError, match=says):
         tiny_config("mlp", **options).validate()
+
+
+def test_the_gain_acts_from_its_threshold_on_and_a_fixed_throttle_replaces_the_predicted_one(tmp_path):
+    """The authors' Udacity drive.py: steering x3 where |s| >= 0.01, throttle 0.05 whatever the model says."""
+    policy = make_policy("mlp", action_names=["steer", "throttle"], target_mean=[0.0, 0.0], target_std=[1.0, 1.0],
+                         steer_gain=3.0, steer_gain_from=0.01, fixed_throttle=0.05)
+    assert policy.to_env_action(torch.tensor([0.005, 0.9])).tolist() == pytest.approx([0.005, 0.05])
+    assert policy.to_env_action(torch.tensor([-0.2, -0.4])).tolist() == pytest.approx([-0.6, 0.05])
+    np.testing.assert_allclose(policy.steered(np.array([[0.009, 0.3], [0.01, 0.3]]))[:, 0], [0.009, 0.03])
+    assert policy.throttle_for(0.7) == 0.05 and make_policy("mlp").throttle_for(0.7) == 0.7
+    again = load_checkpoint(save_checkpoint(tmp_path / "p.pt", policy))
+    assert (again.config.steer_gain_from, again.config.fixed_throttle) == (0.01, 0.05)
+
+
+@pytest.mark.parametrize("options, says", [(dict(steer_gain_from=1.0), "steer_gain_from must be"),
+                                           (dict(fixed_throttle=2.0), "fixed_throttle must be"),
+                                           (dict(fixed_throttle=True), "fixed_throttle must be"),
+                                           (dict(head="discrete", fixed_throttle=0.1), "not of a discrete one"),
+                                           (dict(frame_tokens=4), "needs window 1"),
+                                           (dict(head_hidden=-1), "head_hidden must be")])
+def test_bad_drive_and_shape_options_are_refused(options, says):
+    with pytest.raises(ValueError, match=says):
+        tiny_config("mlp", **options).validate()
+
+
+def test_frame_tokens_cut_the_frame_features_in_order_as_a_keras_reshape_does():
+    """window 1, frame_tokens N: the core reads the frame's F features as N tokens of F / N, in their order; the
+    stream and a batch agree; a hidden head layer sits between core and actions."""
+    policy = make_policy("nac", window=1, feature_dim=24, frame_tokens=6, head_hidden=8,
+                         core_options={"d_model": 16, "heads": 4, "variant": "official", "topk": 3})
+    assert policy.core.nac.input_dim == 4 and [m.out_features for m in policy.head if hasattr(m, "out_features")] == [8, 3]
+    emb = torch.arange(2 * 24, dtype=torch.float32).view(2, 1, 24)
+    seq, time = policy.core_sequence(emb, torch.zeros(2, 1))
+    np.testing.assert_array_equal(seq.numpy(), np.reshape(emb.numpy(), (2, -1, 4)))  # Keras's Reshape: row-major
+    assert torch.equal(seq[1, 2], torch.tensor([32.0, 33.0, 34.0, 35.0])) and time[0].tolist() == [-5, -4, -3, -2, -1, 0]
+    frames = random_frames(3)
+    batch = policy(frames[:, None])
+    stream = policy.stream()
+    stream.reset()
+    torch.testing.assert_close(torch.stack([stream.step(f) for f in frames]), batch, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="does not divide"):
+        make_policy("mlp", window=1, feature_dim=10, frame_tokens=4)
