@@ -6,6 +6,8 @@
     python train.py --data DATA --core nac --folds 5                                       # paper's 5-fold protocol
     python train.py --out runs/train/nac --resume                                          # continue a run
     python train.py --data shard0 shard1 shard2 --out runs/train/all                       # several datasets as one
+    python train.py --preset paper-carracing                                               # the authors' experiments,
+    python train.py --preset paper-udacity --data RECORDING_DIR                            # docs/usage.md
     torchrun --nproc-per-node 2 train.py --data DATA --out runs/train/ddp                  # 2 processes, one policy
 
 Under torchrun (--nproc-per-node N, and --nnodes/--rdzv-* across machines) the processes train one policy with

@@ -101,12 +101,37 @@ def parse(cls: type[T], argv: Sequence[str] | None, prog: str, doc: str | None =
     """The dataclass ``cls`` filled from ``argv`` (default: sys.argv[1:]); a mistake exits 2 in one line.
 
     A field that takes one value or several (``str | list[str]``) given one value holds that value, not a list."""
-    values = vars(build_parser(cls, prog, doc).parse_args(None if argv is None else list(argv)))
+    parser = build_parser(cls, prog, doc)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    values = vars(parser.parse_args(argv))
     hints = typing.get_type_hints(cls)
     for name, value in values.items():
         if isinstance(value, list) and len(value) == 1 and _one_or_several(hints[name]):
             values[name] = value[0]
-    return cls(**values)  # a list flag not given is absent: the field's own default
+    parsed = cls(**values)  # a list flag not given is absent: the field's own default
+    object.__setattr__(parsed, _GIVEN, frozenset(_given(parser, argv)))
+    return parsed
+
+
+_GIVEN = "_cli_given"  # the attribute where ``parse`` notes the fields the command line gave
+
+
+def given_fields(parsed: Any) -> frozenset[str] | None:
+    """The fields of a dataclass made by ``parse`` that its command line gave (a flag given at its default
+    value too); None for one built otherwise (in code), where only a value away from the default tells."""
+    return getattr(parsed, _GIVEN, None)
+
+
+def _given(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The destinations ``argv`` sets: the same parse with every default suppressed."""
+    saved = [(a, a.default) for a in parser._actions]
+    try:
+        for a, _ in saved:
+            a.default = argparse.SUPPRESS
+        return set(vars(parser.parse_args(argv)))
+    finally:
+        for a, default in saved:
+            a.default = default
 
 
 Commands = Mapping[str, tuple[type, str]]

@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent.training.presets import PRESETS, preset_help, preset_settings
 from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
 from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
 from common.checks import is_int
-from common.cli import flag_of, option
+from common.cli import flag_of, given_fields, option
 from driving_data.dataset import DemoDataset, is_recording, open_datasets
 from envs.registry import dataset_env
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
@@ -25,6 +26,7 @@ from policies.precision import PRECISIONS
 from policies.precision import check as check_precision
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
+LR_SCHEDULES = ("cosine", "constant")  # agent.training.loop.make_schedule
 LOSSES = ("huber", "mse")
 LOADING = ("auto", "memory", "lazy")
 SPLITS = ("auto", "episodes", "blocks")  # agent.training.windows.make_splits
@@ -35,6 +37,8 @@ DATASET_WEIGHTS = ("auto", "frames", "sqrt", "equal")  # agent.training.windows.
 class TrainArgs:
     """Behaviour-cloning arguments: one typed dataclass, one train.py flag per field (common.cli builds the parser)."""
 
+    preset: str | None = option(None,
+        help_from=lambda: preset_help(), group="input", choices=tuple(PRESETS), metavar="PRESET")
     data: str | list[str] = option("data/carracing_continuous",
         "dataset folder written by collect.py; several (--data A B C, e.g. collection shards) train as one "
         "dataset, the episodes `python -m agent.data.merge` would write; a pool (python -m agent.udacity.pool "
@@ -84,10 +88,16 @@ class TrainArgs:
         "expert's labels depend on; K >= the largest latency trained; with --init, the checkpoint's unless given "
         "(default: 0)", group="model", metavar="K")
     lr: float = option(1e-3, "peak AdamW learning rate", group="optimisation")
-    weight_decay: float = option(1e-4, "AdamW weight decay", group="optimisation")
+    weight_decay: float = option(1e-4, "AdamW weight decay (0: AdamW is Adam)", group="optimisation")
     warmup: float = option(0.05,
-        "fraction of the optimizer steps spent warming up, then cosine decay to 5%", group="optimisation")
-    grad_clip: float = option(1.0, "clip the gradient norm to this", group="optimisation")
+        "fraction of the optimizer steps spent warming up, then the --lr-schedule", group="optimisation")
+    lr_schedule: str = option("cosine",
+        "after the warm-up: cosine (decay to 5% of --lr) | constant (--lr throughout)", group="optimisation",
+        choices=LR_SCHEDULES)
+    epoch_steps: int = option(0,
+        "optimizer steps per epoch: 0 = one pass over the training segments; N = N batches of segments drawn at "
+        "random (every segment once before any twice), as a trainer with a fixed steps_per_epoch", group="optimisation")
+    grad_clip: float = option(1.0, "clip the gradient norm to this; 0 = no clipping", group="optimisation")
     seed: int = option(1,
         "training seed: the weights, batches and augmentations (and the split, unless --split-seed); not a track seed, "
         "the tracks are the dataset's", group="optimisation")
@@ -162,16 +172,34 @@ class TrainArgs:
     crop: str = option("auto",
         "rows of the camera frame kept, \"top:bottom\" | none | auto (the env's: udacity 60:135)", group="model")
     color: str = option("auto", "rgb | yuv | auto (the env's: udacity yuv, carracing rgb)", group="model", choices=("auto", "rgb", "yuv"))
-    encoder: str = option("auto", "auto (the env's own) | carracing (paper CNN) | pilotnet", group="model")
+    encoder: str = option("auto",
+        "auto (the env's own) | carracing (paper CNN) | pilotnet | carracing-official | pilotnet-official (the "
+        "authors' trainers' conv stacks, their map itself the feature: policies/encoders.py)", group="model")
     image_size: str | None = option(None,
         "encoder input \"HxW\"; default: the env's (udacity 66x200), else the (cropped) frame", group="model")
-    feature_dim: int = option(64, "per-frame CNN embedding size", group="model")
+    feature_dim: int = option(64,
+        "per-frame CNN embedding size (not read by the -official encoders: their feature is the conv map)", group="model")
+    frame_tokens: int = option(0,
+        "window 1: cut each frame's features, in order, into this many tokens, the sequence the core attends "
+        "over (the authors' Udacity model: its 1x18x64 conv map as 64 tokens of 18); 0 = the window's frames are "
+        "the sequence", group="model")
+    head_hidden: int = option(0,
+        "a hidden ReLU layer of this width between the core and the action layer (the authors' CarRacing model: "
+        "64); 0 = one linear layer", group="model")
     d_model: int = option(64, "nac / mha width", group="model")
     heads: int = option(16, "nac heads (mha uses 4)", group="model")
     topk: int = option(8, "nac: keys each query attends to (top-k)", group="model")
     sparsity: float = option(0.5, "nac: fraction of the wiring's connections removed (AutoNCP)", group="model")
     nac_mode: str = option("exact", "exact | euler | steady (for plain \"nac\")", group="model", choices=NAC_MODES)
     hidden: int = option(64, "lstm / gru / cfc / mlp width (ltc: half, its ODE solver is 6x costlier)", group="model")
+    steer_gain: float = option(1.0,
+        "continuous students: their steering is multiplied by this when they drive (stored in the checkpoint; "
+        "the authors' Udacity drive.py: 3); with --init, the checkpoint's unless given", group="model")
+    steer_gain_from: float = option(0.0,
+        "the --steer-gain acts only where |steering| >= this (their drive.py: 0.01)", group="model")
+    fixed_throttle: float | None = option(None,
+        "continuous steering students: drive with this throttle whatever they predict (the Udacity bridge, an env "
+        "that takes a throttle; their drive.py: 0.05); default: their own, or the driver's rule", group="model")
     device: str = option("auto", "auto (cuda if available) | cpu | cuda", group="runtime")
     precision: str = option("auto",
         "the encoder's arithmetic: auto (bf16 where it trains faster: a CPU with AMX, a CUDA GPU with native "
@@ -213,14 +241,26 @@ def check_args(a: TrainArgs) -> None:
     for s in specs:
         parse_policy_spec(s)
     for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "oversample_turns", "window_gaps", "feature_dim", "d_model",
-                 "heads", "topk", "hidden", "threads", "log_every"):
-        if getattr(a, name) < (0 if name in ("threads", "frame_stride") else 1):
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+                 "heads", "topk", "hidden", "threads", "log_every", "frame_tokens", "head_hidden", "epoch_steps"):
+        at_least = 0 if name in ("threads", "frame_stride", "frame_tokens", "head_hidden", "epoch_steps") else 1
+        if getattr(a, name) < at_least:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {at_least}, got {getattr(a, name)}")
+    if a.frame_tokens and a.window != 1:
+        raise ValueError(f"--frame-tokens cuts one frame's features into a sequence: it needs --window 1, got {a.window}")
+    if a.frame_tokens and a.latency_input not in (None, "none"):
+        raise ValueError("--frame-tokens: a policy whose sequence is one frame's tokens cannot be told its latency")
+    if a.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {a.lr_schedule!r}")
+    if not (0 < a.steer_gain <= 4 and 0 <= a.steer_gain_from < 1):
+        raise ValueError(f"--steer-gain must be in (0, 4] and --steer-gain-from in [0, 1), got {a.steer_gain} and "
+                         f"{a.steer_gain_from}")
+    if a.fixed_throttle is not None and not -1 <= a.fixed_throttle <= 1:
+        raise ValueError(f"--fixed-throttle must be in [-1, 1], got {a.fixed_throttle}")
     if a.folds == 1 or a.folds < 0:
         raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
     if not 0.0 < a.val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in (0, 1), got {a.val_fraction}")
-    for flag, value, ok, rule in (("--lr", a.lr, a.lr > 0, "> 0"), ("--grad-clip", a.grad_clip, a.grad_clip > 0, "> 0"),
+    for flag, value, ok, rule in (("--lr", a.lr, a.lr > 0, "> 0"), ("--grad-clip", a.grad_clip, a.grad_clip >= 0, ">= 0"),
                                   ("--weight-decay", a.weight_decay, a.weight_decay >= 0, ">= 0"),
                                   ("--warmup", a.warmup, 0 <= a.warmup < 1, "in [0, 1)")):
         if not ok:  # NaN fails every rule
@@ -338,7 +378,8 @@ def parse_crop(text: str | None) -> list[int] | None:
     return [top, bottom]
 
 
-SHAPE = ("policy", "window", "frame_stride", "encoder", "feature_dim", "image_size", "crop", "color")  # --init's
+SHAPE = ("policy", "window", "frame_stride", "encoder", "feature_dim", "image_size", "crop", "color",
+         "frame_tokens", "head_hidden")  # --init's
 CORE_SIZES = ("d_model", "heads", "topk", "sparsity", "nac_mode", "hidden")  # the core's, from --init's core_options
 
 
@@ -354,7 +395,8 @@ def checkpoint_shape(init: str, given: dict[str, Any], time_input: str | None, l
     label = (payload.get("metadata") or {}).get("policy") or c.core
     shape = dict(policy=str(label), window=c.window, frame_stride=c.frame_stride, encoder=c.encoder,
                  feature_dim=c.feature_dim, image_size=f"{c.image_size[0]}x{c.image_size[1]}",
-                 crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color)
+                 crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color,
+                 frame_tokens=c.frame_tokens, head_hidden=c.head_hidden)
     defaults = {f.name: f.default for f in fields(TrainArgs)}
     sizes = _checkpoint_sizes(init, c.core, dict(c.core_options), str(label), given, defaults)
     for name, kept in shape.items():
@@ -484,6 +526,7 @@ class Windows:
     seed: int
     latency: tuple[int, int] | str = (0, 0)  # steps from a window's last frame to its label (--latency-steps)
     dataset_weight: str = "frames"  # how the --data folders share an epoch (resolved: never auto)
+    epoch_steps: int = 0  # batches per epoch; 0: one pass over the segments (agent.training.windows.batch_plan)
 
 
 @dataclass(frozen=True)
@@ -522,6 +565,7 @@ class Optimisation:
     class_weights: bool  # discrete heads
     log_every: int
     seed: int
+    lr_schedule: str = "cosine"  # after the warm-up: cosine | constant (agent.training.loop.make_schedule)
 
 
 @dataclass(frozen=True)
@@ -548,6 +592,11 @@ class Model:
     action_temperature: float | None
     latency_input: str | None
     latency_queue: int | None
+    frame_tokens: int = 0  # a frame's features cut into this many tokens (PolicyConfig.frame_tokens)
+    head_hidden: int = 0  # a hidden ReLU layer before the action layer (PolicyConfig.head_hidden)
+    steer_gain: float = 1.0  # drive-time steering gain, from this magnitude on (PolicyConfig.steer_gain[_from])
+    steer_gain_from: float = 0.0
+    fixed_throttle: float | None = None  # PolicyConfig.fixed_throttle
 
 
 @dataclass(frozen=True)
@@ -586,10 +635,15 @@ class TrainPlan:
 
 
 def resolve(a: TrainArgs) -> TrainPlan:
-    """The boundary: the arguments resolved once, into the plan every later step reads. --out filled in; with
+    """The boundary: the arguments resolved once, into the plan every later step reads. --preset's settings where
+    no flag was given (agent.training.presets); --out filled in; with
     --resume, the arguments the run in --out started with (only where it runs and how it reports are taken from
     this command); checked (check_args); --init's architecture (checkpoint_shape). What the data decides is
     filled in once it is there: its import (imported), its env's defaults (with_env_defaults)."""
+    if a.preset is not None:  # before --out's default, which a preset names
+        given = given_fields(a)  # the flags of the command line; for arguments built in code, what is not a default
+        a = replace(a, **preset_settings(a.preset, asdict(a), given if given is not None else {
+            f.name for f in fields(TrainArgs) if getattr(a, f.name) != _default(f)}, _flags()))
     out = Path(a.out or default_out(a.policy))
     a = replace(a, out=str(out))
     if a.resume and a.overwrite:
@@ -618,18 +672,25 @@ def resolve(a: TrainArgs) -> TrainPlan:
         RunOptions(str(a.out), a.resume, a.overwrite, a.device, a.precision, a.progress, a.seed, a.folds, a.threads),
         Model(a.init, a.head, a.encoder, a.feature_dim, a.window, a.frame_stride, a.time_input, a.color, a.d_model,
               a.heads, a.topk, a.sparsity, a.nac_mode, None if a.hidden == default_hidden else a.hidden,
-              22222 + a.seed, a.discrete_actions, a.action_temperature, a.latency_input, a.latency_queue),
+              22222 + a.seed, a.discrete_actions, a.action_temperature, a.latency_input, a.latency_queue,
+              a.frame_tokens, a.head_hidden, a.steer_gain, a.steer_gain_from, a.fixed_throttle),
         DataOptions(a.data, a.crop, a.image_size, None if a.side_correction is None else a.side_correction > 0,
                     a.recovery_views > 0, a.smooth_labels, a.data_loading, a.progress, a.dataset_weight,
                     a.strict_images),
         SplitOptions(a.split, a.val_fraction, a.folds, a.seed if a.split_seed is None else a.split_seed),
         Windows(a.window, a.frame_stride, a.window_gaps, a.segment, a.batch_size, a.oversample_turns, a.seed,
-                parse_latency_steps(a.latency_steps), "frames" if a.dataset_weight == "auto" else a.dataset_weight),
+                parse_latency_steps(a.latency_steps), "frames" if a.dataset_weight == "auto" else a.dataset_weight,
+                a.epoch_steps),
         Augmentation(a.augment, a.side_correction, a.shift_steer, a.flip, a.shadows, a.color_jitter),
         RecoveryOptions(a.recovery_views, a.recovery_offset, a.recovery_yaw, a.recovery_return)
         if a.recovery_views > 0 else None,
         Optimisation(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every,
-                     a.seed))
+                     a.seed, a.lr_schedule))
+
+
+def _flags() -> dict[str, tuple[str, Any]]:
+    """Every TrainArgs field's flag and default."""
+    return {f.name: (flag_of(f), _default(f)) for f in fields(TrainArgs)}
 
 
 def _default(f: Any) -> Any:

@@ -44,6 +44,7 @@ from common.files import atomic_write_all, disk_full, write_json
 from common.stops import Interrupted, raise_if_stopped, stops_at_safe_points
 from envs.registry import camera_envs, trained_frame_shape
 from policies.actions import check_temperature
+from policies.encoders import encoder_features
 from policies.precision import choose as choose_precision
 from policies.policy import (
     DrivingPolicy,
@@ -100,10 +101,28 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
 
 
 def fine_tuned(m: Model, data: Data, head: str, names: list[str] | None) -> DrivingPolicy:
-    """--init's policy as this run fine-tunes it (initial_policy with the run's settings); a checkpoint the data
-    cannot fine-tune is refused (agent.training.experiment asks before writing into the run folder)."""
-    return initial_policy(m.init, data, head, names, m.time_input, m.discrete_actions, m.action_temperature,
-                          m.latency_input, m.latency_queue)
+    """--init's policy as this run fine-tunes it (initial_policy with the run's settings; its drive-time steering
+    gain and throttle unless given); a checkpoint the data cannot fine-tune is refused (agent.training.experiment
+    asks before writing into the run folder)."""
+    policy = initial_policy(m.init, data, head, names, m.time_input, m.discrete_actions, m.action_temperature,
+                            m.latency_input, m.latency_queue)
+    told = drive_options(m)
+    if told:
+        for key, value in told.items():
+            setattr(policy.config, key, value)
+        try:
+            policy.config.validate()
+        except ValueError as e:
+            raise ValueError(f"--init {m.init!r}: {e}") from None
+    return policy
+
+
+def drive_options(m: Model) -> dict[str, Any]:
+    """The drive-time options (--steer-gain, --steer-gain-from, --fixed-throttle) given away from their defaults,
+    as PolicyConfig fields."""
+    told = {"steer_gain": m.steer_gain, "steer_gain_from": m.steer_gain_from, "fixed_throttle": m.fixed_throttle}
+    defaults = {"steer_gain": 1.0, "steer_gain_from": 0.0, "fixed_throttle": None}
+    return {k: v for k, v in told.items() if v != defaults[k]}
 
 
 def loss_fn(policy: DrivingPolicy, raw: torch.Tensor, target: torch.Tensor, loss: str,
@@ -203,13 +222,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def make_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup, then cosine decay to 5% of the peak learning rate."""
+def make_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float,
+                  schedule: str = "cosine") -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup, then cosine decay to 5% of the peak learning rate (``schedule`` "constant": the peak rate)."""
     warm = max(1, int(warmup * total_steps))
 
     def factor(step: int) -> float:
         if step < warm:
             return (step + 1) / warm
+        if schedule == "constant":
+            return 1.0
         progress = min(1.0, (step - warm) / max(1, total_steps - warm))
         return 0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
@@ -307,12 +329,13 @@ def build_policy(m: Model, spec: str, data: Data, head: str, names: list[str] | 
         raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
                          "temperature (add --discrete-actions sample)")
     core, options = core_options(m, spec)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"frame_tokens": m.frame_tokens, "head_hidden": m.head_hidden, **drive_options(m)}
     if head == "continuous":
-        extra = {"target_mean": train_targets.mean(0).astype(float).tolist(),
-                 "target_std": np.maximum(train_targets.std(0), 1e-2).astype(float).tolist()}
+        extra |= {"target_mean": train_targets.mean(0).astype(float).tolist(),
+                  "target_std": np.maximum(train_targets.std(0), 1e-2).astype(float).tolist()}
     config = PolicyConfig.for_actions(
-        head, names, encoder=m.encoder, feature_dim=m.feature_dim, core=core, core_options=options,
+        head, names, encoder=m.encoder, feature_dim=encoder_features(m.encoder, data.image_size, m.feature_dim),
+        core=core, core_options=options,
         window=m.window, frame_stride=m.frame_stride, frame_period=data.frame_period, time_input=m.time_input or "seconds",
         image_size=data.image_size, crop=data.crop, frame_shape=list(data.frame_shape) if data.frame_shape else None,
         color=m.color if m.color != "auto" else data.env.default_color,
@@ -366,7 +389,7 @@ class Trainer:
         self.shares = episode_shares(self.lengths, data.sources, plan.windows.dataset_weight)
         steps_per_epoch = len(batch_plan(self.lengths, plan.windows, 0, self.turns, self.shares))
         self.optimizer = make_optimizer(self.policy, opt)
-        self.scheduler = make_schedule(self.optimizer, opt.epochs * steps_per_epoch, opt.warmup)
+        self.scheduler = make_schedule(self.optimizer, opt.epochs * steps_per_epoch, opt.warmup, opt.lr_schedule)
         self.state = {"epoch": 0, "batch": 0, "global_step": 0, "best_val_loss": math.inf, "best_epoch": -1,
                       "history": [], "initial_val": {}, "train_time": 0.0, "train_samples": 0, "epoch_loss_sum": 0.0,
                       "epoch_samples": 0}
@@ -476,7 +499,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         step_loss = distributed.mean(world, loss.detach()).item()  # the whole step's loss, on every rank
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), opt.grad_clip).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
+                                                   opt.grad_clip or math.inf).item()  # 0: no clipping
         if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):  # before the step spreads it to the weights
             self.diverged(f"the training loss became {step_loss:g} (gradient norm {grad_norm:g}) at epoch "
                           f"{epoch + 1}, step {state['batch'] + 1}")

@@ -294,6 +294,11 @@ def batch_plan(lengths: dict[int, int], w: Windows, epoch: int, turns: dict[int,
     rng = np.random.default_rng([w.seed, epoch])
     segments = make_segments(lengths, w.segment, rng, turns, w.oversample_turns, shares)
     per_batch = max(1, w.batch_size // w.segment) if w.segment <= w.batch_size else 1
+    if w.epoch_steps and segments:  # a fixed number of batches: passes over the segments, each in a new order
+        need, drawn = w.epoch_steps * per_batch, list(segments)
+        while len(drawn) < need:
+            drawn.extend(segments[i] for i in rng.permutation(len(segments)))
+        segments = drawn[:need]
     return [segments[i: i + per_batch] for i in range(0, len(segments), per_batch)]
 
 
