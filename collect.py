@@ -8,9 +8,10 @@ time, one compressed file per episode plus a dataset card (dataset.json).
     python collect.py --out data/carracing_continuous --episodes 10     # appends 10 more episodes
     python collect.py --episodes 2 --max-steps 200 --out data/tiny --export-minari carracing/tiny-v0
     python collect.py --driver runs/train/nac/best.pt --beta 0.5 --episodes 15   # a DAgger round: the student drives
-    python collect.py --driver ckpt.pt --recovery-labels --out data/carracing_discrete   # wrong-way states: the way back
+    python collect.py --driver ckpt.pt --recovery-labels --out data/carracing_discrete  # wrong-way states: the way back
     python collect.py --renderer fast --workers 2       # CarRacing frames drawn with OpenCV, 2 episodes at a time
-    python collect.py --episodes 100 --shard 2/4        # episodes 25..49 of that run -> data/carracing_continuous-shard-2-of-4
+    python collect.py --episodes 100 --shard 2/4        # episodes 25..49 of that run
+                                                        # -> data/carracing_continuous-shard-2-of-4
 
 The run lives in agent/data/collection.py (seeds, resume rules, workers), one episode in agent/data/recorder.py
 (DART noise, DAgger), the format in driving_data/dataset.py; the Minari exporter in agent/data/minari_export.py

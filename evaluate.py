@@ -8,8 +8,10 @@
     python evaluate.py --checkpoint nac.pt --saliency --video-episodes 2              # Grad-CAM overlay
     python evaluate.py --episodes 20 --workers 2 --renderer fast                      # 2 processes, OpenCV frames
     python evaluate.py --data ~/recordings/lake --checkpoint runs/train/real/best.pt  # offline, on a real recording
-    python evaluate.py --replay ~/recordings/lake --checkpoint runs/train/real/best.pt --replay-span 0.8:1  # closed loop on a recording
-    python evaluate.py --data data/carracing_discrete --checkpoint checkpoints/carracing_nac_discrete.pt  # offline, vs the expert
+    python evaluate.py --replay ~/recordings/lake --checkpoint runs/train/real/best.pt --replay-span 0.8:1
+                                                                    # closed loop on a recording
+    python evaluate.py --data data/carracing_discrete --checkpoint checkpoints/carracing_nac_discrete.pt
+                                                                    # offline, vs the expert
     python evaluate.py --drop-prob 0.2 --renderer fast                                # 20 % of the frames lost
     python evaluate.py --env udacity --jitter 1:3 --latency-steps 1                   # irregular steps, 0.1 s late
 

@@ -1,5 +1,6 @@
 """What the CLIs of every stage share: progress bars only on a terminal, the TensorBoard command, ratios against a
-reference that may be zero, and a C allocator that keeps the memory a training step frees. How a command parses and ends (exit codes) lives below, in common/cli.py."""
+reference that may be zero, and a C allocator that keeps the memory a training step frees. How a command parses and ends
+(exit codes) lives below, in common/cli.py."""
 from __future__ import annotations
 
 import os

@@ -26,6 +26,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
+# E402: the settings above count only when made before numpy, cv2 and pygame load
 import statistics  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -33,8 +34,8 @@ from dataclasses import dataclass  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import timed_steps
-from common.cli import option, run_command
+from benchmarks import timed_steps  # noqa: E402
+from common.cli import option, run_command  # noqa: E402
 
 PROG = "python -m benchmarks.carracing_render"
 

@@ -119,7 +119,8 @@ def train(data: Path, mode: str, out: Path, epochs: int = 1, seconds: float | No
 
         acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
         acc.Reload()
-        rates = [e.value for e in acc.Scalars("charts/samples_per_sec")] if "charts/samples_per_sec" in acc.Tags()["scalars"] else []
+        rates = ([e.value for e in acc.Scalars("charts/samples_per_sec")]
+                 if "charts/samples_per_sec" in acc.Tags()["scalars"] else [])
         result.update(samples_per_sec=statistics.median(rates) if rates else None, logged_intervals=len(rates))
     return result
 
@@ -206,13 +207,15 @@ def _compare(args: CompareArgs) -> int:
         same = len({round(r["val_loss"], 12) for r in rows}) == 1
         print(f"\n{args.frames} frames, {args.repeats} repeats, medians:")
         for mode in ("memory", "lazy"):
-            print(f"  {mode:6s}  {med[mode]['samples_per_sec']:7.0f} samples/s   peak RSS {med[mode]['peak_hwm_mb']:6.0f} MB")
+            print(f"  {mode:6s}  {med[mode]['samples_per_sec']:7.0f} samples/s   peak RSS "
+                  f"{med[mode]['peak_hwm_mb']:6.0f} MB")
         print(f"  lazy / memory samples/s: {med['lazy']['samples_per_sec'] / med['memory']['samples_per_sec']:.3f}; "
               f"identical validation loss in every run: {same}")
         gathers = {mode: statistics.median(data_path_ms(data, mode) for _ in range(args.repeats))
                    for mode in ("memory", "lazy")}
         step_ms = 1000 * 64 / med["memory"]["samples_per_sec"]
-        print(f"  building a batch alone (64 windows): memory {gathers['memory']:.2f} ms, lazy {gathers['lazy']:.2f} ms "
+        print(f"  building a batch alone (64 windows): memory {gathers['memory']:.2f} ms, lazy "
+              f"{gathers['lazy']:.2f} ms "
               f"(a training step here: {step_ms:.0f} ms)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -89,7 +89,8 @@ def _benchmark(a: FeedbackGainsArgs) -> int:
     [folder] = import_recordings([a.data], [Path(a.out) / "imported_data"])
     ds = open_dataset(folder)
     geometry = geometry_of(ds)
-    print("| checkpoint | steer per m of offset (+ = right of the path) | steer per rad of heading (+ = pointing right) |")
+    print("| checkpoint | steer per m of offset (+ = right of the path) | steer per rad of "
+          "heading (+ = pointing right) |")
     print("|---|---|---|")
     for path in a.checkpoint:
         g_m, g_rad = gains(load_checkpoint(path).eval(), ds, geometry, a.span, a.frames)

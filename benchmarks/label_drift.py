@@ -75,8 +75,8 @@ class LabelDriftArgs:
                        metavar="REC_OR_DATASET", positional=True)
     span: tuple[float, float] = option((0.8, 1.0), "part A:B of every session replayed (default: 0.8:1, the "
                                        "held-out part)", group="evaluation conditions", metavar="A:B", parse=_span)
-    shift_steps: list[int] = option([2, 4], "rows the label is also played late and early", group="evaluation conditions",
-                                    metavar="N")
+    shift_steps: list[int] = option([2, 4], "rows the label is also played late and early",
+                                    group="evaluation conditions", metavar="N")
     out: str = option("eval/label_drift", "output folder: a raw recording is imported into it", group="output",
                       former=("--work",))
 

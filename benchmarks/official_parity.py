@@ -224,7 +224,8 @@ def parity(a: ParityArgs) -> dict[str, Any]:
             scale = max(scale, float(np.abs(expected).max()))
     return {"reference": str(path), "tensorflow": tf.__version__,
             "sizes": {"batch": a.batch, "steps": a.steps, "features": a.features, **sizes}, "seed": a.seed,
-            "tolerance": TOLERANCE, "max_abs_output": scale, "max_abs_diff": diffs, "their_errors": errors, "their_layer": checks}
+            "tolerance": TOLERANCE, "max_abs_output": scale, "max_abs_diff": diffs, "their_errors": errors,
+            "their_layer": checks}
 
 
 def table(result: dict[str, Any]) -> str:

@@ -16,7 +16,8 @@ The stages the precision does not reach are measured once, so the table is compl
 drives; it has no --precision), and evaluate.py's drives, CarRacing and the replay of the recording (one frame
 per step runs fp32 under every precision). The CarRacing demonstrations are that collection's (or ``--carracing``).
 
-    python -m benchmarks.precision --data data/pool/alexeyyy --threads 2 --epochs 4 --episodes 4 --max-steps 500 --frames 200
+    python -m benchmarks.precision --data data/pool/alexeyyy --threads 2 --epochs 4 --episodes 4 --max-steps 500 \
+        --frames 200
 """
 from __future__ import annotations
 

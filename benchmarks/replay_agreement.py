@@ -104,7 +104,8 @@ class ReplayAgreementArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(ReplayAgreementArgs, _benchmark, argv, prog="python -m benchmarks.replay_agreement", doc=__doc__, mistakes=(ValueError, OSError))
+    return run_command(ReplayAgreementArgs, _benchmark, argv, prog="python -m benchmarks.replay_agreement", doc=__doc__,
+                       mistakes=(ValueError, OSError))
 
 
 def _benchmark(a: ReplayAgreementArgs) -> int:
@@ -122,8 +123,8 @@ def _benchmark(a: ReplayAgreementArgs) -> int:
     names, paths = [f"shipped_{a.env}_nac"], [Path(f"checkpoints/{a.env}_nac.pt")]
     for name, core, epochs in STUDENTS:
         names.append(name)
-        paths.append(train([py, "train.py", "--data", str(out / "student_data"), "--core", core, "--epochs", str(epochs),
-                            "--no-progress"], out / "students" / name))
+        paths.append(train([py, "train.py", "--data", str(out / "student_data"), "--core", core, "--epochs",
+                            str(epochs), "--no-progress"], out / "students" / name))
     names.append("always_straight")
     paths.append(straight_checkpoint(out / "students" / "nac_e1" / "best.pt", out / "students" / "straight.pt"))
     common = ["--checkpoint", *map(str, paths), "--name", *names, "--video-episodes", "0", "--workers", str(a.workers),
@@ -153,12 +154,14 @@ def _benchmark(a: ReplayAgreementArgs) -> int:
         got = [-runs[n]["interventions_per_100s"] for n in names]
         lines.append(f"\nReplay ({label}) against true closed loop over {len(names)} students, by interventions "
                      f"per 100 s: Spearman "
-                     f"{spearman(truth, got):.3f}, Pearson {np.corrcoef(truth, got)[0, 1]:.3f}; over the {len(drivable)} "
+                     f"{spearman(truth, got):.3f}, Pearson {np.corrcoef(truth, got)[0, 1]:.3f}; "
+                     f"over the {len(drivable)} "
                      f"with a positive true autonomy: Spearman "
                      f"{spearman([truth[k] for k in drivable], [got[k] for k in drivable]):.3f}. Always-straight on "
                      f"the same frames: {runs[names[0]]['straight_autonomy']:.1f} % "
                      f"({runs[names[0]]['straight_interventions_per_100s']:.1f} per 100 s).")
-    text = f"# Replay against true closed loop: {a.env}, {a.episodes} tracks x {a.max_steps} steps\n\n" + "\n".join(lines)
+    text = (f"# Replay against true closed loop: {a.env}, {a.episodes} tracks x {a.max_steps} steps\n\n"
+            + "\n".join(lines))
     (out / "agreement.md").write_text(text + "\n")
     print(text)
     return 0

@@ -64,7 +64,8 @@ class ReplaySpeedArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(ReplaySpeedArgs, _benchmark, argv, prog="python -m benchmarks.replay_speed", doc=__doc__, mistakes=(ValueError, OSError))
+    return run_command(ReplaySpeedArgs, _benchmark, argv, prog="python -m benchmarks.replay_speed", doc=__doc__,
+                       mistakes=(ValueError, OSError))
 
 
 def _benchmark(a: ReplaySpeedArgs) -> int:
@@ -84,7 +85,8 @@ def _benchmark(a: ReplaySpeedArgs) -> int:
     warp, whole = bench(folder, a.steps, a.repeats)
     print("| what | frames/s (median of %d x %d steps, one core) | target |" % (a.repeats, a.steps))
     print("|---|---|---|")
-    print(f"| reprojection + vehicle model | {warp:,.0f} | >= {TARGET:,.0f}: {'met' if warp >= TARGET else 'NOT met'} |")
+    print(f"| reprojection + vehicle model | {warp:,.0f} | >= {TARGET:,.0f}: "
+          f"{'met' if warp >= TARGET else 'NOT met'} |")
     print(f"| ReplayEnv.step (with JPEG decode) | {whole:,.0f} | |")
     return 0
 

@@ -57,7 +57,8 @@ class ReplayViewsArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(ReplayViewsArgs, _benchmark, argv, prog="python -m benchmarks.replay_views", doc=__doc__, mistakes=(ValueError, OSError))
+    return run_command(ReplayViewsArgs, _benchmark, argv, prog="python -m benchmarks.replay_views", doc=__doc__,
+                       mistakes=(ValueError, OSError))
 
 
 def _benchmark(args: ReplayViewsArgs) -> int:

@@ -113,7 +113,8 @@ def report(name: str, r: dict[str, Any]) -> str:
                          f"measured {MEASURED_SIDE_M} m {s['abs_err_measured']:.2f}; off by > 0.5 m from it on "
                          f"{100 * s['gross']:.1f} %")
         if s["smoothed_pairs"]:
-            lines.append(f"    smoothed series ({s['smoothed_pairs']} frames): median abs error {s['smoothed_abs_err']:.2f},"
+            lines.append(f"    smoothed series ({s['smoothed_pairs']} frames): median abs error "
+                         f"{s['smoothed_abs_err']:.2f},"
                          f" off by > 0.5 m on {100 * s['smoothed_gross']:.1f} %")
     return "\n".join(lines)
 

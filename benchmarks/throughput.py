@@ -8,8 +8,8 @@ load the machine; absolute figures move with the load):
   OpenCV renderer (`renderer="fast"`), physics-only (no frame) -- `benchmarks.carracing_render`'s measurement;
 * collection (`agent.data.collection.collect`, the shipped PPO expert, DART noise, episode files written): env steps per
   wall-clock second of the whole call, per renderer, with `--workers 1` and `--workers 2`;
-* evaluation (`agent.evaluation.evaluate.evaluate`, the shipped student `checkpoints/carracing_nac.pt` shadowed by the expert,
-  no video): env steps per wall-clock second, `--workers 1` and `2`, per renderer;
+* evaluation (`agent.evaluation.evaluate.evaluate`, the shipped student `checkpoints/carracing_nac.pt` shadowed by the
+  expert, no video): env steps per wall-clock second, `--workers 1` and `2`, per renderer;
 * the Udacity-style simulator, center camera / three cameras / physics-only -- `benchmarks.udacity_sim`;
 * behaviour cloning (`agent.training.experiment.run`, nac-focus, window 8, batch 64, 2 threads) on the episodes just
   collected: training samples per second as train.py reports it;
@@ -189,7 +189,8 @@ def _benchmark(args: ThroughputArgs) -> int:
         raise ValueError(f"the shipped student {STUDENT} is missing")
     from agent.workers import usable_cores, warm_up
 
-    warm_up(["agent.data.collection", "agent.evaluation.evaluate", "agent.experts.expert", "stable_baselines3", "envs.carracing"])
+    warm_up(["agent.data.collection", "agent.evaluation.evaluate", "agent.experts.expert", "stable_baselines3",
+             "envs.carracing"])
     started = time.time()
     rows: list[tuple[str, str, float]] = []
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:

@@ -1,8 +1,8 @@
 """Throughput of the Udacity-style simulator (envs/udacity): env steps per second, one thread.
 
-For each world (classic = UdacityStyle-v0, hard = UdacityStyle-v1) and theme, three modes: the center camera rendered every step (the default env), all three
-cameras (left/center/right), and physics-only (render=False, what PPO on privileged features uses).
-The car is driven by the StanleyDriver so it stays on the road; only `env.step` is timed (the
+For each world (classic = UdacityStyle-v0, hard = UdacityStyle-v1) and theme, three modes: the center camera rendered
+every step (the default env), all three cameras (left/center/right), and physics-only (render=False, what PPO on
+privileged features uses). The car is driven by the StanleyDriver so it stays on the road; only `env.step` is timed (the
 driver's own time and resets are excluded). Each figure is the median over `--repeats` runs of
 `--steps` steps; OpenCV is held to one thread (`cv2.setNumThreads(1)`). Also reported: the time of a
 reset that builds a new track and its texture (per theme, median over the seeds used).

@@ -14,7 +14,8 @@ class Interrupted(Exception):
 
 
 _deferred = False  # inside stops_at_safe_points
-# a stop signal not known to be delivered (inside sigterm_as_interrupt, or a worker's first SIGINT); see raise_if_stopped
+# a stop signal not known to be delivered (inside sigterm_as_interrupt, or a worker's first SIGINT);
+# see raise_if_stopped
 _stop_requested = False
 
 

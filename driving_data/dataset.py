@@ -127,7 +127,8 @@ def write_episode(root: str | Path, episode_id: int, arrays: dict[str, Any], met
         jpeg_quality = check_jpeg_quality(jpeg_quality)
     reserved = [k for k in arrays if RESERVED_MARK in k]
     if reserved:
-        raise ValueError(f"write_episode: array names may not contain {RESERVED_MARK!r} (used for stored JPEG data), got {reserved}")
+        raise ValueError(f"write_episode: array names may not contain {RESERVED_MARK!r} (used for stored "
+                         f"JPEG data), got {reserved}")
     missing = [k for k in REQUIRED_ARRAYS if k not in arrays]
     if missing:
         raise ValueError(f"write_episode: arrays is missing {missing}; expected at least {list(REQUIRED_ARRAYS)}")
@@ -141,7 +142,8 @@ def write_episode(root: str | Path, episode_id: int, arrays: dict[str, Any], met
             step_shape = tuple(_shape(steps[base])[1:]) if base in steps else None
             if step_shape is None or tuple(_one_step_shape(k, v)) != step_shape:
                 want = step_shape if base in steps else f"a per-step array named {base!r}"
-                raise ValueError(f"write_episode: {k} must be one step of {base!r} (shape {want}), got shape {_shape(v)}")
+                raise ValueError(f"write_episode: {k} must be one step of {base!r} (shape "
+                                 f"{want}), got shape {_shape(v)}")
     stored: dict[str, np.ndarray] = {}
     codecs: dict[str, str] = {}
     shapes: dict[str, list[int]] = {}
@@ -214,7 +216,8 @@ class DemoDataset:
                 shape = tuple(int(x) for x in meta["frame_shapes"][name])
                 return shape if name.startswith(FINAL_PREFIX) else (n, *shape)
             if name + ".npy" not in members:
-                raise ValueError(f"episode file {str(path)!r} has no array {name!r}; it has {_array_names([m[:-4] for m in members])}")
+                raise ValueError(f"episode file {str(path)!r} has no array {name!r}; it has "
+                                 f"{_array_names([m[:-4] for m in members])}")
             with zf.open(name + ".npy") as f:
                 return tuple(npy_header(f)[0])
 
@@ -302,14 +305,16 @@ def open_dataset(root: str | Path) -> DemoDataset:
     """Open a dataset folder written by ``collect.py``; clear errors for a wrong or empty folder."""
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"dataset folder {str(root)!r} does not exist; create one with `python collect.py --out {root}`")
+        raise FileNotFoundError(f"dataset folder {str(root)!r} does not exist; create one with `python "
+                                f"collect.py --out {root}`")
     card_path = root / CARD_NAME
     files = sorted((root / EPISODE_DIR).glob("episode_*.npz"))
     if not files:
         inside = sorted(p.parent.name for p in [*root.glob("*/driving_log.csv"), *root.glob(f"*/{CARD_NAME}")])
         hint = (f"; it holds {', '.join(f'{n}/' for n in inside)}: point at that folder (a dataset, or a simulator "
                 f"recording with driving_log.csv and IMG/)" if inside else "; is it the --out folder of collect.py?")
-        raise FileNotFoundError(f"dataset folder {str(root)!r} holds no episodes (expected {EPISODE_DIR}/episode_*.npz){hint}")
+        raise FileNotFoundError(f"dataset folder {str(root)!r} holds no episodes (expected "
+                                f"{EPISODE_DIR}/episode_*.npz){hint}")
     try:
         card = json.loads(card_path.read_text()) if card_path.exists() else {}
     except json.JSONDecodeError as e:

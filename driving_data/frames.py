@@ -154,7 +154,8 @@ class JpegFrames:
                 raise ValueError(f"JpegFrames: frame {t} is {e}") from None
             if shape != self.frame_shape:
                 raise ValueError(f"JpegFrames: frame {t} is {shape[0]}x{shape[1]}x{shape[2]}, the others "
-                                 f"{self.frame_shape[0]}x{self.frame_shape[1]}x{self.frame_shape[2]} (height x width x channels)")
+                                 f"{self.frame_shape[0]}x{self.frame_shape[1]}x{self.frame_shape[2]} "
+                                 "(height x width x channels)")
 
     def decode(self, indices: Sequence[int] | None = None) -> np.ndarray:
         """uint8 RGB ``[n, H, W, C]`` of the chosen frames (all by default), decoded on 2 threads."""

@@ -45,7 +45,8 @@ REVERSING_MARGIN_S = 5.0  # cut this much before and after it too: a three-point
 # lock before its first stop, and ends pulling away
 MIN_PIECE_S = 1.0  # what is left of a session between cuts, if shorter, goes with them
 REVERSING_RULE = (f"cut: reversing (the brake held while the speed rises from < {REVERSE_FROM_MPH:g} mph, "
-                  f">= {REVERSE_MIN_ROWS} rows, >= {REVERSE_MIN_RISE_MPH:g} mph) with stops (< {STOP_MPH:g} mph) within "
+                  f">= {REVERSE_MIN_ROWS} rows, >= {REVERSE_MIN_RISE_MPH:g} mph) with stops (< "
+                  f"{STOP_MPH:g} mph) within "
                   f"{REVERSING_MERGE_S:g} s, +- {REVERSING_MARGIN_S:g} s; pieces under {MIN_PIECE_S:g} s")
 
 
@@ -137,7 +138,8 @@ def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, qu
             frame_shape.extend(shape)
         if list(shape) != frame_shape:
             raise ValueError(f"{where} line {r.line}: image {path.name!r} is {shape[0]}x{shape[1]}x{shape[2]} "
-                             f"(height x width x channels), expected {frame_shape[0]}x{frame_shape[1]}x3 like the first image")
+                             "(height x width x channels), expected "
+                             f"{frame_shape[0]}x{frame_shape[1]}x3 like the first image")
         data.append(b)
     if quality is None:
         return JpegFrames.from_bytes(data, frame_shape)

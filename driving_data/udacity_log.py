@@ -52,7 +52,8 @@ STEER_TOLERANCE = 1e-3  # logged steering a hair outside [-1, 1] (float printing
 # recordings); a faster row is a broken log, with 10 mph of room for a fork that tunes the car. Throttle and brake are
 # pedal positions in [0, 1] (STEER_TOLERANCE of float printing clipped).
 MAX_SPEED_MPH = 40.0
-FRAME_SHAPE = (160, 320, 3)  # the simulator's cameras, height x width x RGB: what a student's crop and the replay are made for
+# the simulator's cameras, height x width x RGB: what a student's crop and the replay are made for
+FRAME_SHAPE = (160, 320, 3)
 # Beside an exported driving_log.csv: what its replay needs and the format cannot say (the env, its camera and car,
 # what the steering column holds, the DART noise it was collected with); the importer keeps it in the card
 EXPORT_CARD = "exported_dataset.json"
@@ -169,7 +170,8 @@ def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> L
                 if not log.rows and not log.skipped and is_header(fields):
                     continue  # the header row of some published sets
                 if len(fields) != len(COLUMNS):
-                    raise ValueError(f"{where} line {n}: expected {len(COLUMNS)} columns ({','.join(COLUMNS)}), got {len(fields)}")
+                    raise ValueError(f"{where} line {n}: expected {len(COLUMNS)} columns "
+                                     f"({','.join(COLUMNS)}), got {len(fields)}")
                 images, missing, sides = _row_images(fields, where, n, files, lower, img_dir, strict_images)
                 values = _row_values(fields, where, n)
                 if missing is not None:
@@ -181,7 +183,8 @@ def read_log(csv_path: Path, img_dir: Path, *, strict_images: bool = False) -> L
         except csv.Error as e:
             raise ValueError(f"{where} line {reader.line_num}: {e}") from None
     if not log.rows:
-        what = f"; all {len(log.skipped)} name images missing from {str(img_dir)!r}" if log.skipped else " (an empty recording?)"
+        what = (f"; all {len(log.skipped)} name images missing from {str(img_dir)!r}" if log.skipped
+                else " (an empty recording?)")
         raise ValueError(f"{str(csv_path)!r} holds no usable rows{what}")
     return log
 
@@ -330,7 +333,8 @@ def _image_problem(row: LogRow, cam: int, jpeg: bool, where: str) -> tuple[str, 
     if img.shape[:2] != FRAME_SHAPE[:2]:  # another camera than the simulator's: the whole recording, not one row
         h, w, c = FRAME_SHAPE
         raise ValueError(f"{where} line {row.line}: image {path.name!r} is {img.shape[0]}x{img.shape[1]} (height x "
-                         f"width); the simulator records {h}x{w}x{c} frames, the size a student's crop and the replay's "
+                         f"width); the simulator records {h}x{w}x{c} frames, the size a "
+                         "student's crop and the replay's "
                          "camera are made for")
     return None
 
@@ -370,13 +374,15 @@ def usable_rows(csv_path: Path, img_dir: Path, jpeg_quality: int | None, strict_
     if log.missing_sides:
         first = log.missing_sides[0]
         say(f"warning: {len(log.missing_sides)} of {len(log.rows)} rows of {csv_path} name side images missing from "
-            f"{img_dir} (first: line {first.line}, {first.missing_sides[0][1]!r}): every row keeps its center frame and "
+            f"{img_dir} (first: line {first.line}, {first.missing_sides[0][1]!r}): every row "
+            "keeps its center frame and "
             "the recording is imported center-only (no left/right views for --side-correction); --strict-images "
             "refuses such a recording")
     drop_bad_images(log, cameras, jpeg_quality is None, strict_images, csv_path.name)
     if log.skipped:
         line, name, problem = log.skipped[0]
-        say(f"warning: skipped {len(log.skipped)} of {len(log.rows) + len(log.skipped)} rows of {csv_path} whose images "
+        say(f"warning: skipped {len(log.skipped)} of {len(log.rows) + len(log.skipped)} rows of "
+            f"{csv_path} whose images "
             f"are missing from {img_dir} or cannot be decoded (first: line {line}, {name!r}, {problem}); "
             "--strict-images refuses such a recording")
     if not log.rows:
@@ -399,7 +405,8 @@ def drop_repeated_rows(log: Log, where: str) -> None:
         seen = first.setdefault(r.images[0], r)
         if seen is r:
             kept.append(r)
-        elif (seen.steering, seen.throttle, seen.brake, seen.speed_mph) == (r.steering, r.throttle, r.brake, r.speed_mph):
+        elif (seen.steering, seen.throttle, seen.brake, seen.speed_mph) == (r.steering, r.throttle, r.brake,
+                                                                            r.speed_mph):
             log.repeated.append((r.line, seen.line))
         else:
             raise ValueError(f"{where} lines {seen.line} and {r.line} name the same center image {r.images[0].name!r} "

@@ -303,7 +303,7 @@ class SteerThrottleAction(gym.ActionWrapper):
         return ppo_to_env_action(action)
 
 
-# --------------------------------------------------------------------------------------------- the expert's training env
+# -------------------------------------------------------------------------------------------- the expert's training env
 @dataclass
 class Shaping:
     """Training-only reward shaping for the PPO expert (evaluation always uses the true env reward).
@@ -361,7 +361,8 @@ class ShapedReward(gym.Wrapper):
 
 def make_expert_env(action_space: str, *, render: bool = False, max_episode_steps: int = 1000) -> gym.Env:
     """The env the expert acts in: privileged obs, PPO action space ([steer, throttle] or Discrete(5))."""
-    env = CarRacingPrivilegedObservation(make_carracing(action_space, render=render, max_episode_steps=max_episode_steps))
+    env: gym.Env = CarRacingPrivilegedObservation(make_carracing(action_space, render=render,
+                                                                 max_episode_steps=max_episode_steps))
     if action_space == "continuous":
         env = SteerThrottleAction(env)
     return env

@@ -355,8 +355,9 @@ class FastRenderer:
         area-averaged world.
 
         The car is a few pixels big, so it gets its own finer canvas (`car_supersample` x) over the frame rows and
-        columns it can reach, drawn over the world's pixels there and area-averaged back. The camera follows the hull, so the hull never moves there (only the zoom changes it: its pixels
-        are cached) and a wheel is its pose relative to the hull; a handful of points, computed in plain Python.
+        columns it can reach, drawn over the world's pixels there and area-averaged back. The camera follows the hull,
+        so the hull never moves there (only the zoom changes it: its pixels are cached) and a wheel is its pose relative
+        to the hull; a handful of points, computed in plain Python.
         """
         k = self.car_supersample
         ax, ay = _KX * k, _KY * k  # patch pixels per window pixel

@@ -68,7 +68,8 @@ class EnvSpec:
     first_person: bool = False  # a car-mounted camera: mirrored frames with negated steering are valid samples,
     # and a sideways shift of the image is a lateral offset of the car (the Udacity/PilotNet augmentations)
     default_crop: tuple[int, int] | None = None  # rows of the camera frame a student keeps (sky and bonnet off)
-    default_color_jitter: float = 0.0  # train.py --color-jitter for a student of this env (scenes whose colours it never saw)
+    # train.py --color-jitter for a student of this env (scenes whose colours it never saw)
+    default_color_jitter: float = 0.0
     default_image_size: tuple[int, int] | None = None  # a student's encoder input (None: the frame, cropped)
     default_color: str = "rgb"  # rgb | yuv, the colour space a student's encoder sees
     # lane keeping: recover(env, speed=None) -> (obs, info) puts a car that left its lane back on the centre line
@@ -125,7 +126,8 @@ class EnvSpec:
 
     def check_action_space(self, action_space: str) -> str:
         if action_space not in self.action_spaces:
-            raise ValueError(f"action_space must be one of {list(self.action_spaces)} for {self.name}, got {action_space!r}")
+            raise ValueError(f"action_space must be one of {list(self.action_spaces)} for "
+                             f"{self.name}, got {action_space!r}")
         return action_space
 
     def check_renderer(self, renderer: str | None) -> str:
@@ -161,7 +163,8 @@ class EnvSpec:
         c = self.check_scene("condition", conditions or (self.train_conditions if collect else self.conditions))
         held = [x for x in t if x not in self.train_themes] + [x for x in c if x not in self.train_conditions]
         if collect and held and not allow_held_out:
-            raise ValueError(f"{', '.join(held)} {'is' if len(held) == 1 else 'are'} held out of {self.name}'s training "
+            raise ValueError(f"{', '.join(held)} {'is' if len(held) == 1 else 'are'} held out "
+                             f"of {self.name}'s training "
                              "data, kept for measuring generalisation; pass --allow-held-out to record "
                              f"{'it' if len(held) == 1 else 'them'} anyway")
         return {"themes": t, "conditions": c}

@@ -56,8 +56,8 @@ Policy names (``train.py --core``), parsed here only (``parse_core_name``, ``pol
                                                      phi_activation=identity, positions=sinusoidal
 
 e.g. ``nac-exact`` (the paper's layer, bare), ``nac-steady+prenorm``, ``nac-exact+prenorm+scale=4``,
-``nac-official-steady``, ``mha+bare``, ``gru+hidden=32``. Presets (``PRESETS``): ``nac-focus`` names the NAC variant that measured
-best in docs/nac.md. Unknown cores, flags or option names raise ValueError listing the valid ones.
+``nac-official-steady``, ``mha+bare``, ``gru+hidden=32``. Presets (``PRESETS``): ``nac-focus`` names the NAC variant
+that measured best in docs/nac.md. Unknown cores, flags or option names raise ValueError listing the valid ones.
 
 ncps' own sequence loops squeeze ``timespans[:, t]`` to ``[B]``, which broadcasts against the wrong
 axis of a ``[B, units]`` state, so the cfc and ltc cores run the ncps *cells* in their own loop with

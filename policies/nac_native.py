@@ -310,7 +310,8 @@ static inline __attribute__((always_inline)) void score_block(const float *q, co
 /* The scores of `rows` query rows q [rows, d] against the first n[r] keys (whole blocks) of kb [nb, d, SB]
    into buf [rows, ld]; key block by key block, so a block stays in L1 while every row reads it. */
 /* the same for two query rows at once: each key vector loaded serves both */
-static inline __attribute__((always_inline)) void score_block2(const float *q, const float *p, const float *kb, int64_t d, float *s, float *o) {
+static inline __attribute__((always_inline)) void score_block2(const float *q, const float *p, const float *kb,
+                                                               int64_t d, float *s, float *o) {
     const vf16 *k = (const vf16 *)kb;
     vf16 a0 = q[0] * k[0], a1 = q[0] * k[1], a2 = q[0] * k[2], a3 = q[0] * k[3];
     vf16 b0 = p[0] * k[0], b1 = p[0] * k[1], b2 = p[0] * k[2], b3 = p[0] * k[3];

@@ -51,7 +51,8 @@ TIME_INPUTS = ("seconds", "index")
 # how a policy is told its latency, the time from its newest frame to the moment its action lands:
 # none (it is not told) | clock (NAC: the query's timestamp is that moment) | input (one more input feature)
 LATENCY_INPUTS = ("none", "clock", "input")
-ACTION_RANGES = {"steer": (-1.0, 1.0), "gas": (0.0, 1.0), "brake": (0.0, 1.0), "throttle": (-1.0, 1.0)}  # throttle < 0 brakes
+# throttle < 0 brakes
+ACTION_RANGES = {"steer": (-1.0, 1.0), "gas": (0.0, 1.0), "brake": (0.0, 1.0), "throttle": (-1.0, 1.0)}
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -71,7 +72,9 @@ class PolicyConfig:
     window: int = 8  # frames per window
     frame_stride: int = 3  # steps between window frames (window spans (window-1)*frame_stride steps)
     frame_period: float = 0.02  # seconds between consecutive recorded frames (CarRacing: 50 Hz)
-    time_input: str = "seconds"  # what the core gets as time: seconds (the frames' true timestamps) | index (their window positions: the ablation that hides the clock)
+    # what the core gets as time: seconds (the frames' true timestamps) | index (their window positions: the ablation
+    # that hides the clock)
+    time_input: str = "seconds"
     head: str = "continuous"  # "discrete" (5-way classifier) | "continuous" (regressor)
     action_names: list[str] = field(default_factory=lambda: ["steer", "gas", "brake"])
     action_low: list[float] = field(default_factory=lambda: [-1.0, 0.0, 0.0])  # clip range of to_env_action
@@ -80,15 +83,27 @@ class PolicyConfig:
     target_std: list[float] | None = None
     env: str = "CarRacing-v3"
     action_space: str = "continuous"
-    discrete_actions: str = "argmax"  # discrete head: the rule it drives with unless told (policies.actions.DISCRETE_ACTION_RULES); a student trained on sampling drivers' data drives best sampling
-    action_temperature: float = 1.0  # discrete head, sample / dither: the softmax temperature it drives at unless told (policies.actions.check_temperature)
-    latency_input: str = "none"  # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature)
-    queue_steps: int = 0  # input only: it is also shown up to this many of its actions on their way (next to land first)
-    steer_gain: float = 1.0  # continuous steering is multiplied by it before the clip (DrivingPolicy.steered; benchmarks.steer_gain)
-    steer_gain_from: float = 0.0  # the gain acts only where |steering| >= this (the authors' Udacity drive.py: x3 from 0.01)
-    fixed_throttle: float | None = None  # the throttle it drives with, whatever it predicts (their drive.py: 0.05); None: its own / the driver's rule
-    frame_tokens: int = 0  # window 1 only: each frame's features cut in order into this many tokens, the sequence the core reads (0: the window is the sequence)
-    head_hidden: int = 0  # a hidden ReLU layer of this width before the action layer (their CarRacing model: 64); 0: one linear layer
+    # discrete head: the rule it drives with unless told (policies.actions.DISCRETE_ACTION_RULES); a student trained on
+    # sampling drivers' data drives best sampling
+    discrete_actions: str = "argmax"
+    # discrete head, sample / dither: the softmax temperature it drives at unless told
+    # (policies.actions.check_temperature)
+    action_temperature: float = 1.0
+    # how it is told its latency (LATENCY_INPUTS): none | clock (the nac core's query time) | input (a feature)
+    latency_input: str = "none"
+    # input only: it is also shown up to this many of its actions on their way (next to land first)
+    queue_steps: int = 0
+    # continuous steering is multiplied by it before the clip (DrivingPolicy.steered; benchmarks.steer_gain)
+    steer_gain: float = 1.0
+    # the gain acts only where |steering| >= this (the authors' Udacity drive.py: x3 from 0.01)
+    steer_gain_from: float = 0.0
+    # the throttle it drives with, whatever it predicts (their drive.py: 0.05); None: its own / the driver's rule
+    fixed_throttle: float | None = None
+    # window 1 only: each frame's features cut in order into this many tokens, the sequence the core reads (0: the
+    # window is the sequence)
+    frame_tokens: int = 0
+    # a hidden ReLU layer of this width before the action layer (their CarRacing model: 64); 0: one linear layer
+    head_hidden: int = 0
 
     def temperature_for(self, rule: str | None) -> float:
         """The temperature a discrete student samples at under ``rule`` (None: its own rule): its own temperature
@@ -160,12 +175,14 @@ class PolicyConfig:
         if self.discrete_actions not in DISCRETE_ACTION_RULES:
             raise ValueError(f"discrete_actions must be one of {DISCRETE_ACTION_RULES}, got {self.discrete_actions!r}")
         if self.discrete_actions != "argmax" and self.head != "discrete":
-            raise ValueError(f"discrete_actions {self.discrete_actions!r} is for a discrete head, not a {self.head} one")
+            raise ValueError(f"discrete_actions {self.discrete_actions!r} is for a discrete "
+                             f"head, not a {self.head} one")
         check_temperature(self.action_temperature, self.discrete_actions)
         if not (isinstance(self.steer_gain, (int, float)) and 0 < self.steer_gain <= 4):
             raise ValueError(f"steer_gain must be a number in (0, 4], got {self.steer_gain!r}")
         if self.steer_gain != 1 and (self.head != "continuous" or "steer" not in self.action_names):
-            raise ValueError(f"steer_gain scales continuous steering; a {self.head} head of {self.action_names} has none")
+            raise ValueError(f"steer_gain scales continuous steering; a {self.head} head of "
+                             f"{self.action_names} has none")
         if not (isinstance(self.steer_gain_from, (int, float)) and 0 <= self.steer_gain_from < 1):
             raise ValueError(f"steer_gain_from must be a number in [0, 1), got {self.steer_gain_from!r}")
         if self.fixed_throttle is not None:
@@ -173,12 +190,14 @@ class PolicyConfig:
                     or not -1 <= self.fixed_throttle <= 1:
                 raise ValueError(f"fixed_throttle must be a number in [-1, 1] or None, got {self.fixed_throttle!r}")
             if self.head != "continuous":
-                raise ValueError(f"fixed_throttle is the throttle of a continuous steering policy, not of a {self.head} one")
+                raise ValueError("fixed_throttle is the throttle of a continuous steering policy, "
+                                 f"not of a {self.head} one")
         for name in ("frame_tokens", "head_hidden"):
             if not is_int(getattr(self, name), 0):
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
         if self.frame_tokens and self.window != 1:
-            raise ValueError(f"frame_tokens cuts one frame's features into a sequence: it needs window 1, got {self.window}")
+            raise ValueError("frame_tokens cuts one frame's features into a sequence: it needs "
+                             f"window 1, got {self.window}")
         if self.frame_tokens and self.latency_input != "none":
             raise ValueError("frame_tokens: a policy whose sequence is one frame's tokens cannot be told its latency")
         for stat in ("target_mean", "target_std"):
@@ -300,7 +319,8 @@ class DrivingPolicy(nn.Module):
 
     # ------------------------------------------------------------------ pieces
     def encode(self, frames: torch.Tensor | np.ndarray) -> torch.Tensor:
-        """Per-frame embeddings: uint8/float ``[B, T, H, W, 3]`` (or already float ``[B, T, 3, h, w]``) -> ``[B, T, F]``."""
+        """Per-frame embeddings: uint8/float ``[B, T, H, W, 3]`` (or already float ``[B, T, 3, h, w]``) ->
+        ``[B, T, F]``."""
         if isinstance(frames, torch.Tensor) and frames.is_floating_point() and frames.dim() == 5 \
                 and frames.shape[2] == 3 and frames.shape[-1] != 3:
             x = frames.to(self.device)  # already converted (training augments converted frames)
@@ -400,7 +420,8 @@ class DrivingPolicy(nn.Module):
         return (target - self.target_mean) / self.target_std
 
     def forward(self, frames: torch.Tensor, time: torch.Tensor | None = None) -> torch.Tensor:
-        """``frames`` uint8|float ``[B, W, H, W, 3]``, ``time`` seconds ``[B, W]`` (last 0) -> logits or actions ``[B, out]``."""
+        """``frames`` uint8|float ``[B, W, H, W, 3]``, ``time`` seconds ``[B, W]`` (last 0) -> logits or actions
+        ``[B, out]``."""
         return self.postprocess(self.forward_raw(frames, time))
 
     def to_env_action(self, output: torch.Tensor | np.ndarray,
@@ -474,8 +495,8 @@ class PolicyStream:
     for each of the trained offsets ``k * frame_stride * frame_period`` seconds, the newest frame received at or
     before that time, so when frames arrive late, dropped or irregularly the window still spans the time it was
     trained on (with every frame delivered on the training clock both pick the same frames). Measured against
-    the nearest frame (which may be newer than the offset): the same under jitter, fewer lost tracks under drops. At the first step after
-    ``reset`` the cache is filled with that frame (and its timestamp), as
+    the nearest frame (which may be newer than the offset): the same under jitter, fewer lost tracks under drops. At the
+    first step after ``reset`` the cache is filled with that frame (and its timestamp), as
     ``agent.training.windows.window_indices`` repeats frame 0 before an episode start. ``t`` defaults to
     ``step_index * frame_period`` (the recorded datasets' clock).
     """
@@ -628,7 +649,8 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise ValueError(f"{str(path)!r} is a PyTorch file but not a driving-policy checkpoint (it has no "
                          f"format {CHECKPOINT_FORMAT!r}); {_EXPECTED}")
     if payload.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"{str(path)!r} is a driving-policy checkpoint of version {payload.get('version')!r}, but this "
+        raise ValueError(f"{str(path)!r} is a driving-policy checkpoint of version "
+                         f"{payload.get('version')!r}, but this "
                          f"code reads version {CHECKPOINT_VERSION}; train it again with this train.py")
     if not isinstance(payload.get("config"), dict) or not isinstance(payload.get("state_dict"), dict):
         raise ValueError(f"{str(path)!r} is an incomplete driving-policy checkpoint (no config or no state_dict); "

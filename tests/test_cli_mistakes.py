@@ -37,7 +37,8 @@ def test_a_window_longer_than_every_episode_is_refused(tmp_path, capsys):
     argv = ["--data", str(tmp_path / "rec"), "--out", str(tmp_path / "run"), *TINY]
     argv[argv.index("--window") + 1] = "12"
     assert train.main(argv) == 2
-    assert "--window 12 at --frame-stride 1 spans 12 steps, more than the longest episode (8 steps)" in _err_line(capsys)
+    need = "--window 12 at --frame-stride 1 spans 12 steps, more than the longest episode (8 steps)"
+    assert need in _err_line(capsys)
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 

@@ -210,7 +210,8 @@ def test_the_results_table_states_the_cards_figures_and_no_others():
 
 
 def test_every_docs_link_resolves():
-    """Every relative link of README.md and docs/*.md names a file that exists and, with #anchor, one of its headings."""
+    """Every relative link of README.md and docs/*.md names a file that exists and, with #anchor, one of its
+    headings."""
     broken = []
     for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text()):

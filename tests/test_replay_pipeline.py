@@ -75,7 +75,8 @@ def test_students_of_both_worlds_drive_the_replay_and_get_a_comparison(udacity_d
     (["--replay", "does/not/exist", "--expert-drives"], "does not exist"),
     (["--replay", "{drive}"], "pass --checkpoint CKPT"),
     (["--replay-span", "0.8:1"], "options of a --replay recording"),
-    (["--replay", "{drive}", "--replay-max-offset", "0", "--expert-drives"], "--replay-max-offset must be a distance > 0"),
+    (["--replay", "{drive}", "--replay-max-offset", "0", "--expert-drives"],
+     "--replay-max-offset must be a distance > 0"),
     (["--replay", "{drive}", "--replay-span", "0.9:0.2", "--expert-drives"], "0 <= A < B <= 1"),
     (["--replay", "{drive}", "--replay-span", "last", "--expert-drives"], "--replay-span takes A:B"),
     (["--replay", "{drive}", "--env", "udacity", "--expert-drives"], "drop --env"),
@@ -174,7 +175,8 @@ def test_a_disk_that_fills_up_while_a_video_is_written_is_one_line_and_removes_t
     assert evaluate_cli.main(["--replay", str(rec), "--expert-drives", "--max-steps", "20", "--workers", "1",
                               "--out", str(out), "--no-progress", "--no-tensorboard"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: no space left on the disk while writing ") and ".mp4" in err[0], err
+    assert len(err) == 1, err
+    assert err[0].startswith("error: no space left on the disk while writing ") and ".mp4" in err[0], err
     assert not (out / "imported_data").exists()
 
 
@@ -282,12 +284,14 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(udacity_drive, tmp_path, 
     plans = plan_rounds(tuned, recipe["replay"], log=lambda m: None)
     assert plans[0].train.init == "checkpoints/udacity_sim2real_nac.pt" and plans[0].collects == []
     assert plans[1].train.init == str(tmp_path / "ft" / "r0" / "best.pt")
-    assert tuned.name == "rec_from-udacity_sim2real_nac_s1" and Path(plans[1].collects[0][0].out) == Path("data/dagger") / tuned.name / "r1"
+    assert tuned.name == "rec_from-udacity_sim2real_nac_s1"
+    assert Path(plans[1].collects[0][0].out) == Path("data/dagger") / tuned.name / "r1"
     # --rounds: a finished lineage goes on with the recipe's last round repeated; fewer rounds stop early
     longer = plan_rounds(replace(lin, rounds=4), recipe["replay"], log=lambda m: None)
     assert [p.run_dir.name for p in longer] == ["r0", "r1", "r2", "r3", "r4"]
     assert longer[4].train.init == str(runs / "r3" / "best.pt") and longer[4].train.lr == 5e-4
-    assert len(longer[4].train.data) == 5 and longer[2].train == plan_rounds(lin, recipe["replay"], lambda m: None)[2].train
+    assert len(longer[4].train.data) == 5
+    assert longer[2].train == plan_rounds(lin, recipe["replay"], lambda m: None)[2].train
     assert len(plan_rounds(replace(lin, rounds=1), recipe["replay"], log=lambda m: None)) == 2
     # --noise: the rounds' students drive with DART noise on their steering (held 3 frames); round 0 collects nothing
     noisy = plan_rounds(replace(lin, noise=0.1), recipe["replay"], log=lambda m: None)

@@ -20,7 +20,6 @@ from agent.training.config import TrainArgs, resolve
 from agent.training.experiment import run
 from agent.udacity.recordings import export_udacity
 from driving_data.udacity_import import import_udacity
-from driving_data.dataset import open_dataset
 from envs.registry import get_spec
 from tests.helpers import steering_checkpoint
 
@@ -60,7 +59,8 @@ def test_collect_records_three_cameras_as_jpeg_with_telemetry(udacity_ds):
 
 def test_train_on_udacity_data_uses_the_pilotnet_recipe(udacity_ds, tmp_path):
     out = tmp_path / "train"
-    run(resolve(TrainArgs(data=str(udacity_ds), out=str(out), policy="nac", epochs=1, window=3, batch_size=16, segment=8,
+    run(resolve(TrainArgs(data=str(udacity_ds), out=str(out), policy="nac", epochs=1, window=3, batch_size=16,
+                          segment=8,
                   feature_dim=16, d_model=16, heads=4, threads=1, log_every=1, val_fraction=0.5)))
     cfg = json.loads((out / "metrics.json").read_text())["policy_config"]
     assert cfg["encoder"] == "pilotnet" and cfg["image_size"] == [66, 200] and cfg["crop"] == [60, 135]

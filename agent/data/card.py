@@ -27,7 +27,8 @@ def expert_summary(expert: Any) -> dict[str, Any]:
         "algorithm": card.get("algorithm"),
         "train_seeds": card.get("train_seeds"),
         "selection_seeds": card.get("selection", {}).get("seeds"),
-        "evaluation": {k: ev.get(k) for k in ("seeds", "mean_return", "std_return", "laps_finished", "episodes")} if ev else None,
+        "evaluation": ({k: ev.get(k) for k in ("seeds", "mean_return", "std_return", "laps_finished", "episodes")}
+                       if ev else None),
     }
 
 

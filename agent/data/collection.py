@@ -70,7 +70,8 @@ class CollectResult:
         dropped = ("; the unfinished episode was dropped" if self.workers == 1 else
                    "; unfinished episodes were dropped (a re-run collects them first)") if self.interrupted else ""
         seeds = f", track seeds {self.first_seed}..{self.last_seed}" if self.episodes_added else ""
-        ret = f", mean return {self.mean_return_added:.1f}, laps {self.laps_added}/{self.episodes_added}" if self.episodes_added else ""
+        ret = (f", mean return {self.mean_return_added:.1f}, laps {self.laps_added}/{self.episodes_added}"
+               if self.episodes_added else "")
         return (
             f"{what}saved {self.episodes_added} new episode(s) ({self.steps_added} steps{seeds}{ret}) at "
             f"{self.steps_per_s:.0f} steps/s{f' ({self.workers} workers)' if self.workers > 1 else ''}; "
@@ -86,7 +87,8 @@ class EpisodeSettings:
     action_space: str
     expert: str | None  # as given (None: the env's shipped one)
     driver: str | None  # DAgger: the student's checkpoint
-    driver_actions: str | None  # how a discrete student picks its action (DISCRETE_ACTION_RULES; None: its checkpoint's)
+    # how a discrete student picks its action (DISCRETE_ACTION_RULES; None: its checkpoint's)
+    driver_actions: str | None
     driver_temperature: float | None  # its softmax temperature (sample / dither; None: its checkpoint's)
     max_steps: int
     renderer: str
@@ -117,8 +119,8 @@ def record_and_write(s: EpisodeSettings, env: Any, expert: Any, driver: Any, epi
     recovery = spec.recovery_teacher() if s.recovery_labels else None
     start = recovery_start(spec, track_seed, s.recovery_starts)
     arrays, meta = record_episode(env, expert, track_seed, noise, on_step=on_step, early_stop=s.early_stop,
-                                  cut_wrong_way=s.cut_wrong_way, driver=driver, beta=s.beta, recovery=recovery, start=start,
-                                  latency_steps=s.latency_steps)
+                                  cut_wrong_way=s.cut_wrong_way, driver=driver, beta=s.beta, recovery=recovery,
+                                  start=start, latency_steps=s.latency_steps)
     meta.update(max_steps=s.max_steps, expert_sha256=s.meta.get("expert_sha256"),
                 collected_at=time.strftime("%Y-%m-%dT%H:%M:%S"), renderer=s.renderer)
     meta.update({k: v for k, v in s.meta.items() if k != "expert_sha256"})
@@ -377,7 +379,8 @@ def _dataset_config(env: str, action_space: str, max_steps: int, early_stop: boo
         ),
         "render": True,
         "early_stop": (
-            f"stuck (speed < {STUCK_SPEED} for {STUCK_SECONDS} s) or off road for {OFF_ROAD_SECONDS} s; stuck stretch cut"
+            f"stuck (speed < {STUCK_SPEED} for {STUCK_SECONDS} s) or off road for "
+            f"{OFF_ROAD_SECONDS} s; stuck stretch cut"
             if early_stop else None
         ),
     }

@@ -180,7 +180,8 @@ class CollectConfig:
 
             p = Path(self.expert)
             if not (p.is_file() or (not p.is_absolute() and (REPO_ROOT / p).is_file())):
-                raise CollectError(f"--expert file not found: {str(p)!r} (expected an SB3 PPO .zip from python -m agent.experts.ppo)")
+                raise CollectError(f"--expert file not found: {str(p)!r} (expected an SB3 PPO .zip from "
+                                   "python -m agent.experts.ppo)")
 
     def _check_counts(self) -> None:
         """Shards, episodes, steps, latency, seed and noise: numbers in their ranges."""
@@ -196,14 +197,16 @@ class CollectConfig:
         if self.max_steps < 1:
             raise CollectError(f"--max-steps must be >= 1, got {self.max_steps}")
         if not 0 <= self.latency_steps < self.max_steps:
-            raise CollectError(f"--latency-steps must be in [0, --max-steps {self.max_steps}), got {self.latency_steps}")
+            raise CollectError(f"--latency-steps must be in [0, --max-steps {self.max_steps}), "
+                               f"got {self.latency_steps}")
         if self.seed is not None and self.seed < 0:
             raise CollectError(f"--seed must be >= 0 (first track seed), got {self.seed}")
         if self.noise is not None:
             if not math.isfinite(self.noise) or self.noise < 0:
                 raise CollectError(f"--noise must be a finite number >= 0, got {self.noise}")
             if self.action_space == "discrete" and self.noise > 1:
-                raise CollectError(f"--noise is a probability for the discrete action space, must be in [0, 1], got {self.noise}")
+                raise CollectError("--noise is a probability for the discrete action space, must be in "
+                                   f"[0, 1], got {self.noise}")
 
     def _check_replay_span(self) -> None:
         if self.replay_span is None:
@@ -226,13 +229,15 @@ class CollectConfig:
             raise CollectError("--driver-actions says how a --driver picks its actions; give --driver CKPT too")
         if self.driver_temperature is not None:
             if self.driver is None:
-                raise CollectError("--driver-temperature says how a --driver samples its actions; give --driver CKPT too")
+                raise CollectError("--driver-temperature says how a --driver samples its "
+                                   "actions; give --driver CKPT too")
             try:
                 check_temperature(self.driver_temperature, self.driver_actions or "sample")
             except ValueError as e:
                 raise CollectError(f"--driver-temperature: {e}") from None
         if self.driver is not None and not Path(self.driver).is_file():
-            raise CollectError(f"--driver file not found: {str(self.driver)!r} (expected a policy checkpoint from train.py)")
+            raise CollectError(f"--driver file not found: {str(self.driver)!r} (expected a policy "
+                               "checkpoint from train.py)")
 
     def _check_recovery(self, spec: EnvSpec) -> None:
         if self.recovery_labels and spec.recovery_teacher is None:

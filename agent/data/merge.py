@@ -66,7 +66,8 @@ def merge_datasets(roots: Sequence[str | Path], out: str | Path, *, command: str
     parts, rows = join_datasets(roots)
     seeds = [m.get("track_seed") for _, m, _ in rows]
     base = min(seeds) if all(isinstance(s, int) for s in seeds) else None
-    metas = [{**m, "episode_id": (m["track_seed"] - base) if base is not None else k} for k, (_, m, _) in enumerate(rows)]
+    metas = [{**m, "episode_id": (m["track_seed"] - base) if base is not None else k}
+             for k, (_, m, _) in enumerate(rows)]
     with StagingFolder(out) as tmp:
         for (_, _, src), meta in zip(rows, metas):
             _copy_episode(src, episode_path(tmp, meta["episode_id"]), meta)
@@ -126,7 +127,8 @@ def _merge(args: MergeArgs, command: str) -> None:
     merged = merge_datasets(args.sources, args.out, command=command)
     seeds = [m.get("track_seed") for m in merged.episodes]
     span = f", track seeds {min(seeds)}..{max(seeds)}" if all(isinstance(x, int) for x in seeds) else ""
-    print(f"merged {len(args.sources)} datasets into {merged.root}: {len(merged)} episodes, {merged.num_steps} steps{span}")
+    print(f"merged {len(args.sources)} datasets into {merged.root}: {len(merged)} episodes, "
+          f"{merged.num_steps} steps{span}")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ def export_minari(
         parse_dataset_id(dataset_id)
     except ValueError:
         raise ValueError(
-            f"Minari dataset id must look like '[namespace/]name-v<version>', e.g. 'carracing/expert-v0'; got {dataset_id!r}"
+            "Minari dataset id must look like '[namespace/]name-v<version>', e.g. "
+            f"'carracing/expert-v0'; got {dataset_id!r}"
         ) from None
     data = open_dataset(data_dir)
     if importlib.util.find_spec("h5py") is None:  # after the user's own mistakes, which matter more
@@ -148,12 +149,14 @@ def export_minari(
     target = root / dataset_id
     if target.exists():
         if not overwrite:
-            raise ValueError(f"Minari dataset {dataset_id!r} already exists at {str(target)!r}; pass --overwrite or a new -v<version>")
+            raise ValueError(f"Minari dataset {dataset_id!r} already exists at {str(target)!r}; pass "
+                             "--overwrite or a new -v<version>")
         shutil.rmtree(target)
     spaces = {data.episodes[i].get("action_space") for i in range(len(data))}
     action_space = data.card.get("action_space") or (spaces.pop() if len(spaces) == 1 else None)
     if action_space not in ("continuous", "discrete"):
-        raise ValueError(f"dataset {str(data_dir)!r} does not say its action space (card and episode metas disagree or lack it)")
+        raise ValueError(f"dataset {str(data_dir)!r} does not say its action space (card and episode "
+                         "metas disagree or lack it)")
     env = get_spec(data.card.get("env", "carracing"))
     obs_space, act_space = _spaces(env, action_space)
     spec = gym.spec(env.gym_id)
@@ -174,13 +177,15 @@ def export_minari(
                 buffer=buffers,
                 env=env_spec,
                 eval_env=env_spec,
-                algorithm_name=f"PPO expert on privileged state ({expert.get('path', 'unknown')}), DART noise {data.card.get('config', {}).get('noise')}",
+                algorithm_name=f"PPO expert on privileged state ({expert.get('path', 'unknown')}), DART noise "
+                               f"{data.card.get('config', {}).get('noise')}",
                 code_permalink="collect.py (this repository)",
                 author="nac-drive collect.py",
                 observation_space=obs_space,
                 action_space=act_space,
                 description=(
-                    f"{env.gym_id} frames (the main camera) recorded while a PPO expert (reading privileged state) drove; "
+                    f"{env.gym_id} frames (the main camera) recorded while a PPO expert (reading "
+                    "privileged state) drove; "
                     "actions are the executed ones, infos['expert_action'] the expert's labels. "
                     f"Exported from {Path(data_dir).resolve()} (card: dataset.json)."
                 ),
@@ -221,10 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _export(args: MinariExportArgs) -> None:
-    path = export_minari(args.data_dir, args.dataset_id, datasets_path=args.minari_path, jpeg=args.jpeg, overwrite=args.overwrite)
+    path = export_minari(args.data_dir, args.dataset_id, datasets_path=args.minari_path, jpeg=args.jpeg,
+                         overwrite=args.overwrite)
     root = path.parents[len(Path(args.dataset_id).parts) - 1]
     print(f"exported Minari dataset {args.dataset_id!r} to {path}")
-    print(f"load it with: MINARI_DATASETS_PATH={root} python -c \"import minari; print(minari.load_dataset('{args.dataset_id}'))\"")
+    print(f"load it with: MINARI_DATASETS_PATH={root} python -c \"import minari; "
+          f"print(minari.load_dataset('{args.dataset_id}'))\"")
 
 
 if __name__ == "__main__":

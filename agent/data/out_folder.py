@@ -38,7 +38,8 @@ def inspect_out(out: Path) -> Existing:
     files = sorted((out / EPISODE_DIR).glob("episode_*.npz"))
     if entries - known:
         raise CollectError(
-            f"--out {str(out)!r} is a folder that is not a collect.py dataset (it holds {sorted(entries - known)[:5]}); "
+            f"--out {str(out)!r} is a folder that is not a collect.py dataset (it holds "
+            f"{sorted(entries - known)[:5]}); "
             "choose an empty or new folder"
         )
     if not files:
@@ -66,7 +67,8 @@ def check_compatible(existing: Existing, where: Tracks, out: Path, expert_sha: s
     have_sha = first.get("expert_sha256")
     if have_sha and have_sha != expert_sha:
         raise CollectError(
-            f"--out {str(out)!r} was recorded with a different expert ({existing.card.get('expert', {}).get('path', '?')}, "
+            f"--out {str(out)!r} was recorded with a different expert "
+            f"({existing.card.get('expert', {}).get('path', '?')}, "
             f"sha256 {have_sha[:12]}), this run uses {expert_path} (sha256 {expert_sha[:12]}); use another --out"
         )
     base = int(first["track_seed"]) - int(first["episode_id"])
@@ -75,7 +77,8 @@ def check_compatible(existing: Existing, where: Tracks, out: Path, expert_sha: s
             i, n = where.shard
             raise CollectError(
                 f"--out {str(out)!r} uses track seeds {base}+episode id, but shard {i}/{n} of "
-                f"this run starts at seed {seed}; give the --seed and --episodes of the first run, or use another --out")
+                f"this run starts at seed {seed}; give the --seed and --episodes of the first "
+                "run, or use another --out")
         raise CollectError(
             f"--out {str(out)!r} uses track seeds {base}+episode id; --seed {seed} would break that rule. "
             "Leave --seed out to continue, or use another --out"

@@ -376,5 +376,6 @@ def _episode_meta(arrays: dict[str, np.ndarray], s: _Steps, expert: Any, noise: 
         "mean_speed": float(arrays["speed"].mean()),
         "stats": action_stats(expert.action_space, a, lab, spec.action_names[expert.action_space],
                               spec.steer_limit[expert.action_space]),
-        "stopped_early": s.stopped,  # None | "stuck" | "off_road" | "wrong_way" (see EarlyStop); such episodes end truncated
+        # None | "stuck" | "off_road" | "wrong_way" (see EarlyStop); such episodes end truncated
+        "stopped_early": s.stopped,
     }

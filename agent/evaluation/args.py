@@ -45,7 +45,8 @@ class EvalArgs:
         "continuous | discrete (carracing); must match the checkpoint (default: the checkpoint's; expert: "
         "continuous)", group="what drives", choices=("continuous", "discrete"))
     episodes: int | None = option(None,
-        "episodes (= consecutive track seeds) per policy (default: 5; --replay: every session)", group="where it drives")
+        "episodes (= consecutive track seeds) per policy (default: 5; --replay: every session)",
+        group="where it drives")
     seed: int | None = option(None,
         "first track seed: episodes run on seeds SEED..SEED+EPISODES-1 (default: 1000, unseen by training; "
         "--replay: 0, its first session)", group="where it drives")
@@ -75,7 +76,8 @@ class EvalArgs:
         "progress bars on stderr when it is a terminal (else one line per episode)", group="runtime")
     renderer: str | None = option(None,
         "who draws the camera frames: carracing pygame (gymnasium's, the reference the shipped students were "
-        "trained on) | fast (OpenCV, about 12x faster); udacity: native (default: the env's first)", group="where it drives")
+        "trained on) | fast (OpenCV, about 12x faster); udacity: native (default: the env's first)",
+        group="where it drives")
     workers: int | None = option(None,
         "episodes driven at the same time, one process each; metrics and videos are those of a single process "
         f"(default: one per CPU core / --threads, at most {MAX_WORKERS} and at most the episodes; 1 = everything in "
@@ -90,10 +92,12 @@ class EvalArgs:
         "sampling temperature", group="data", metavar="DATA")
     drop_prob: float = option(0.0,
         "timing: probability P in [0, 1) that the policy gets no new frame at a step; its stream is not "
-        "stepped and its last action is held (the first frame of an episode always arrives)", group="evaluation conditions", metavar="P")
+        "stepped and its last action is held (the first frame of an episode always arrives)",
+        group="evaluation conditions", metavar="P")
     jitter: str | None = option(None,
         "timing: K1:K2, the policy gets a frame every k env steps, k drawn from K1..K2 at each frame; the env"
-        " keeps its own dt and the action is held in between (default: every step)", group="evaluation conditions", metavar="K1:K2")
+        " keeps its own dt and the action is held in between (default: every step)", group="evaluation conditions",
+        metavar="K1:K2")
     latency_steps: int = option(0,
         "timing: each action reaches the env this many env steps after the policy decided it; the first ones "
         "apply the neutral action (zeros: no steering, no gas)", group="evaluation conditions", metavar="D")
@@ -111,7 +115,8 @@ class EvalArgs:
         "by the track seed; the discrete expert pulses gas and steering, which argmax turns into gas wherever"
         " the next pulse is not visible) | dither (error diffusion: over consecutive steps each action is "
         "taken as often as its probability says, deterministically) (default: the rule the checkpoint was "
-        "trained to drive with, train.py --discrete-actions; argmax if it names none)", group="what drives", choices=DISCRETE_ACTION_RULES)
+        "trained to drive with, train.py --discrete-actions; argmax if it names none)", group="what drives",
+        choices=DISCRETE_ACTION_RULES)
     action_temperature: float | None = option(None,
         "discrete students that sample or dither: the softmax temperature T (probabilities raised to 1/T): "
         "above 1 the less likely actions (brake, the other steering pulse) come more often and the student "
@@ -139,7 +144,8 @@ class EvalArgs:
         "policy's steering, and more than 1 m (or 30 degrees) off the recorded driver's line is an "
         "intervention. Seeds are the recording's sessions (--seed, --episodes pick some); --expert-drives "
         "replays the recorded steering; metrics.json gives autonomy and interventions per 100 s beside "
-        "always-straight's, paths/part_K.png the driven path (default OUT: eval/replay)", group="where it drives", metavar="REC")
+        "always-straight's, paths/part_K.png the driven path (default OUT: eval/replay)", group="where it drives",
+        metavar="REC")
     replay_span: str | None = option(None,
         "with --replay: A:B, the part of every session that is replayed, as fractions (0.8:1 = its last 20 %,"
         " what train.py holds out of a recording) (default: 0:1)", group="where it drives", metavar="A:B")

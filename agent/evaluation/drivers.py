@@ -80,7 +80,8 @@ def check_action_options(d: Drivers, path: str, cfg: Any) -> None:
     """--discrete-actions other than argmax, --action-temperature and --temperature-spares need a discrete student,
     and the last two a rule that samples (policies.actions.check_discrete_options, named by the flags)."""
     check_discrete_options(cfg.head, cfg.discrete_actions, d.discrete_actions, d.action_temperature, d.spares_given,
-                           f"checkpoint {path!r}", ("--discrete-actions", "--action-temperature", "--temperature-spares"))
+                           f"checkpoint {path!r}",
+                           ("--discrete-actions", "--action-temperature", "--temperature-spares"))
 
 
 def expert_meta(expert: Any) -> dict[str, Any]:

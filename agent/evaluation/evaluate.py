@@ -121,7 +121,8 @@ def _drive(plan: EvalPlan, command: str | None) -> dict[str, dict[str, Any]]:
             write_comparison(root, plan, action_space, results)
     videos = sorted(root.glob("videos/*.mp4" if single else "*/videos/*.mp4"))
     paths = sorted(root.glob("paths/*.png" if single else "*/paths/*.png"))
-    tqdm.write(f"outputs in {root}/: " + ("metrics.json, episodes.csv" if single else "comparison.md, <policy>/metrics.json")
+    tqdm.write(f"outputs in {root}/: "
+               + ("metrics.json, episodes.csv" if single else "comparison.md, <policy>/metrics.json")
                + (f", {len(videos)} video(s) ({videos[0].relative_to(root)}, ...)" if videos else "")
                + (f", the driven path of each part ({paths[0].relative_to(root)} and .csv, ...)" if paths else "")
                + (f"; TensorBoard: {tensorboard_command(root)}" if plan.outputs.tensorboard else ""))
@@ -149,7 +150,8 @@ def evaluate_controller(controller: Any, plan: EvalPlan, action_space: str, expe
             latencies.extend(lat)
             episodes.set_postfix(ret=f"{row['return']:.0f}", completion=f"{row['completion']:.2f}")
             if progress and not bars:  # stderr is a file or pipe: a plain line instead of the bars
-                print(f"{controller.name}: episode {i + 1}/{len(track.seeds)} (seed {seed}) return {row['return']:.0f}, "
+                print(f"{controller.name}: episode {i + 1}/{len(track.seeds)} (seed {seed}) "
+                      f"return {row['return']:.0f}, "
                       f"completion {row['completion']:.2f}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         stop_handled()

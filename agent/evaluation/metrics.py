@@ -35,8 +35,8 @@ from common.stops import stops_at_safe_points
 # The per-episode keys, in CSV column order. Every value is a plain int/float/bool/str.
 EPISODE_KEYS: tuple[str, ...] = (
     "seed", "return", "length", "completion", "lap_completed", "terminated", "truncated", "off_track_steps",
-    "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk", "steer_smoothness", "expert_steer_smoothness", "mean_speed", "latency_median_ms", "latency_p95_ms",
-    "wall_seconds", "video",
+    "off_track_fraction", "steer_mae", "steer_mse", "steer_jerk", "steer_smoothness", "expert_steer_smoothness",
+    "mean_speed", "latency_median_ms", "latency_p95_ms", "wall_seconds", "video",
 )
 
 

@@ -179,7 +179,8 @@ def evaluate_recorded(policy: Any, data: DemoDataset, out_dir: Path, name: str, 
     rows = []
     for i in tqdm(range(len(data)), desc=name, unit="session", disable=not progress):
         arrays = data.load(i, keys=["frames", "time", "expert_action"])
-        steer = np.asarray(arrays["expert_action"], np.float64).reshape(len(arrays["time"]), -1)[:, label_names.index("steer")]
+        labels = np.asarray(arrays["expert_action"], np.float64).reshape(len(arrays["time"]), -1)
+        steer = labels[:, label_names.index("steer")]
         times = np.asarray(arrays["time"], np.float64)
         predicted = policy.steered(policy.predict_episode(arrays["frames"], times))[:, col].astype(np.float64)
         keep = span_slice(span, len(times))
@@ -204,16 +205,19 @@ def offline_markdown(results: dict[str, dict[str, Any]]) -> str:
     first = next(iter(results.values()))["pooled"]
     if "accuracy" in first:
         return _discrete_markdown(results)
-    lines = ["| predictor | MSE vs 0.5 s average | MAE vs 0.5 s average | MSE vs recorded | MAE vs recorded | MSE / straight's (avg) |",
+    lines = ["| predictor | MSE vs 0.5 s average | MAE vs 0.5 s average | MSE vs recorded | MAE vs recorded | "
+             "MSE / straight's (avg) |",
              "|---|---|---|---|---|---|"]
     rows = [(n, r["pooled"], "policy") for n, r in results.items()] + [
         ("always straight", first, "straight"), ("training mean", first, "mean")]
     for label, p, key in rows:
         ratio = mse_ratio(p[f"{key}_avg"]["mse"], first["straight_avg"]["mse"])
         lines.append(f"| {label} | {p[f'{key}_avg']['mse']:.4f} | {p[f'{key}_avg']['mae']:.4f} | "
-                     f"{p[f'{key}_raw']['mse']:.4f} | {p[f'{key}_raw']['mae']:.4f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+                     f"{p[f'{key}_raw']['mse']:.4f} | {p[f'{key}_raw']['mae']:.4f} | "
+                     f"{'-' if ratio is None else f'{ratio:.2f}'} |")
     return ("\n".join(lines) + f"\n\n{first['frames']} frames in {first['sessions']} session(s)."
-            + ("" if first["policy_vs_straight_mse_avg"] is not None else f" MSE / straight's: {NO_STRAIGHT_RATIO}.") + "\n")
+            + ("" if first["policy_vs_straight_mse_avg"] is not None else f" MSE / straight's: {NO_STRAIGHT_RATIO}.")
+            + "\n")
 
 
 def vs_straight(p: dict[str, Any]) -> str:
@@ -232,10 +236,11 @@ def _discrete_markdown(results: dict[str, dict[str, Any]]) -> str:
     for label, r in results.items():
         p = r["pooled"]
         spares = "".join(f", {a} spared" for a in r.get("temperature_spares", []))
-        lines.append(f"| {label} (temperature {r['temperature']:g}{spares}) | {p['accuracy']:.3f} | {p['label_nll']:.3f} | "
-                     + " | ".join(f"{x:.3f}" for x in p["mean_probs"]) + " |")
+        lines.append(f"| {label} (temperature {r['temperature']:g}{spares}) | {p['accuracy']:.3f} | "
+                     f"{p['label_nll']:.3f} | " + " | ".join(f"{x:.3f}" for x in p["mean_probs"]) + " |")
     lines.append(f"| always {first['commonest_label']} (the recorded actions' shares) | "
-                 f"{first['commonest_label_accuracy']:.3f} | - | " + " | ".join(f"{x:.3f}" for x in first["label_shares"]) + " |")
+                 f"{first['commonest_label_accuracy']:.3f} | - | "
+                 + " | ".join(f"{x:.3f}" for x in first["label_shares"]) + " |")
     return ("\n".join(lines) + f"\n\n{first['frames']} frames in {first['sessions']} episode(s); p(action): the mean "
             "probability of each action under the softmax at the temperature the student samples at.\n")
 
@@ -273,7 +278,8 @@ def evaluate_offline(plan: EvalPlan, made: list[Path] | None = None) -> dict[str
         else:
             tqdm.write(f"{name}: steering MSE {p['policy_avg']['mse']:.4f} vs the 0.5 s average "
                        f"{vs_straight(p)}, "
-                       f"{p['policy_raw']['mse']:.4f} vs the recorded values ({p['straight_raw']['mse']:.4f} straight), "
+                       f"{p['policy_raw']['mse']:.4f} vs the recorded values "
+                       f"({p['straight_raw']['mse']:.4f} straight), "
                        f"{p['frames']} frames")
     discrete = "accuracy" in next(iter(results.values()))["pooled"]
     table = offline_markdown(results)

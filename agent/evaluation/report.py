@@ -23,7 +23,8 @@ def write_policy(rows: list[dict[str, Any]], latencies: list[float], plan: EvalP
                  meta: dict[str, Any], interrupted: bool) -> dict[str, Any]:
     """metrics.json etc. of one policy from its finished episodes (in seed order); Interrupted if it was. The
     scores first, then a replay's path plots and tables: a disk that fills up keeps what matters most."""
-    traces = [(row["seed"], row.pop("path_trace")) for row in rows if "path_trace" in row]  # a plot and a table per part
+    # a plot and a table per part
+    traces = [(row["seed"], row.pop("path_trace")) for row in rows if "path_trace" in row]
     summary = aggregate(rows, latencies, **meta, interrupted=interrupted,
                         seeds=[r["seed"] for r in rows], requested_seeds=list(plan.track.seeds),
                         timing=timing_summary(plan.conditions.timing, meta["dt"], rows))
@@ -101,7 +102,8 @@ def cut_short_note(track: Where) -> str:
         return ""
     return (f"Episodes end at {track.max_steps} steps ({track.max_steps * spec.dt:g} s), before {track.env}'s own "
             f"{spec.default_max_steps}: return, completion and laps count only that far, so they fall short of the "
-            f"full-episode figures of the shipped models' cards and the README ({len(track.seeds)} episode(s) here).\n\n")
+            "full-episode figures of the shipped models' cards and the README "
+            f"({len(track.seeds)} episode(s) here).\n\n")
 
 
 def summary_line(name: str, s: dict[str, Any]) -> str:
@@ -125,7 +127,8 @@ def _replay_note(s: dict[str, Any]) -> str:
         return ""
     return (f"\n  replay: autonomy {s['autonomy']:.1f} %, {s['total_interventions']} interventions "
             f"({s['interventions_per_100s']:.1f} per 100 s) in {s['elapsed_s']:.0f} s; always-straight "
-            f"{s['straight_autonomy']:.1f} %, {s['straight_interventions']} ({s['straight_interventions_per_100s']:.1f} "
+            f"{s['straight_autonomy']:.1f} %, {s['straight_interventions']} "
+            f"({s['straight_interventions_per_100s']:.1f} "
             "per 100 s)")
 
 
@@ -134,4 +137,5 @@ def _timing_note(timing: dict[str, Any] | None) -> str:
     if not timing or timing["regular"]:
         return ""
     return (f"; the driver saw {100 * timing['frames_seen_fraction']:.1f} % of the frames "
-            f"(drop {timing['drop_prob']:g}, jitter {timing['jitter'] or 'off'}, latency {timing['latency_steps']} steps)")
+            f"(drop {timing['drop_prob']:g}, jitter {timing['jitter'] or 'off'}, latency "
+            f"{timing['latency_steps']} steps)")

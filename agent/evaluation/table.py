@@ -318,7 +318,8 @@ def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[s
     text = (f"{key} pooled over every training and track; in brackets, its share of the same policy's {key} under "
             f"{base_label}.\n\n" + "\n".join(lines) + "\n")
     text += (f"\n### Each policy minus {names[0]}, per condition\n\nPer (training seed, track) pair: mean (standard "
-             f"error, pairs) of {key}.\n\n| policy | " + " | ".join(labels) + " |\n|" + "---|" * (len(labels) + 1) + "\n")
+             f"error, pairs) of {key}.\n\n| policy | " + " | ".join(labels) + " |\n|" + "---|" * (len(labels) + 1)
+             + "\n")
     firsts = {label: _tagged(groups[label][0], names[0]) for label in labels}
     for name in names[1:]:
         text += f"| {name} | " + " | ".join(cell(firsts[label], _tagged(groups[label][0], name))
@@ -328,7 +329,8 @@ def _timing_tables(groups: dict[str, tuple[list[Run], list[str]]], names: list[s
              " |\n|" + "---|" * len(labels) + "\n")
     for name in names:
         base = _tagged(groups[base_label][0], name)
-        text += f"| {name} | " + " | ".join(cell(base, _tagged(groups[label][0], name)) for label in labels[1:]) + " |\n"
+        text += f"| {name} | " + " | ".join(cell(base, _tagged(groups[label][0], name))
+                                           for label in labels[1:]) + " |\n"
     return text
 
 
@@ -372,8 +374,8 @@ def _pairs_table(groups: dict[str, tuple[list[Run], list[str]]], pairs: Sequence
     for base, other in pairs:
         cells = [_seed_cell(groups[label][0], base, other, key, fmt) for label in labels]
         lines.append(f"| {other} minus {base} | " + " | ".join(cells) + " |")
-    return (text + f"\nPer training seed (its mean over the tracks): mean (standard error over seeds): each seed's "
-            f"difference, in the order given.\n\n" + "\n".join(lines) + "\n")
+    return (text + "\nPer training seed (its mean over the tracks): mean (standard error over seeds): each seed's "
+            "difference, in the order given.\n\n" + "\n".join(lines) + "\n")
 
 
 def table_markdown(runs: Sequence[Run], folders: Sequence[str], pairs: Sequence[str] = ()) -> str:

@@ -273,7 +273,8 @@ def saliency_map(policy: Any, frame: np.ndarray, window_emb: torch.Tensor, rel_t
     return _normalise(cam, size)
 
 
-def step_visuals(controller: Any, frame: np.ndarray, saliency: str | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+def step_visuals(controller: Any, frame: np.ndarray,
+                 saliency: str | None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(attention panel image | None, saliency map | None) for the step a controller just took; the expert
     (no frames, no attention) has neither."""
     win = None if controller.is_expert else controller.window()

@@ -60,7 +60,8 @@ class Expert:
             raise ValueError(f"expert file {str(p)!r} is not a loadable SB3 PPO model: {exc}") from exc
         got = space_of(model)
         if got != action_space:
-            raise ValueError(f"expert file {str(p)!r} is a {got!r} expert, but action_space={action_space!r} was requested")
+            raise ValueError(f"expert file {str(p)!r} is a {got!r} expert, but "
+                             f"action_space={action_space!r} was requested")
         card_path = p.with_suffix(".json")
         card = json.loads(card_path.read_text()) if card_path.is_file() else {}
         n = len(spec.feature_names)

@@ -115,7 +115,8 @@ def collect_teacher_data(
         ret_l.extend(reversed(out))
         env.close()
     dtype = np.int64 if action_space == "discrete" else np.float32
-    return {"obs": np.asarray(obs_l, np.float32), "action": np.asarray(act_l, dtype), "return": np.asarray(ret_l, np.float32)}
+    return {"obs": np.asarray(obs_l, np.float32), "action": np.asarray(act_l, dtype),
+            "return": np.asarray(ret_l, np.float32)}
 
 
 def behaviour_clone(model: Any, data: dict[str, np.ndarray], *, epochs: int, seed: int, log: Any = print) -> None:
@@ -324,7 +325,8 @@ def _make_best_callback(v: Validation, spec: EnvSpec, action_space: str, warm_st
             self.logger.record("eval/mean_return", res.mean)
             self.logger.record("eval/std_return", res.std)
             self.logger.record("eval/laps_finished", sum(res.laps) / len(res.laps))
-            self.history.append({"timesteps": self.num_timesteps, "mean": res.mean, "std": res.std, "laps": sum(res.laps)})
+            self.history.append({"timesteps": self.num_timesteps, "mean": res.mean, "std": res.std,
+                                 "laps": sum(res.laps)})
             score = (res.mean, float(sum(res.laps)))
             tag = ""
             if score > self.best:
@@ -334,7 +336,8 @@ def _make_best_callback(v: Validation, spec: EnvSpec, action_space: str, warm_st
             log(f"[{self.num_timesteps:>8d}] validation {res.summary()}{tag}")
 
         def _on_training_end(self) -> None:
-            if self.num_timesteps > self.best_step and self.history and self.history[-1]["timesteps"] != self.num_timesteps:
+            if (self.num_timesteps > self.best_step and self.history
+                    and self.history[-1]["timesteps"] != self.num_timesteps):
                 self.evaluate()
 
     return BestByMultiSeedEval()
@@ -349,7 +352,8 @@ def train(plan: PPOPlan, *, command: str | None = None, log: Any = print) -> Pat
 
     torch.set_num_threads(1)
     t0 = time.time()
-    out, spec, space, v, seed, latency = plan.out, plan.spec, plan.action_space, plan.validation, plan.seed, plan.latency
+    out, spec, space, v = plan.out, plan.spec, plan.action_space, plan.validation
+    seed, latency = plan.seed, plan.latency
     out.parent.mkdir(parents=True, exist_ok=True)
     run_name = f"{spec.name}_{space}_seed{seed}_{time.strftime('%Y%m%d-%H%M%S')}"
     vec_env = SubprocVecEnv if plan.subprocesses else DummyVecEnv
@@ -360,7 +364,8 @@ def train(plan: PPOPlan, *, command: str | None = None, log: Any = print) -> Pat
     if plan.bc_episodes:
         tb = time.time()
         data = collect_teacher_data(spec, space, plan.bc_episodes, plan.seed, model.gamma, teacher)
-        log(f"teacher data: {len(data['obs'])} states from {plan.bc_episodes} training tracks ({time.time() - tb:.0f} s)")
+        log(f"teacher data: {len(data['obs'])} states from {plan.bc_episodes} training tracks "
+            f"({time.time() - tb:.0f} s)")
         behaviour_clone(model, data, epochs=plan.bc_epochs, seed=plan.seed, log=log)
     best_path = out.with_name(out.stem + ".best.tmp.zip")
     callback = _make_best_callback(v, spec, space, bool(plan.bc_episodes) or plan.init is not None, best_path, log)
@@ -458,7 +463,8 @@ def _expert_card(plan: PPOPlan, venv: Any, model: Any, teacher: Any, callback: A
            f"({plan.bc_episodes} perturbed training tracks, {plan.bc_epochs} epochs) then PPO fine-tuned"
            if plan.bc_episodes else "PPO from scratch")
         + f"; shipped checkpoint = best validation at {callback.best_step} PPO timesteps"
-        + (" (i.e. the behaviour-cloned policy before any PPO update)" if callback.best_step == 0 and plan.bc_episodes else ""),
+        + (" (i.e. the behaviour-cloned policy before any PPO update)"
+           if callback.best_step == 0 and plan.bc_episodes else ""),
         "teacher": asdict(teacher) if plan.bc_episodes and hasattr(teacher, "__dataclass_fields__") else None,
         "init_card": init_card,  # how the --init policy was obtained (its command reproduces it)
         "features": list(spec.feature_names),

@@ -51,7 +51,8 @@ class TrainArgs:
     policy: str = option("nac-focus",
         "sequence core(s) after the CNN, comma separated; several train one after another on the same data "
         "and print a comparison table. Names: CORE[-MODE][+FLAG]..., e.g. nac-focus, nac-exact, "
-        "nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)", group="model", flag="--core", metavar="CORE[,CORE...]")
+        "nac-steady+prenorm, lstm, gru, cfc, ltc, mha, mlp (docs/nac.md)", group="model", flag="--core",
+        metavar="CORE[,CORE...]")
     out: str | None = option(None, "run folder (default: runs/train/<core>, several cores joined by _)", group="output")
     window: int = option(8, "frames per window", group="model")
     frame_stride: int = option(0,
@@ -122,18 +123,21 @@ class TrainArgs:
         "episodes (hold out whole episodes) | blocks (hold out the last --val-fraction of every episode in "
         "time, one window's gap before it) | auto (blocks for a single episode, e.g. a one-session simulator "
         "recording; else episodes)", group="data", choices=SPLITS)
-    head: str = option("auto", "auto (from the dataset) | continuous | discrete | steer (steering only)", group="model", choices=HEAD_CHOICES)
+    head: str = option("auto", "auto (from the dataset) | continuous | discrete | steer (steering only)", group="model",
+                       choices=HEAD_CHOICES)
     smooth_labels: str = option("auto",
         "seconds: train on the labels averaged over this centred window within each episode; auto: 0.5 for "
         "real simulator recordings (keyboard steering is a train of taps), 0 for an expert's labels", group="data")
     loss: str = option("mse",
-        "continuous loss on normalised targets: mse | huber (huber discounts sharp turns)", group="optimisation", choices=LOSSES)
+        "continuous loss on normalised targets: mse | huber (huber discounts sharp turns)", group="optimisation",
+        choices=LOSSES)
     class_weights: bool = option(False,
         "discrete: weight cross-entropy by inverse class frequency", group="optimisation")
     discrete_actions: str | None = option(None,
         "discrete students: the rule the checkpoint drives with when evaluate.py or collect.py --driver are "
         "not told one: argmax | sample | dither (a student trained on the data of sampling DAgger drivers "
-        "drives best sampling); with --init, the checkpoint's unless given; default: argmax", group="model", choices=DISCRETE_ACTION_RULES)
+        "drives best sampling); with --init, the checkpoint's unless given; default: argmax", group="model",
+        choices=DISCRETE_ACTION_RULES)
     action_temperature: float | None = option(None,
         "discrete students that sample or dither: the softmax temperature written into the checkpoint (above "
         "1: minority actions more often, more cautious driving; evaluate.py --action-temperature); with "
@@ -163,22 +167,26 @@ class TrainArgs:
         "evaluate.py --replay does) and labelled with the steering back onto it (the replay's path controller"
         " at the recorded speed), as PilotNet trains recoveries; 0 = off", group="augmentation")
     recovery_offset: float = option(1.0,
-        "--recovery-views: the offset is drawn uniformly within +-this many metres of the recorded path", group="augmentation")
+        "--recovery-views: the offset is drawn uniformly within +-this many metres of the recorded path",
+        group="augmentation")
     recovery_yaw: float = option(10.0,
-        "--recovery-views: the yaw is drawn uniformly within +-this many degrees of the recorded direction", group="augmentation")
+        "--recovery-views: the yaw is drawn uniformly within +-this many degrees of the recorded direction",
+        group="augmentation")
     recovery_return: float = option(1.0,
         "--recovery-views: seconds ahead (at the recorded speed, at least 4 m) where the label's pure pursuit"
         " rejoins the path; shorter steers back harder", group="augmentation")
     crop: str = option("auto",
         "rows of the camera frame kept, \"top:bottom\" | none | auto (the env's: udacity 60:135)", group="model")
-    color: str = option("auto", "rgb | yuv | auto (the env's: udacity yuv, carracing rgb)", group="model", choices=("auto", "rgb", "yuv"))
+    color: str = option("auto", "rgb | yuv | auto (the env's: udacity yuv, carracing rgb)", group="model",
+                        choices=("auto", "rgb", "yuv"))
     encoder: str = option("auto",
         "auto (the env's own) | carracing (paper CNN) | pilotnet | carracing-official | pilotnet-official (the "
         "authors' trainers' conv stacks, their map itself the feature: policies/encoders.py)", group="model")
     image_size: str | None = option(None,
         "encoder input \"HxW\"; default: the env's (udacity 66x200), else the (cropped) frame", group="model")
     feature_dim: int = option(64,
-        "per-frame CNN embedding size (not read by the -official encoders: their feature is the conv map)", group="model")
+        "per-frame CNN embedding size (not read by the -official encoders: their feature is the conv map)",
+        group="model")
     frame_tokens: int = option(0,
         "window 1: cut each frame's features, in order, into this many tokens, the sequence the core attends "
         "over (the authors' Udacity model: its 1x18x64 conv map as 64 tokens of 18); 0 = the window's frames are "
@@ -240,13 +248,15 @@ def check_args(a: TrainArgs) -> None:
         raise ValueError(f"--core lists a name twice: {a.policy!r}")
     for s in specs:
         parse_policy_spec(s)
-    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "oversample_turns", "window_gaps", "feature_dim", "d_model",
+    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "oversample_turns", "window_gaps",
+                 "feature_dim", "d_model",
                  "heads", "topk", "hidden", "threads", "log_every", "frame_tokens", "head_hidden", "epoch_steps"):
         at_least = 0 if name in ("threads", "frame_stride", "frame_tokens", "head_hidden", "epoch_steps") else 1
         if getattr(a, name) < at_least:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {at_least}, got {getattr(a, name)}")
     if a.frame_tokens and a.window != 1:
-        raise ValueError(f"--frame-tokens cuts one frame's features into a sequence: it needs --window 1, got {a.window}")
+        raise ValueError("--frame-tokens cuts one frame's features into a sequence: it needs "
+                         f"--window 1, got {a.window}")
     if a.frame_tokens and a.latency_input not in (None, "none"):
         raise ValueError("--frame-tokens: a policy whose sequence is one frame's tokens cannot be told its latency")
     if a.lr_schedule not in LR_SCHEDULES:
@@ -260,7 +270,8 @@ def check_args(a: TrainArgs) -> None:
         raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
     if not 0.0 < a.val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in (0, 1), got {a.val_fraction}")
-    for flag, value, ok, rule in (("--lr", a.lr, a.lr > 0, "> 0"), ("--grad-clip", a.grad_clip, a.grad_clip >= 0, ">= 0"),
+    for flag, value, ok, rule in (("--lr", a.lr, a.lr > 0, "> 0"),
+                                  ("--grad-clip", a.grad_clip, a.grad_clip >= 0, ">= 0"),
                                   ("--weight-decay", a.weight_decay, a.weight_decay >= 0, ">= 0"),
                                   ("--warmup", a.warmup, 0 <= a.warmup < 1, "in [0, 1)")):
         if not ok:  # NaN fails every rule
@@ -273,7 +284,8 @@ def check_args(a: TrainArgs) -> None:
     if a.time_input is not None and a.time_input not in TIME_INPUTS:
         raise ValueError(f"--time-input must be one of {', '.join(TIME_INPUTS)}, got {a.time_input!r}")
     if a.discrete_actions is not None and a.discrete_actions not in DISCRETE_ACTION_RULES:
-        raise ValueError(f"--discrete-actions must be one of {', '.join(DISCRETE_ACTION_RULES)}, got {a.discrete_actions!r}")
+        raise ValueError(f"--discrete-actions must be one of {', '.join(DISCRETE_ACTION_RULES)}, "
+                         f"got {a.discrete_actions!r}")
     if a.action_temperature is not None:
         try:  # without --discrete-actions the rule (the checkpoint's, or argmax) is checked when the policy is made
             check_temperature(a.action_temperature, a.discrete_actions or "sample")
@@ -306,10 +318,12 @@ def check_args(a: TrainArgs) -> None:
         parse_crop(a.crop)
     if a.color not in ("auto", "rgb", "yuv"):
         raise ValueError(f"--color must be auto, rgb or yuv, got {a.color!r}")
-    if not ((a.side_correction is None or 0 <= a.side_correction <= 1) and (a.shift_steer is None or 0 <= a.shift_steer <= 0.02)):
+    if not ((a.side_correction is None or 0 <= a.side_correction <= 1)
+            and (a.shift_steer is None or 0 <= a.shift_steer <= 0.02)):
         raise ValueError("--side-correction must be in [0, 1] and --shift-steer in [0, 0.02] (steering per pixel)")
     if not 0 <= a.recovery_views <= 1:
-        raise ValueError(f"--recovery-views must be in [0, 1] (a share of the training segments), got {a.recovery_views}")
+        raise ValueError("--recovery-views must be in [0, 1] (a share of the training "
+                         f"segments), got {a.recovery_views}")
     if not (0 <= a.recovery_offset <= RECOVERY_MAX_OFFSET_M and 0 <= a.recovery_yaw <= RECOVERY_MAX_YAW_DEG):
         raise ValueError(f"--recovery-offset must be in [0, {RECOVERY_MAX_OFFSET_M:g}] m and --recovery-yaw in "
                          f"[0, {RECOVERY_MAX_YAW_DEG:g}] degrees (the flat-ground view synthesis breaks down beyond), "
@@ -345,7 +359,8 @@ def parse_latency_steps(text: str) -> tuple[int, int] | str:
         lo, hi = (int(v) for v in (text.split(":") if ":" in str(text) else (text, text)))
         assert 0 <= lo <= hi <= 1000
     except (ValueError, AssertionError):
-        raise ValueError(f"--latency-steps must be D, A:B (steps, 0 <= A <= B <= 1000) or recorded, got {text!r}") from None
+        raise ValueError("--latency-steps must be D, A:B (steps, 0 <= A <= B <= 1000) "
+                         f"or recorded, got {text!r}") from None
     return lo, hi
 
 
@@ -374,7 +389,8 @@ def parse_crop(text: str | None) -> list[int] | None:
         top, bottom = (int(v) for v in text.split(":"))
         assert 0 <= top < bottom
     except (ValueError, AssertionError):
-        raise ValueError(f"--crop must look like 60:135 (first and one-past-last row kept), none or auto; got {text!r}") from None
+        raise ValueError("--crop must look like 60:135 (first and one-past-last row kept), "
+                         f"none or auto; got {text!r}") from None
     return [top, bottom]
 
 

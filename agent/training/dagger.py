@@ -279,8 +279,9 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
     plans = plan_rounds(lin, recipe, log)
     steps: list[dict[str, Any]] = []
     for k, plan in enumerate(plans):
-        steps.append({"round": k, "episodes": sum(w for _, w in plan.collects), "train": _command("train.py", plan.train),
-                      **({"collect": " && ".join(_command("collect.py", c) for c, _ in plan.collects)} if plan.collects else {})})
+        collects = " && ".join(_command("collect.py", c) for c, _ in plan.collects)
+        steps.append({"round": k, "episodes": sum(w for _, w in plan.collects),
+                      "train": _command("train.py", plan.train), **({"collect": collects} if plan.collects else {})})
         if finished(plan.run_dir):
             continue  # a finished round of an earlier run
         for config, wanted in plan.collects:

@@ -33,7 +33,8 @@ from envs.replay.camera import CameraGeometry
 from policies.actions import check_discrete_options
 from policies.policy import prepare_frames
 
-LAZY_MEMORY_FRACTION = 0.4  # --data-loading auto: lazy when the prepared frames would exceed this share of the free memory
+# --data-loading auto: lazy when the prepared frames would exceed this share of the free memory
+LAZY_MEMORY_FRACTION = 0.4
 
 
 @dataclass
@@ -44,7 +45,8 @@ class Data:
     both answer ``len`` and ``[a:b]``, so nothing downstream tells them apart."""
 
     frames: list[np.ndarray | FrameFile]  # per episode: uint8 [T, h, w, 3], the main (center) camera
-    side_frames: dict[str, list[np.ndarray | FrameFile]]  # "left"/"right" -> per episode, when the dataset has side cameras
+    # "left"/"right" -> per episode, when the dataset has side cameras
+    side_frames: dict[str, list[np.ndarray | FrameFile]]
     times: list[np.ndarray]  # per episode: float64 [T] seconds
     targets: list[np.ndarray]  # per episode: the expert's labels
     env: EnvSpec
@@ -58,12 +60,16 @@ class Data:
     lazy: bool = False  # frames read per batch from the prepared cache (--data-loading)
     pieces: list[tuple[int, int, int]] | None = None  # time blocks: episode k here is (dataset episode, start, stop)
     smoothing_s: float = 0.0  # the targets are the labels averaged over this centred window (--smooth-labels)
-    recorded: list[bool] = field(default_factory=list)  # per episode: a person's real simulator session (not an expert's)
-    speeds: list[np.ndarray] = field(default_factory=list)  # per episode: float32 [T] recorded speed, m/s (recovery labels)
+    # per episode: a person's real simulator session (not an expert's)
+    recorded: list[bool] = field(default_factory=list)
+    # per episode: float32 [T] recorded speed, m/s (recovery labels)
+    speeds: list[np.ndarray] = field(default_factory=list)
     geometry: CameraGeometry | None = None  # the camera of --recovery-views (envs.replay.spec), when they are on
     latency_steps: list[int] = field(default_factory=list)  # per episode: the latency it was driven under (collect.py)
-    labels_land: list[bool] = field(default_factory=list)  # per episode: a latency expert labelled it (no hindsight shift)
-    applied: list[np.ndarray] = field(default_factory=list)  # per episode: the actions applied, continuous [T, A] (empty: none recorded)
+    # per episode: a latency expert labelled it (no hindsight shift)
+    labels_land: list[bool] = field(default_factory=list)
+    # per episode: the actions applied, continuous [T, A] (empty: none recorded)
+    applied: list[np.ndarray] = field(default_factory=list)
     sources: list[int] = field(default_factory=list)  # per episode: which --data folder it came from (0, 1, ...)
     frame_shape: tuple[int, ...] | None = None  # [H, W, C] of the recorded camera frames (every episode's)
 
@@ -113,7 +119,8 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
             if f"frames_{s}" not in names:  # a dataset without side cameras: train on the center one
                 side_frames.pop(s)
                 continue
-            side_frames[s].append(cache(i, f"frames_{s}") if lazy else prepare_frames(arrays[f"frames_{s}"], crop, size))
+            side_frames[s].append(cache(i, f"frames_{s}") if lazy
+                                  else prepare_frames(arrays[f"frames_{s}"], crop, size))
         times.append(arrays["time"].astype(np.float64))
         targets.append(arrays["expert_action"])
         if geometry is not None and "speed" not in arrays:
@@ -155,12 +162,14 @@ def camera_frame_shape(dataset: DemoDataset, env: EnvSpec, o: DataOptions) -> tu
     of its own camera) would cut frames of another size (a 160x320 crop of a 480-row frame is sky)."""
     shapes = sorted({tuple(int(x) for x in dataset.array_shape(i, "frames")[1:]) for i in range(len(dataset))})
     if len(shapes) != 1:
-        raise ValueError(f"dataset {o.paths!r} holds camera frames of several sizes {shapes}; a policy is trained on one")
+        raise ValueError(f"dataset {o.paths!r} holds camera frames of several sizes {shapes}; a "
+                         "policy is trained on one")
     shape = shapes[0]
     if o.crop == "auto" and env.first_person and env.default_crop and shape != tuple(env.frame_shape):
         h, w, c = env.frame_shape
         raise ValueError(f"dataset {o.paths!r}: its frames are {'x'.join(map(str, shape))}, but the {env.name} env's "
-                         f"crop (rows {env.default_crop[0]}..{env.default_crop[1]}) is made for its {h}x{w}x{c} camera; "
+                         f"crop (rows {env.default_crop[0]}..{env.default_crop[1]}) is made for "
+                         f"its {h}x{w}x{c} camera; "
                          "give --crop TOP:BOTTOM (and --image-size) for these frames")
     return shape
 
@@ -208,7 +217,8 @@ def use_lazy_loading(loading: str, dataset: DemoDataset, size: list[int], sides:
     free = available_memory()
     lazy = free is not None and need > LAZY_MEMORY_FRACTION * free
     if lazy and world.main:
-        tqdm.write(f"the prepared frames would take {need / 1e9:.1f} GB of {free / 1e9:.1f} GB free memory: reading them "
+        tqdm.write(f"the prepared frames would take {need / 1e9:.1f} GB of {free / 1e9:.1f} GB "
+                   "free memory: reading them "
                    f"per batch from a cache on disk (--data-loading memory to keep them in memory)")
     return lazy
 
@@ -221,7 +231,8 @@ def lazy_cache(dataset: DemoDataset, crop: list[int] | None, size: list[int], ou
 
     def cache(i: int, name: str) -> FrameFile:
         root = dataset.paths[i].parent.parent
-        writable = os.access(root, os.W_OK) and (not (root / CACHE_DIR).exists() or os.access(root / CACHE_DIR, os.W_OK))
+        writable = os.access(root, os.W_OK) and (not (root / CACHE_DIR).exists()
+                                                 or os.access(root / CACHE_DIR, os.W_OK))
         cache_root = None if writable or out is None else out / CACHE_DIR
         return dataset.prepared(i, name, tag, lambda f: prepare_frames(f, crop, size), cache_root)
 
@@ -243,7 +254,8 @@ def use_recording(data: str | list[str], dataset_weight: str, strict_images: boo
     if pools:
         data = expand_pools(data_paths(data))
     paths = once_each(data_paths(data), tqdm.write)
-    targets = [out / "imported_data"] if isinstance(data, str) else [out / "imported_data" / str(k) for k in range(len(paths))]
+    targets = ([out / "imported_data"] if isinstance(data, str)
+               else [out / "imported_data" / str(k) for k in range(len(paths))])
     imported = import_recordings(paths, targets, strict_images=strict_images, warn=tqdm.write, made=made)
     if imported != data_paths(data):
         data = imported[0] if isinstance(data, str) else imported
@@ -288,8 +300,10 @@ def take_pieces(data: Data, pieces: list[tuple[int, int, int]]) -> Data:
         return frames[a:b] if isinstance(frames, np.ndarray) else FrameRows(frames, a, b)
 
     return replace(data, frames=[rows(data.frames[e], a, b) for e, a, b in pieces],
-                   side_frames={cam: [rows(eps[e], a, b) for e, a, b in pieces] for cam, eps in data.side_frames.items()},
-                   times=[data.times[e][a:b] for e, a, b in pieces], targets=[data.targets[e][a:b] for e, a, b in pieces],
+                   side_frames={cam: [rows(eps[e], a, b) for e, a, b in pieces]
+                                for cam, eps in data.side_frames.items()},
+                   times=[data.times[e][a:b] for e, a, b in pieces],
+                   targets=[data.targets[e][a:b] for e, a, b in pieces],
                    speeds=[data.speeds[e][a:b] for e, a, b in pieces] if data.speeds else [],
                    num_episodes=len(pieces), pieces=list(pieces),
                    recorded=[data.recorded[e] for e, _, _ in pieces] if data.recorded else [],

@@ -33,7 +33,8 @@ from torch.nn.parallel import DistributedDataParallel
 from common.stops import sigterm_as_interrupt
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-TIMEOUT = datetime.timedelta(hours=2)  # long: ranks wait in a barrier while the frames cache of a huge dataset is prepared
+# long: ranks wait in a barrier while the frames cache of a huge dataset is prepared
+TIMEOUT = datetime.timedelta(hours=2)
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,8 @@ def device_for(requested: str, world: World) -> torch.device:
 
 def data_parallel(module: torch.nn.Module, device: torch.device) -> DistributedDataParallel:
     """DDP over ``module``, its buffers not re-broadcast before every forward (every rank already holds the same:
-    seeded wiring, fixed statistics). The switch is ``forward_sync_buffers`` in torch 2.13 and later, ``broadcast_buffers``
-    in earlier versions; the project supports both (pyproject: torch>=2.3)."""
+    seeded wiring, fixed statistics). The switch is ``forward_sync_buffers`` in torch 2.13 and later,
+    ``broadcast_buffers`` in earlier versions; the project supports both (pyproject: torch>=2.3)."""
     renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
     switch = {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
     return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None, **switch)

@@ -21,8 +21,8 @@ from common.files import run_folder, write_json
 from driving_data.dataset import DemoDataset, open_datasets
 from policies.precision import choose as choose_precision
 
-SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse", "val_steer_vs_straight",
-                "val_steer_vs_mean",
+SUMMARY_KEYS = ("val_loss", "val_accuracy", "val_mae", "val_mse", "val_steer_mae", "val_steer_mse",
+                "val_steer_vs_straight", "val_steer_vs_mean",
                 "attn_entropy", "attn_entropy_norm", "attn_max_weight")  # attn_*: log_nac_internals
 
 
@@ -108,7 +108,8 @@ def run(plan: TrainPlan) -> dict[str, Any]:
         if not plan.run.resume and (out / "args.json").exists() and not plan.run.overwrite:
             from driving_data.udacity_import import is_raw_recording
 
-            datasets = [d for d in data_paths(plan.data.paths) if not is_raw_recording(d)]  # a recording is imported, not opened
+            # a recording is imported, not opened
+            datasets = [d for d in data_paths(plan.data.paths) if not is_raw_recording(d)]
             if datasets:
                 open_datasets(datasets)  # a mistyped --data is the likelier mistake: say that first
             raise ValueError(f"{str(out)!r} already holds a run; pass --resume to continue it, --overwrite to "

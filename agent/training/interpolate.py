@@ -6,7 +6,8 @@ weights usually keeps most of each (weight-space ensembling of a fine-tune, Wort
 ``(1 - weight) * start + weight * tuned``, tensor by tensor. A start that was not told its latency is first
 widened as ``train.py --init`` widens it (the new inputs' weights 0), so it answers exactly as before.
 
-    python -m agent.training.interpolate --start checkpoints/carracing_nac.pt --tuned runs/lat/best.pt --weight 0.6 --out runs/lat/mix.pt
+    python -m agent.training.interpolate --start checkpoints/carracing_nac.pt --tuned runs/lat/best.pt \
+        --weight 0.6 --out runs/lat/mix.pt
 """
 from __future__ import annotations
 

@@ -167,7 +167,8 @@ def evaluate(policy: DrivingPolicy, data: Data, episodes: list[int], loss: str, 
     if world.active:
         scored = {e: v for part in gather(world, scored) for e, v in part.items()}
     losses = [x for e in episodes for x in scored[e][0]]
-    out, tgt = torch.cat([x for e in episodes for x in scored[e][1]]), torch.cat([x for e in episodes for x in scored[e][2]])
+    out = torch.cat([x for e in episodes for x in scored[e][1]])
+    tgt = torch.cat([x for e in episodes for x in scored[e][2]])
     metrics = {"val_loss": sum(losses) / len(tgt), "val_windows": len(tgt)}
     if policy.config.head == "discrete":
         metrics["val_accuracy"] = (out.argmax(-1) == tgt).float().mean().item()
@@ -336,7 +337,8 @@ def build_policy(m: Model, spec: str, data: Data, head: str, names: list[str] | 
     config = PolicyConfig.for_actions(
         head, names, encoder=m.encoder, feature_dim=encoder_features(m.encoder, data.image_size, m.feature_dim),
         core=core, core_options=options,
-        window=m.window, frame_stride=m.frame_stride, frame_period=data.frame_period, time_input=m.time_input or "seconds",
+        window=m.window, frame_stride=m.frame_stride, frame_period=data.frame_period,
+        time_input=m.time_input or "seconds",
         image_size=data.image_size, crop=data.crop, frame_shape=list(data.frame_shape) if data.frame_shape else None,
         color=m.color if m.color != "auto" else data.env.default_color,
         action_space=data.action_space, env=data.env.gym_id, discrete_actions=m.discrete_actions or "argmax",
@@ -404,8 +406,8 @@ class Trainer:
         purge = self.state["global_step"] + 1 if resumed else None
         self.writer = SummaryWriter(str(run_dir), purge_step=purge) if world.main else _NoWriter()
         if not resumed:
-            self.writer.add_text("config", "```\n" + json.dumps({"args": plan.record, "policy": self.policy.config.to_dict()},
-                                                              indent=2) + "\n```")
+            config = {"args": plan.record, "policy": self.policy.config.to_dict()}
+            self.writer.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```")
         self.forward: torch.nn.Module = WindowsForward(self.policy)
         if world.active:  # also makes every rank start from rank 0's weights
             self.forward = data_parallel(self.forward, device)
@@ -421,7 +423,8 @@ class Trainer:
             tqdm.write(f"{self.desc}: resuming from {self.last_path} at epoch {self.state['epoch'] + 1}, batch "
                        f"{self.state['batch']}" + (f" on {self.world.size} processes" if self.world.active else ""))
 
-    def save_last(self, done: bool = False, rng: dict[str, Any] | None = None, best: dict[str, Any] | None = None) -> None:
+    def save_last(self, done: bool = False, rng: dict[str, Any] | None = None,
+                  best: dict[str, Any] | None = None) -> None:
         """last.pt, and with ``best`` (its epoch and scores) best.pt: both or neither, so a full disk leaves the pair
         an earlier epoch wrote, and --resume continues from there."""
         if self.world.main:
@@ -579,7 +582,8 @@ class Trainer:
         if self.world.main:
             tqdm.write(f"{self.desc} epoch {epoch + 1}/{self.opt.epochs}: train {train_loss:.4f} "
                        + " ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "val_windows")
-                       + (f" ({NO_STRAIGHT_RATIO})" if "val_steer_mse" in val and "val_steer_vs_straight" not in val else ""))
+                       + (f" ({NO_STRAIGHT_RATIO})"
+                          if "val_steer_mse" in val and "val_steer_vs_straight" not in val else ""))
 
     def diverged(self, what: str) -> NoReturn:
         """A loss or gradient that is not finite: the weights diverged (a learning rate too high). The run stops in

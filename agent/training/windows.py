@@ -2,8 +2,8 @@
 
 How a batch is made (the CPU budget drives this)
 ------------------------------------------------
-Windows follow ``agent.training.windows.window_indices`` (the same windows ``agent.training.windows.WindowDataset`` yields), but
-a training batch is a few *segments* of consecutive steps instead of independent windows: the frames
+Windows follow ``agent.training.windows.window_indices`` (the same windows ``agent.training.windows.WindowDataset``
+yields), but a training batch is a few *segments* of consecutive steps instead of independent windows: the frames
 a segment needs are encoded by the CNN once, and every window of the segment gathers its frames'
 embeddings. With window 8 and stride 3 a 16-step segment encodes 37 frames for 16 windows instead of
 128 -- the CNN, which dominates the cost, runs ~3.5x less. Each step of every training episode is the
@@ -38,18 +38,22 @@ def make_splits(split: SplitOptions, w: Windows, data: Data) -> tuple[Data, list
                          "steps); lower --window or --frame-stride, or record longer episodes")
     seed = split.seed
     held = validation_candidates(data)
-    episode_split = None if split.folds else split_episodes(len(held), split.val_fraction, seed) if len(held) > 1 else None
+    episode_split = (None if split.folds
+                     else split_episodes(len(held), split.val_fraction, seed) if len(held) > 1 else None)
     mode = split.mode if split.mode != "auto" else auto_split_mode(data, held, episode_split, split.val_fraction)
     if mode == "blocks":
         if split.folds:
-            raise ValueError(f"--folds holds out whole episodes; {'this dataset has one episode, so ' if len(held) == 1 else ''}"
+            raise ValueError("--folds holds out whole episodes; "
+                             f"{'this dataset has one episode, so ' if len(held) == 1 else ''}"
                              f"drop --folds (one split in time blocks) or use --split episodes")
         # the gap: one window, and at least half the label smoothing, so no training input or label sees validation
         gap = max(window_span(w.window, w.frame_stride), math.ceil(data.smoothing_s / 2 / data.frame_period) + 1)
         train, val = block_pieces([len(f) for f in data.frames], split.val_fraction, gap, held)
-        return take_pieces(data, train + val), [(list(range(len(train))), list(range(len(train), len(train) + len(val))))]
+        folds = [(list(range(len(train))), list(range(len(train), len(train) + len(val))))]
+        return take_pieces(data, train + val), folds
     rest = sorted(set(range(data.num_episodes)) - set(held))
-    splits = kfold_episodes(len(held), split.folds, seed) if split.folds else [episode_split or split_episodes(len(held), split.val_fraction, seed)]
+    splits = (kfold_episodes(len(held), split.folds, seed) if split.folds
+              else [episode_split or split_episodes(len(held), split.val_fraction, seed)])
     return data, [(sorted(rest + [held[i] for i in t]), [held[i] for i in v]) for t, v in splits]
 
 
@@ -197,7 +201,8 @@ class WindowDataset(Dataset):
         return {
             "frames": torch.from_numpy(self.frames[e][idx]),
             "time": torch.from_numpy((times - times[-1]).astype(np.float32)),
-            "target": torch.as_tensor(target, dtype=torch.int64 if np.issubdtype(np.asarray(target).dtype, np.integer) else torch.float32),
+            "target": torch.as_tensor(
+                target, dtype=torch.int64 if np.issubdtype(np.asarray(target).dtype, np.integer) else torch.float32),
         }
 
     def targets_array(self) -> np.ndarray:
@@ -216,7 +221,8 @@ def make_segments(lengths: dict[int, int], segment: int, rng: np.random.Generato
     segments = []
     for e, n in lengths.items():
         offset = int(rng.integers(segment))
-        own = [(e, max(s, 0), min(s + segment, n)) for s in range(-offset, n, segment) if min(s + segment, n) > max(s, 0)]
+        own = [(e, max(s, 0), min(s + segment, n)) for s in range(-offset, n, segment)
+               if min(s + segment, n) > max(s, 0)]
         if shares is not None and shares.get(e, 1.0) != 1.0:
             whole, part = divmod(shares[e] * len(own), len(own))
             extra = rng.choice(len(own), size=int(round(part)), replace=False) if round(part) else []

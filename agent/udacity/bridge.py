@@ -24,16 +24,16 @@ Protocol (one socket.io connection, the simulator is the client)::
 
 The simulator sends its next telemetry in answer to each steer or manual message, so every telemetry
 gets exactly one answer (a frame the bridge cannot read, or of another size than the policy was trained
-on, is logged and answered with steering 0, throttle 0), and the frame rate is bounded by the bridge's latency. Manual mode is the user holding
-a drive key: the payload is then empty. Steering and throttle are sent as **strings**
+on, is logged and answered with steering 0, throttle 0), and the frame rate is bounded by the bridge's latency. Manual
+mode is the user holding a drive key: the payload is then empty. Steering and throttle are sent as **strings**
 (``str(float)``; the simulator reads the JSON fields as text and parses them). Steering is
 the policy's steering in [-1, 1] (+-25 degrees, + = right: the simulator's own convention, the same
 as this project's, times the checkpoint's ``steer_gain`` where set); throttle follows the usual drive loop,
 ``1 - steering^2 - (speed / limit)^2`` clipped to [0, 1], unless the checkpoint drives with a fixed throttle
-(``fixed_throttle``: ``train.py --preset paper-udacity`` stores the authors' 0.05). Each frame is one ``PolicyStream.step(frame, t)`` with ``t`` the seconds since
-the connection's first frame (monotonic clock), so time-aware cores see the real frame spacing; the
-stream is reset on every new connection. ``SteeringServer`` holds all of that without a socket (it
-is what the tests drive); ``Bridge`` only moves its dicts over socket.io.
+(``fixed_throttle``: ``train.py --preset paper-udacity`` stores the authors' 0.05). Each frame is one
+``PolicyStream.step(frame, t)`` with ``t`` the seconds since the connection's first frame (monotonic clock), so
+time-aware cores see the real frame spacing; the stream is reset on every new connection. ``SteeringServer`` holds all
+of that without a socket (it is what the tests drive); ``Bridge`` only moves its dicts over socket.io.
 
 Library versions. The official simulator builds (udacity/self-driving-car-sim, 2017) use an old
 Unity socket.io client that speaks Socket.IO protocol 4 over Engine.IO 3 (although its URL says
@@ -275,7 +275,8 @@ def import_socketio() -> tuple[Any, Any]:
             import eventlet.wsgi
             import socketio
     except ImportError as e:
-        raise RuntimeError(f"the bridge needs python-socketio and eventlet ({e}); install them: {INSTALL_HINT}") from None
+        raise RuntimeError(f"the bridge needs python-socketio and eventlet ({e}); "
+                           f"install them: {INSTALL_HINT}") from None
     return socketio, eventlet
 
 
@@ -309,7 +310,8 @@ class Bridge:
             if e.errno == errno.EADDRNOTAVAIL:
                 raise OSError(f"cannot listen on {host}: not an address of this machine") from None
             if e.errno == errno.EACCES:
-                raise OSError(f"permission denied to listen on port {port} (ports below 1024 need privileges)") from None
+                raise OSError(f"permission denied to listen on port {port} (ports "
+                              "below 1024 need privileges)") from None
             raise OSError(f"cannot listen on {host}:{port} ({e.strerror or e})") from None
 
     @property
@@ -420,7 +422,8 @@ _HELP = (textwrap.fill("Let a trained policy drive the real Udacity simulator: s
                        "in, steer out), one policy stream step per frame. Start this, then the simulator, pick a track "
                        "and press Autonomous Mode. Needs: " + INSTALL_HINT + ".", 110) + "\n\n" +
          textwrap.fill("throttle = clip(1 - steering^2 - (speed / speed-limit)^2, 0, 1); steering and throttle are "
-                       "sent as strings. Ctrl-C or SIGTERM stops and prints frames served and the median latency.", 110))
+                       "sent as strings. Ctrl-C or SIGTERM stops and prints frames served and the median latency.",
+                       110))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

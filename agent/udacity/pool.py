@@ -75,7 +75,8 @@ def read_manifest(path: str | Path = MANIFEST) -> list[Entry]:
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise ValueError(f"{path}: the header must be {','.join(COLUMNS)} (it is {','.join(reader.fieldnames or [])})")
+            raise ValueError(f"{path}: the header must be {','.join(COLUMNS)} (it is "
+                             f"{','.join(reader.fieldnames or [])})")
         entries = [_entry(row, f"{path}:{i + 2}") for i, row in enumerate(reader)]
     seen: set[str] = set()
     for e in entries:
@@ -184,7 +185,8 @@ def import_pool(entries: Sequence[Entry], root: Path, out: Path, role: str, say=
     members, refused = [], {}
     for e, path in found:
         try:
-            source = check_rows(e, path) if e.csv_rows is None else take_rows(path, e.csv_rows, out / PARTS_DIR / e.name)
+            source = (check_rows(e, path) if e.csv_rows is None
+                      else take_rows(path, e.csv_rows, out / PARTS_DIR / e.name))
             import_recordings([source], [out / e.name], warn=lambda m, n=e.name: say(f"{n}: {m}"))
         except ValueError as err:  # a recording the import refuses (impossible data) is left out, not the pool
             say(f"{e.name}: left out of the pool: {err}")

@@ -11,7 +11,6 @@ format and is the command line of both.
 from __future__ import annotations
 
 import csv
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path

@@ -138,12 +138,14 @@ def report(name: str, r: dict[str, Any]) -> str:
     for s in r.get("side", []):
         lines.append(f"  {s['camera']} camera ({s['frames']} frames): photometric error unwarped {s['unwarped']:.1f}, "
                      f"reprojected to {g['side_offset_m']} m {s['assumed']:.1f}, best {s['best']:.1f} at "
-                     f"{abs(s['best_offset_m']):.2f} m (offset / height {abs(s['best_offset_m']) / g['cam_height_m']:.2f})")
+                     f"{abs(s['best_offset_m']):.2f} m (offset / height "
+                     f"{abs(s['best_offset_m']) / g['cam_height_m']:.2f})")
     if "yaw" in r:
         y, f = r["yaw"], r["forward_scale"]
         lines.append(f"  yaw between frames ({y['pairs']} pairs): gain {y['gain']:.2f} over the steering's prediction "
                      f"(corr {y['corr'] if y['corr'] is None else round(y['corr'], 2)}); forward scale median "
-                     f"{f['median']:.2f} (quartiles {f['q25']:.2f}-{f['q75']:.2f}) of speed x dt x {r['distance_scale']}")
+                     f"{f['median']:.2f} (quartiles {f['q25']:.2f}-{f['q75']:.2f}) of speed x "
+                     f"dt x {r['distance_scale']}")
     return "\n".join(lines)
 
 

@@ -103,7 +103,8 @@ class ReplayEnv(gym.Env):
         self._middle = (part_middle(self.dataset, part.episode, slice(part.start, part.stop), self.geometry)
                         if self.reference == "driver-or-middle" else None)
         straight = np.zeros(self._limit)
-        self._straight = count_interventions(self.vehicle, straight, self._steer[:self._limit], self._speed[:self._limit],
+        self._straight = count_interventions(self.vehicle, straight, self._steer[:self._limit],
+                                             self._speed[:self._limit],
                                              self._dt[:self._limit], self.max_offset, self.max_yaw,
                                              None if self._middle is None else self._middle[:self._limit])
 
@@ -129,7 +130,8 @@ class ReplayEnv(gym.Env):
         k = self._k
         self._trace.append((self._time[k], self._pose.offset, self._pose.yaw, self._steer[k], self._speed[k], steer))
         self._pose = self.vehicle.step(self._pose, steer, self._steer[k], self._speed[k], self._dt[k])
-        reward = float(self._speed[k] * self._dt[k] * self.vehicle.distance_scale)  # metres driven: the return is info["distance"]
+        # metres driven: the return is info["distance"]
+        reward = float(self._speed[k] * self._dt[k] * self.vehicle.distance_scale)
         self._distance += reward
         self._k = k + 1
         truncated = self._k >= self._limit
@@ -170,7 +172,8 @@ class ReplayEnv(gym.Env):
             info["interventions_left"] = self._left
             if self._middle is not None:
                 info["interventions_unmeasured"] = self._unmeasured
-            info["path_trace"] = {"trace": np.asarray(self._trace, np.float32), "interventions": list(self._interventions),
+            info["path_trace"] = {"trace": np.asarray(self._trace, np.float32),
+                                  "interventions": list(self._interventions),
                                   "dt": self._dt[:self._limit].astype(np.float32),
                                   "episode": self._episode, "start": self._start}
         return info

@@ -9,8 +9,8 @@ replay lets the car be near the driver's line or near the middle (``ReplayEnv(re
 How, per frame (a few ms):
 
 * marking pixels by colour (HSV): yellow lines (more saturated than the ground on both sides: a faded line
-  passes, a yellowish verge of sand or dry grass does not), red kerb stripes, white lines and kerb stripes (low saturation,
-  brighter than the road around them in the same row), and the near-black walls of the lake track's bridge;
+  passes, a yellowish verge of sand or dry grass does not), red kerb stripes, white lines and kerb stripes (low
+  saturation, brighter than the road around them in the same row), and the near-black walls of the lake track's bridge;
 * every image row between ``near_m`` and ``far_m`` ahead is a line of constant distance on the flat ground of the
   replay's camera model (envs/replay/camera.py: a camera pitched down, no roll), so a pixel's column gives its
   lateral position in metres; each horizontal run of marking pixels gives one ground point, at its edge nearest
@@ -175,7 +175,8 @@ class RoadEstimator:
             (a0, b0, c0), *_ = np.linalg.lstsq(np.stack([np.ones(int(side.sum())), u[side], u[side] ** 2], 1),
                                                 y[side], rcond=None)
             fit = (float(a0), float(b0), float(c0))
-            return RoadReading(math.nan, math.nan, fit if left is not None else None, fit if right is not None else None)
+            return RoadReading(math.nan, math.nan, fit if left is not None else None,
+                               fit if right is not None else None)
         right &= ~left
         # both lines' points, one least-squares fit of two parallel curves: the vote's shape refined
         ones, zeros = np.ones(len(u)), np.zeros(len(u))

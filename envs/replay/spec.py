@@ -31,7 +31,8 @@ SIM_V0 = CameraGeometry(cam_height_m=1.5, pitch_deg=6.0, hfov_deg=65.0, side_off
                         source="this project's udacity simulator (envs/udacity/camera.py, vehicle.py)")
 SIM_V1 = CameraGeometry(cam_height_m=1.5, pitch_deg=6.0, hfov_deg=65.0, side_offset_m=1.0, hood_row=146,
                         wheelbase_m=2.5, max_steer_deg=25.0, steer_tau_s=0.08,
-                        source="this project's udacity-hard simulator (flat-ground model of a hilly world; hood 14 rows)")
+                        source="this project's udacity-hard simulator (flat-ground model of a "
+                               "hilly world; hood 14 rows)")
 # The real (Unity) simulator: the camera mounts of its public source (60 degrees vertical field of view at
 # 320x160); the distance scale is measured on public recordings by `python -m envs.replay.calibrate` (consecutive
 # frames show the car moving 0.8 x speed x dt on four of them; docs/results.md).
@@ -66,7 +67,8 @@ EPISODE_META = ("distance", "elapsed_s", "straight_interventions", "intervention
 
 
 def span_slice(span: tuple[float, float], n: int) -> slice:
-    """The frames of a session of ``n`` frames that ``span`` (parse_span) covers: what is replayed, or scored offline."""
+    """The frames of a session of ``n`` frames that ``span`` (parse_span) covers: what is replayed, or scored
+    offline."""
     return slice(int(np.floor(span[0] * n)), int(np.floor(span[1] * n)))
 
 
@@ -128,7 +130,8 @@ def check_replayable_steering(dataset: Any, folder: str) -> None:
     replay would drive a path its frames do not show (ValueError)."""
     exported = exported_from(dataset)
     if exported and not exported.get("steering_moved_the_car", True):
-        raise ValueError(f"{folder!r} is an export whose steering column is the expert's label ({exported.get('steering')}),"
+        raise ValueError(f"{folder!r} is an export whose steering column is the expert's label "
+                         f"({exported.get('steering')}),"
                          " not the steering that moved the car: its replay would follow a path its frames do not show; "
                          "replay the dataset itself, or export it with --label action")
 

@@ -71,7 +71,8 @@ class PathVehicle:
         target, target_rec = self.wheel_angle(steer), self.wheel_angle(steer_rec)
         if self.tau > 0:
             a = 1.0 - math.exp(-dt / self.tau)
-            wheel, wheel_rec = pose.wheel + (target - pose.wheel) * a, pose.wheel_rec + (target_rec - pose.wheel_rec) * a
+            wheel = pose.wheel + (target - pose.wheel) * a
+            wheel_rec = pose.wheel_rec + (target_rec - pose.wheel_rec) * a
         else:
             wheel, wheel_rec = target, target_rec
         ds = max(float(speed), 0.0) * dt * self.distance_scale

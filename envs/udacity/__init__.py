@@ -50,7 +50,8 @@ if REAL_LOOK_ENV_ID not in gym.registry:
                  kwargs={"world": "hard", "throttle_action": True, "look": "real", "wheelbase_m": REAL_WHEELBASE_M})
 
 __all__ = [
-    "CAMERAS", "CAMERA_HEIGHT_M", "HARD_ENV_ID", "REAL_LOOK_ENV_ID", "CAMERA_HFOV_DEG", "CAMERA_PITCH_DEG", "DT", "ENV_ID", "FEATURE_NAMES", "FRAME_H",
+    "CAMERAS", "CAMERA_HEIGHT_M", "HARD_ENV_ID", "REAL_LOOK_ENV_ID", "CAMERA_HFOV_DEG", "CAMERA_PITCH_DEG", "DT",
+    "ENV_ID", "FEATURE_NAMES", "FRAME_H",
     "FRAME_W", "LOOKAHEAD_M", "MAX_STEER_DEG", "N_FEATURES", "SIDE_CAMERA_OFFSET_M", "TARGET_SPEED", "THEMES",
     "WHEELBASE_M", "CameraModel", "Renderer", "StanleyDriver", "Track", "UdacityPrivilegedObservation",
     "UdacityStyleEnv", "Vehicle", "generate_track",

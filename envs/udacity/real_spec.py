@@ -4,8 +4,8 @@ simulator's frames without a recording.
 
 Everything but the frames and the wheelbase is the hard world's (hard_spec.py): tracks, themes and conditions
 (mountain and fog held out), the privileged features, the shipped PPO expert. The car has the real simulator's
-wheelbase (2.87 m, v1: 2.5 m), so a steering label means the curvature it means in a recording. The student's crop is the real recordings' one
-(rows 60..135 of the 160-row frame: sky and hood off at the real camera's pitch).
+wheelbase (2.87 m, v1: 2.5 m), so a steering label means the curvature it means in a recording. The student's crop is
+the real recordings' one (rows 60..135 of the 160-row frame: sky and hood off at the real camera's pitch).
 """
 from __future__ import annotations
 

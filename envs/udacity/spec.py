@@ -20,7 +20,6 @@ from envs.udacity import (
     FEATURE_NAMES,
     FRAME_H,
     FRAME_W,
-    THEMES,
     StanleyDriver,
     UdacityPrivilegedObservation,
     UdacityStyleEnv,
@@ -44,7 +43,8 @@ class ThemeBySeed(gym.Wrapper):
 
 
 def make(action_space: str = "continuous", *, render: bool = True, max_episode_steps: int = 1000,
-         render_mode: str | None = None, side_cameras: bool = False, renderer: str = "native", **kwargs: Any) -> gym.Env:
+         render_mode: str | None = None, side_cameras: bool = False, renderer: str = "native",
+         **kwargs: Any) -> gym.Env:
     """The udacity env as collect.py / evaluate.py use it; `side_cameras` puts the left and right camera
     frames into info["frame_left"] / info["frame_right"]. It has one renderer, its own ("native")."""
     SPEC.check_action_space(action_space)
@@ -54,7 +54,8 @@ def make(action_space: str = "continuous", *, render: bool = True, max_episode_s
     return ThemeBySeed(env)
 
 
-def make_expert_env(action_space: str = "continuous", *, render: bool = False, max_episode_steps: int = 1000) -> gym.Env:
+def make_expert_env(action_space: str = "continuous", *, render: bool = False,
+                    max_episode_steps: int = 1000) -> gym.Env:
     """Privileged observation, steering action: what the PPO expert acts in."""
     return UdacityPrivilegedObservation(make(action_space, render=render, max_episode_steps=max_episode_steps))
 

@@ -430,8 +430,8 @@ def _finger(p0: np.ndarray, tangent: np.ndarray, normal: np.ndarray, half: float
 
 def _splice_hairpins(track: Track, n: int, min_radius: float, rng: np.random.Generator) -> np.ndarray | None:
     """The centreline with `n` hairpins spliced in where the road is nearly straight (|curvature| < 1/200 m over the
-    finger's mouth: |curvature| < 1/200 m), each folding away from or into the loop at random: a closed polyline, or None if there is
-    no room for them."""
+    finger's mouth: |curvature| < 1/200 m), each folding away from or into the loop at random: a closed polyline, or
+    None if there is no room for them."""
     half = max(min_radius, 0.5 * track.road_width + 3.0) + rng.uniform(0.5, 2.0, n)
     corner = min_radius + rng.uniform(2.0, 5.0, n)
     depth = rng.uniform(20.0, 45.0, n)
@@ -501,7 +501,8 @@ def generate_track(seed: int, theme: str = "lake", world: str = "classic") -> Tr
         radii = 1.0 + rng.uniform(-p.radius_jitter, p.radius_jitter, k)
         clockwise = bool(rng.random() < 0.5)
         length = float(rng.uniform(*p.length_range))
-        ctrl = _fit_controls(angles, radii, length, max(p.min_radius, 14.0) if hard else p.min_radius, clockwise and not hard)
+        ctrl = _fit_controls(angles, radii, length, max(p.min_radius, 14.0) if hard else p.min_radius,
+                             clockwise and not hard)
         if ctrl is None:
             continue
         if clockwise and hard:

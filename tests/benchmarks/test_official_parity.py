@@ -34,7 +34,8 @@ def test_without_tensorflow_the_error_names_the_extra(tmp_path, capsys, monkeypa
 
 
 @pytest.mark.skipif(find_spec("tensorflow") is None or not REFERENCE,
-                    reason="needs TensorFlow (pip install -e '.[official]') and NAC_OFFICIAL_REFERENCE=<their checkout>")
+                    reason="needs TensorFlow (pip install -e '.[official]') and "
+                           "NAC_OFFICIAL_REFERENCE=<their checkout>")
 def test_nac_official_computes_their_layer_in_every_mode(tmp_path, capsys):
     out = tmp_path / "parity.json"
     assert official_parity.main(["--reference", REFERENCE, "--out", str(out)]) == 0

@@ -93,7 +93,8 @@ def test_the_command_list_shows_each_command_on_its_own_lines(capsys):
         parse_command(commands, ["--help"], prog="tool", doc=Args.__doc__)
     shown = capsys.readouterr().out
     assert e.value.code == 0
-    assert "commands:\n  run   Run it: the first line of its text,\n        continued here.\n  need  Needs --out." in shown
+    assert ("commands:\n  run   Run it: the first line of its text,\n        continued here.\n"
+            "  need  Needs --out.") in shown
     assert ".;" not in shown and "tool COMMAND --help" in shown
 
 

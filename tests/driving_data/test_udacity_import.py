@@ -51,7 +51,8 @@ def test_import_real_simulator_layout(tmp_path):
     np.testing.assert_allclose(ep["speed"], np.array([24.5, 25.5]) / 2.23694, rtol=1e-6)
     np.testing.assert_allclose(ep["throttle"], 0.9)
     name = "center_2016_12_01_13_30_53_387.jpg"
-    assert back.jpeg_frames(1, "frames")[1] == (tmp_path / "rec" / "IMG" / name).read_bytes(), "files kept byte for byte"
+    kept = (tmp_path / "rec" / "IMG" / name).read_bytes()
+    assert back.jpeg_frames(1, "frames")[1] == kept, "files kept byte for byte"
     assert back.card["import"]["time_from"].startswith("timestamps")
 
 
@@ -76,13 +77,20 @@ def test_import_without_timestamps_uses_the_frame_period(tmp_path):
 
 BAD_ROWS = {
     "columns": (lambda ls: ls[:2] + [", ".join(ls[2].split(", ")[:4])] + ls[3:],
-                r"driving_log.csv line 3: expected 7 columns \(center,left,right,steering,throttle,brake,speed\), got 4"),
-    "steering": (lambda ls: ls[:1] + [ls[1].replace("-0.05,", "left,")] + ls[2:], r"line 2: steering 'left' is not a number"),
-    "throttle": (lambda ls: ls[:3] + [ls[3].replace(" 0.9,", " ,")] + ls[4:], r"line 4: throttle '' is not a number"),
-    "brake": (lambda ls: ls[:4] + [ls[4].replace(" 0,", " nan,")] + ls[5:], r"line 5: brake 'nan' is not a finite number"),
-    "speed": (lambda ls: ls[:5] + [ls[5].replace("25.5", "25.5mph")] + ls[6:], r"line 6: speed '25.5mph' is not a number"),
-    "range": (lambda ls: [ls[0].replace(", 0, 0.9", ", 1.5, 0.9")] + ls[1:], r"line 1: steering 1.5 is outside \[-1, 1\]"),
-    "image": (lambda ls: ls[:3] + [ls[3].replace("left_", "lfet_")] + ls[4:], r"line 4: left image 'lfet_2016_12_01_13_30_48_587.jpg'"),
+                r"driving_log.csv line 3: expected 7 columns "
+                r"\(center,left,right,steering,throttle,brake,speed\), got 4"),
+    "steering": (lambda ls: ls[:1] + [ls[1].replace("-0.05,", "left,")] + ls[2:],
+                 r"line 2: steering 'left' is not a number"),
+    "throttle": (lambda ls: ls[:3] + [ls[3].replace(" 0.9,", " ,")] + ls[4:],
+                 r"line 4: throttle '' is not a number"),
+    "brake": (lambda ls: ls[:4] + [ls[4].replace(" 0,", " nan,")] + ls[5:],
+              r"line 5: brake 'nan' is not a finite number"),
+    "speed": (lambda ls: ls[:5] + [ls[5].replace("25.5", "25.5mph")] + ls[6:],
+              r"line 6: speed '25.5mph' is not a number"),
+    "range": (lambda ls: [ls[0].replace(", 0, 0.9", ", 1.5, 0.9")] + ls[1:],
+              r"line 1: steering 1.5 is outside \[-1, 1\]"),
+    "image": (lambda ls: ls[:3] + [ls[3].replace("left_", "lfet_")] + ls[4:],
+              r"line 4: left image 'lfet_2016_12_01_13_30_48_587.jpg'"),
 }
 
 
@@ -134,7 +142,8 @@ def test_center_only_recordings_and_the_bridge_s_own_recordings_import(tmp_path)
     np.testing.assert_allclose(back.load(0, keys=["expert_action"])["expert_action"][:, 0], [0, 0.1, 0.2, 0.3, 0.4],
                                atol=1e-6)
     # a recording whose side columns are logged for some rows and not for others: center only, for every row
-    _sim_recording(tmp_path / "mixed", rows=lambda ls: [", ".join([ls[0].split(", ")[0], "", "", *ls[0].split(", ")[3:]])] + ls[1:])
+    _sim_recording(tmp_path / "mixed",
+                   rows=lambda ls: [", ".join([ls[0].split(", ")[0], "", "", *ls[0].split(", ")[3:]])] + ls[1:])
     assert open_dataset(ui.import_udacity(tmp_path / "mixed", tmp_path / "m")).card["cameras"] == {"frames": "center"}
 
 

@@ -1,7 +1,8 @@
 """What a recording's import checks before it is trained on or scored: every image decodes and is the simulator's
 size, rows are in time order, each frame once, and what each row claims is possible (speed, pedals); what it cannot
 use is skipped and counted (or refused with --strict-images), what cannot be true is refused, named by CSV line and
-file. And how train.py takes the recordings it is given (once each, a CSV as its folder, no import left by a refusal)."""
+file. And how train.py takes the recordings it is given (once each, a CSV as its folder, no import left by a
+refusal)."""
 import json
 
 import numpy as np
@@ -45,7 +46,8 @@ def test_a_truncated_jpeg_is_skipped_and_counted_by_line_and_file(tmp_path, caps
     back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 19 and back.card["import"]["skipped_rows"] == 1
     assert back.card["import"]["skipped_examples"][0]["line"] == 13
-    assert warnings[0].startswith("warning: skipped 1 of 20 rows") and f"line 13, '{victim.name}', is cut off" in warnings[0]
+    assert warnings[0].startswith("warning: skipped 1 of 20 rows")
+    assert f"line 13, '{victim.name}', is cut off" in warnings[0]
     with pytest.raises(ValueError, match=f"driving_log.csv line 13: image '{victim.name}' is cut off"):
         ui.import_udacity(tmp_path / "rec", tmp_path / "strict", strict_images=True)
     assert not (tmp_path / "strict").exists()
@@ -138,7 +140,8 @@ def test_a_scrambled_jpeg_behind_intact_markers_is_skipped_and_named(tmp_path, c
     warnings = []
     back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 19 and back.card["import"]["skipped_rows"] == 1
-    assert len(warnings) == 1 and f"line 7, '{victim.name}', is a corrupt JPEG (libjpeg: Corrupt JPEG data" in warnings[0]
+    assert len(warnings) == 1
+    assert f"line 7, '{victim.name}', is a corrupt JPEG (libjpeg: Corrupt JPEG data" in warnings[0]
     assert "Corrupt JPEG data" not in capfd.readouterr().err, "libjpeg's own nameless line is not left on the terminal"
 
 
@@ -187,7 +190,8 @@ def _set(column, value, rows=None):
 
 IMPOSSIBLE = {
     "speed below 0 throughout": (_set(6, "-30.2"), "line 1: speed -30.2 mph is below 0"),
-    "one row at 1e9 mph": (_set(6, "1e9", rows={7}), r"line 8: speed 1e\+09 mph is beyond what the simulator can reach"),
+    "one row at 1e9 mph": (_set(6, "1e9", rows={7}),
+                           r"line 8: speed 1e\+09 mph is beyond what the simulator can reach"),
     "a speed just past the margin": (_set(6, "40.5", rows={3}), r"line 4: speed 40.5 mph .* above 40 mph are refused"),
     "throttle -0.5": (_set(4, "-0.5", rows={2}), r"line 3: throttle -0.5 is outside \[0, 1\]"),
     "brake 7": (_set(5, "7", rows={11}), r"line 12: brake 7 is outside \[0, 1\]"),
@@ -218,7 +222,8 @@ def test_what_real_recordings_hold_still_imports(tmp_path):
     warnings = []
     back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 20 and warnings == []
-    np.testing.assert_allclose(back.load(0, keys=["speed"])["speed"][:3], np.array([30.63, 30.2, 0]) / 2.23694, rtol=1e-6)
+    np.testing.assert_allclose(back.load(0, keys=["speed"])["speed"][:3], np.array([30.63, 30.2, 0]) / 2.23694,
+                               rtol=1e-6)
 
 
 def test_every_row_twice_is_taken_once_with_one_warning(tmp_path):
@@ -227,7 +232,8 @@ def test_every_row_twice_is_taken_once_with_one_warning(tmp_path):
     back = open_dataset(ui.import_udacity(tmp_path / "rec", tmp_path / "data", warn=warnings.append))
     assert back.num_steps == 20 and back.card["import"]["repeated_rows_dropped"] == 20
     assert (np.diff(back.load(0, keys=["time"])["time"]) > 0).all(), "no step of 0 s"
-    assert warnings == [f"warning: dropped 20 rows of {tmp_path / 'rec' / 'driving_log.csv'} that repeat an earlier row "
+    assert warnings == [f"warning: dropped 20 rows of {tmp_path / 'rec' / 'driving_log.csv'} "
+                        "that repeat an earlier row "
                         "(the same center image and values; first: line 2, as line 1): a frame counts once"]
 
 
@@ -240,7 +246,8 @@ def test_rows_that_disagree_about_one_frame_or_share_a_time_are_refused(tmp_path
     img = tmp_path / "twin" / "IMG"
     name = sorted(img.glob("center_*"))[6].name
     for cam in ("center", "left", "right"):
-        (img / name.replace("center", cam).replace(".jpg", ".JPEG")).write_bytes((img / name.replace("center", cam)).read_bytes())
+        jpg = img / name.replace("center", cam)
+        (img / jpg.name.replace(".jpg", ".JPEG")).write_bytes(jpg.read_bytes())
     log = tmp_path / "twin" / "driving_log.csv"
     lines = log.read_text().splitlines()
     log.write_text("\n".join(lines + [lines[6].replace(".jpg", ".JPEG")]) + "\n")
@@ -274,11 +281,13 @@ def test_frames_of_another_size_are_refused_by_the_import_training_and_offline_s
     T = 20
     frames = np.random.default_rng(1).integers(0, 255, (T, 480, 640, 3), dtype=np.uint8)
     write_episode(tmp_path / "big", 0, {"frames": frames, "action": np.zeros((T, 1), np.float32),
-                                        "expert_action": np.zeros((T, 1), np.float32), "speed": np.full(T, 9, np.float32),
+                                        "expert_action": np.zeros((T, 1), np.float32),
+                                        "speed": np.full(T, 9, np.float32),
                                         "reward": np.zeros(T, np.float32), "time": np.arange(T) * 0.1,
                                         "privileged": np.zeros((T, 0), np.float32)},
                   {"env": "udacity", "source": "udacity-recording", "action_space": "continuous"})
-    (tmp_path / "big" / CARD_NAME).write_text(json.dumps({"format": FORMAT, "env": "udacity", "action_space": "continuous",
+    (tmp_path / "big" / CARD_NAME).write_text(json.dumps({"format": FORMAT, "env": "udacity",
+                                                          "action_space": "continuous",
                                                          "frame_shape": [480, 640, 3]}))
     assert train.main(["--data", str(tmp_path / "big"), "--out", str(tmp_path / "run"), *TINY]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -311,7 +320,8 @@ def test_a_utf16_csv_says_its_encoding_is_not_supported(tmp_path, capsys):
     log = tmp_path / "rec" / "driving_log.csv"
     log.write_bytes(log.read_text().encode("utf-16"))
     assert uf.main(["import", str(tmp_path / "rec"), "--out", str(tmp_path / "data")]) == 2
-    assert capsys.readouterr().err == (f"error: {str(log)!r} is encoded in UTF-16, which the importer does not support; "
+    assert capsys.readouterr().err == (f"error: {str(log)!r} is encoded in UTF-16, which the "
+                                       "importer does not support; "
                                        "save it as UTF-8, as the simulator writes it\n")
 
 

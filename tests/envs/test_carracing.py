@@ -121,7 +121,8 @@ def test_physics_only_matches_rendered_returns():
         obs, *_ = env.step(actions[0])
         assert obs.any() == render, "rendered mode shows the track, physics-only a zero frame"
         results.append(
-            ([r for r, _ in steps], np.stack([i["privileged"] for _, i in steps]), [i["tiles_visited"] for _, i in steps])
+            ([r for r, _ in steps], np.stack([i["privileged"] for _, i in steps]),
+             [i["tiles_visited"] for _, i in steps])
         )
         env.close()
     (r1, p1, t1), (r2, p2, t2) = results

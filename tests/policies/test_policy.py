@@ -553,11 +553,13 @@ def test_frame_tokens_cut_the_frame_features_in_order_as_a_keras_reshape_does():
     stream and a batch agree; a hidden head layer sits between core and actions."""
     policy = make_policy("nac", window=1, feature_dim=24, frame_tokens=6, head_hidden=8,
                          core_options={"d_model": 16, "heads": 4, "variant": "official", "topk": 3})
-    assert policy.core.nac.input_dim == 4 and [m.out_features for m in policy.head if hasattr(m, "out_features")] == [8, 3]
+    assert policy.core.nac.input_dim == 4
+    assert [m.out_features for m in policy.head if hasattr(m, "out_features")] == [8, 3]
     emb = torch.arange(2 * 24, dtype=torch.float32).view(2, 1, 24)
     seq, time = policy.core_sequence(emb, torch.zeros(2, 1))
     np.testing.assert_array_equal(seq.numpy(), np.reshape(emb.numpy(), (2, -1, 4)))  # Keras's Reshape: row-major
-    assert torch.equal(seq[1, 2], torch.tensor([32.0, 33.0, 34.0, 35.0])) and time[0].tolist() == [-5, -4, -3, -2, -1, 0]
+    assert torch.equal(seq[1, 2], torch.tensor([32.0, 33.0, 34.0, 35.0]))
+    assert time[0].tolist() == [-5, -4, -3, -2, -1, 0]
     frames = random_frames(3)
     batch = policy(frames[:, None])
     stream = policy.stream()

@@ -95,7 +95,8 @@ def test_a_bad_value_is_one_line():
 
 def make_policy(encoder="carracing", size=SIZE) -> DrivingPolicy:
     torch.manual_seed(0)
-    config = PolicyConfig.for_actions("continuous", encoder=encoder, core="nac", core_options={"d_model": 16, "heads": 4},
+    config = PolicyConfig.for_actions("continuous", encoder=encoder, core="nac",
+                                      core_options={"d_model": 16, "heads": 4},
                                       image_size=[size, size] if encoder == "carracing" else [66, 200],
                                       feature_dim=16, window=4, frame_stride=1)
     return DrivingPolicy(config)

@@ -72,7 +72,8 @@ class _FakeEnv:
         priv[9] = 1.0  # wheels_on_road
         priv[FEATURE_NAMES.index("cos_heading_error")] = -1.0 if self.i in self.backwards else 1.0
         return {"privileged": priv, "speed": 10.0 if 0 < self.i <= self.moving else 0.0,
-                "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300, "unvisited_tiles": "", "on_track": True}
+                "lap_complete": False, "tiles_visited": self.i, "num_tiles": 300, "unvisited_tiles": "",
+                "on_track": True}
 
     def reset(self, seed=None):
         self.i = 0
@@ -98,7 +99,8 @@ def test_stuck_car_ends_the_episode_and_the_stuck_stretch_is_cut():
     np.testing.assert_array_equal(arrays["frames"][:, 0, 0, 0], np.arange(21))
     assert arrays["final_frames"][0, 0, 0] == 21 and arrays["final_speed"] == 0.0
     np.testing.assert_allclose(meta["return"], -0.1 * 21, rtol=1e-5)
-    arrays, meta = record_episode(_FakeEnv(moving=20), _FakeExpert(), 0, DartNoise("continuous", 0.0, 1, 0), early_stop=False)
+    arrays, meta = record_episode(_FakeEnv(moving=20), _FakeExpert(), 0, DartNoise("continuous", 0.0, 1, 0),
+                                  early_stop=False)
     assert meta["stopped_early"] is None and len(arrays["frames"]) == 1000
 
 
@@ -185,7 +187,8 @@ def test_discrete_noise_zero_executes_the_label(tmp_path, capsys):
     np.testing.assert_array_equal(ep["expert_probs"].argmax(1), ep["expert_action"])
     assert ds.episodes[0]["perturbed_fraction"] == 0
     card = ds.card
-    assert sum(card["action_histogram"]["label"]) == 25 and card["action_histogram"]["label"] == card["action_histogram"]["executed"]
+    assert sum(card["action_histogram"]["label"]) == 25
+    assert card["action_histogram"]["label"] == card["action_histogram"]["executed"]
     assert card["runs"][0]["command"].startswith("python collect.py --action-space discrete")
     if export:
         from agent.data.minari_export import load_minari
@@ -255,7 +258,8 @@ def test_a_full_disk_ends_collect_in_one_line_and_keeps_the_saved_episodes(tmp_p
         full_disk(m, ".episode_00001.npz.")
         assert collect_cli.main(["--episodes", "2", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == (f"error: no space left on the disk while writing {str(out / 'episodes' / 'episode_00001.npz')!r}; "
+    assert err[-1] == ("error: no space left on the disk while writing "
+                       f"{str(out / 'episodes' / 'episode_00001.npz')!r}; "
                        "free some space and run the command again"), err
     assert "Traceback" not in "\n".join(err)
     assert len(open_dataset(out)) == 1 and not temp_files(out), "the saved episode stays, no half file"
@@ -427,7 +431,8 @@ def test_dagger_bad_arguments_are_clear_errors(tmp_path, capsys):
         (["--driver-temperature", "1.5"], "give --driver CKPT too"),
         (["--driver", str(tmp_path / "cont.pt"), "--driver-temperature", "1.5"],
          "--driver-temperature is for discrete students"),
-        (["--driver", str(disc), "--action-space", "discrete", "--driver-temperature", "1.5"], "only the sample and dither rules"),
+        (["--driver", str(disc), "--action-space", "discrete", "--driver-temperature", "1.5"],
+         "only the sample and dither rules"),
         (["--driver", str(disc), "--action-space", "discrete", "--driver-temperature", "0"], "must be a number > 0"),
         (["--driver", str(disc), "--action-space", "discrete", "--driver-actions", "argmax",
           "--driver-temperature", "2"], "argmax takes the likeliest action"),
@@ -482,7 +487,8 @@ def test_recovery_labels_and_start_in_expert_data(tmp_path):
     assert rec[0] and meta["recovery_labels"] and meta["recovery_label_steps"] == int(rec.sum())
     np.testing.assert_array_equal(ep["expert_probs"][rec], np.eye(5, dtype=np.float32)[ep["expert_action"][rec]])
     np.testing.assert_array_equal(ep["action"], ep["expert_action"])  # noise 0: the labeller drives
-    assert set(meta["start"]) == {"start_fraction", "start_turn", "start_offset"} and abs(meta["start"]["start_turn"]) > 1.9
+    assert set(meta["start"]) == {"start_fraction", "start_turn", "start_offset"}
+    assert abs(meta["start"]["start_turn"]) > 1.9
     env = make_carracing("discrete", render=True, max_episode_steps=150, renderer="fast")
     obs, info = env.reset(seed=meta["track_seed"], options=meta["start"])
     np.testing.assert_array_equal(ep["frames"][0], obs)
@@ -548,7 +554,8 @@ def test_datasets_of_the_older_format_name_open_and_unknown_formats_are_refused(
         (root / "dataset.json").write_text(json.dumps({"format": name, "env": "udacity"}))
         assert len(open_dataset(root)) == 1
     (root / "dataset.json").write_text(json.dumps({"format": "another tool v9"}))
-    with pytest.raises(ValueError, match=re.escape(f"names the format 'another tool v9'; this version reads '{FORMAT}'")):
+    with pytest.raises(ValueError,
+                       match=re.escape(f"names the format 'another tool v9'; this version reads '{FORMAT}'")):
         open_dataset(root)
 
 

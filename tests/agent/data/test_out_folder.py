@@ -129,7 +129,8 @@ def test_no_ratio_to_a_reference_whose_mse_is_zero_is_printed(tmp_path, capsys):
     assert "x always-straight's" not in line and "always-straight's MSE is 0" in line
     result = json.loads((tmp_path / "eval" / "offline.json").read_text())
     assert result["pooled"]["policy_vs_straight_mse_avg"] is None
-    assert "| always straight | 0.0000 | 0.0000 | 0.0000 | 0.0000 | - |" in (tmp_path / "eval" / "offline.md").read_text()
+    table = (tmp_path / "eval" / "offline.md").read_text()
+    assert "| always straight | 0.0000 | 0.0000 | 0.0000 | 0.0000 | - |" in table
 
 
 def test_results_that_cannot_be_written_at_the_end_are_kept_elsewhere(tmp_path, capsys):

@@ -43,7 +43,8 @@ def _tiny(path: Path, head: str = "continuous", **overrides) -> Path:
 def ckpts(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("ckpt")
     nac = _tiny(d / "nac.pt")
-    const = constant_policy_checkpoint(d / "const.pt", action=(0.3, 0.2, 0.0))  # every step [steer 0.3, gas 0.2, brake 0]
+    # every step [steer 0.3, gas 0.2, brake 0]
+    const = constant_policy_checkpoint(d / "const.pt", action=(0.3, 0.2, 0.0))
     return {
         "nac": nac,
         "const": const,
@@ -204,7 +205,8 @@ def test_comparison_of_checkpoints_and_expert_on_the_same_seeds(tmp_path, ckpts)
     table, paired = (out / "comparison.md").read_text().split("## Paired differences: each policy minus nac")
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| policy")]
     assert [r.split("|")[1].strip() for r in rows] == ["nac", "const", "expert"]
-    paired_rows = [line.split("|")[1:3] for line in paired.splitlines() if line.startswith("| ") and "policy" not in line]
+    paired_rows = [line.split("|")[1:3] for line in paired.splitlines()
+                   if line.startswith("| ") and "policy" not in line]
     assert [[c.strip() for c in r] for r in paired_rows] == [["const", "all"], ["expert", "all"]]
     assert f"{res['expert']['mean_return']:.1f} ± {res['expert']['std_return']:.1f}" in table
     # episodes cut at 20 of CarRacing's 1000 steps: the table says its figures are not the full episodes' ones
@@ -391,7 +393,8 @@ def test_cli_default_is_the_shipped_checkpoint(tmp_path, monkeypatch, capsys):
     import evaluate as cli
 
     monkeypatch.chdir(tmp_path)
-    code = cli.main(["--episodes", "1", "--max-steps", "5", "--no-video", "--out", str(tmp_path / "o"), "--no-progress"])
+    code = cli.main(["--episodes", "1", "--max-steps", "5", "--no-video", "--out", str(tmp_path / "o"),
+                     "--no-progress"])
     err = capsys.readouterr().err
     if (REPO / shipped_checkpoint("carracing")).is_file():
         assert code == 0, err
@@ -403,8 +406,10 @@ def test_cli_default_is_the_shipped_checkpoint(tmp_path, monkeypatch, capsys):
 def test_paired_differences_pair_episodes_by_seed_and_report_their_standard_error():
     from agent.evaluation.metrics import paired_differences, paired_markdown
 
-    base = [{"seed": s, "autonomy": a, "theme": t} for s, a, t in ((1, 100.0, "lake"), (2, 50.0, "jungle"), (3, 80.0, "lake"))]
-    other = [{"seed": s, "autonomy": a, "theme": t} for s, a, t in ((3, 90.0, "lake"), (1, 90.0, "lake"), (2, 60.0, "jungle"))]
+    base = [{"seed": s, "autonomy": a, "theme": t} for s, a, t in ((1, 100.0, "lake"), (2, 50.0, "jungle"),
+                                                                   (3, 80.0, "lake"))]
+    other = [{"seed": s, "autonomy": a, "theme": t} for s, a, t in ((3, 90.0, "lake"), (1, 90.0, "lake"),
+                                                                    (2, 60.0, "jungle"))]
     mean, se, n = paired_differences(base, other, "autonomy")  # differences +10, -10, +10 whatever the order
     assert n == 3 and mean == pytest.approx(10 / 3) and se == pytest.approx(np.std([-10, 10, 10], ddof=1) / np.sqrt(3))
     table = paired_markdown([("a", {"autonomy": 1.0, "episodes": base}), ("b", {"autonomy": 1.0, "episodes": other})])
@@ -460,14 +465,16 @@ def test_offline_scores_of_a_discrete_student_on_recorded_expert_actions(tmp_pat
                                rtol=1e-6)
     assert "(temperature 1.5, brake spared)" in (spared / "offline.md").read_text()
     capsys.readouterr()
-    for extra, needle in ((["--checkpoint", str(ckpts["nac"])], "continuous action space; the data's actions are discrete"),
+    for extra, needle in ((["--checkpoint", str(ckpts["nac"])],
+                           "continuous action space; the data's actions are discrete"),
                           (["--checkpoint", str(ckpts["nac"]), "--action-temperature", "2"],
                            "--action-temperature is for discrete students"),
                           (["--checkpoint", str(ckpts["nac"]), "--temperature-spares", "brake"],
                            "--temperature-spares is for discrete students"),
                           (["--checkpoint", str(fixed), "--temperature-spares", "brake"],
                            "--temperature-spares changes only the sample and dither rules"),
-                          (["--checkpoint", str(fixed), "--discrete-actions", "sample", "--temperature-spares", "clutch"],
+                          (["--checkpoint", str(fixed), "--discrete-actions", "sample", "--temperature-spares",
+                            "clutch"],
                            "--temperature-spares: spared actions must be names of"),
                           (["--checkpoint", str(ckpts["other_env"])],  # the data's env, not a --env to change
                            "the data was recorded in carracing ('CarRacing-v3'): score a student of that env")):

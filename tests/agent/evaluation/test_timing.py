@@ -353,7 +353,8 @@ def test_bad_timing_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys)
 def test_timing_options_are_refused_offline():
     with pytest.raises(ValueError, match="closed loop"):
         check_args(EvalArgs(data=["recording"], jitter="1:2", progress=False, workers=1))
-    assert resolve(EvalArgs(drop_prob=0, progress=False, workers=1)).conditions.timing.regular  # all off: regular timing
+    # all off: regular timing
+    assert resolve(EvalArgs(drop_prob=0, progress=False, workers=1)).conditions.timing.regular
 
 
 # ----------------------------------------------------------------------------- a student told its latency

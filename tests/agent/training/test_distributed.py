@@ -75,7 +75,8 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     monkeypatch.setattr(loop, "loss_fn", interrupting_loss)
     out = tmp_path / "run"
     with pytest.raises(Interrupted):
-        run(resolve(tiny_args(data_dir, out, policy="gru", epochs=3, val_fraction=0.34)))  # 2 val episodes: one per rank
+        # 2 val episodes: one per rank
+        run(resolve(tiny_args(data_dir, out, policy="gru", epochs=3, val_fraction=0.34)))
     monkeypatch.setattr(loop, "loss_fn", real_loss)
     cut = torch.load(out / "last.pt", weights_only=True)["train_state"]
     assert cut["epoch"] == 1 and 0 < cut["batch"] and not cut["done"]
@@ -181,7 +182,8 @@ def rss(key):
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
 
-plan = with_env_defaults(resolve(TrainArgs(data=sys.argv[1], data_loading=sys.argv[2], progress=False)))  # imports the env
+# with_env_defaults imports the env
+plan = with_env_defaults(resolve(TrainArgs(data=sys.argv[1], data_loading=sys.argv[2], progress=False)))
 before = rss("VmRSS")
 data = load_data(plan.data)
 for e in range(data.num_episodes):  # read every window once, as an epoch does

@@ -1,4 +1,5 @@
-"""Behaviour cloning end to end on tiny synthetic datasets: every core learns, checkpoints, resume, TensorBoard, CLI errors."""
+"""Behaviour cloning end to end on tiny synthetic datasets: every core learns, checkpoints, resume, TensorBoard, CLI
+errors."""
 import json
 import subprocess
 import sys
@@ -163,7 +164,8 @@ def test_tensorboard_scalars_and_nac_internals_are_written(data_dir, tmp_path):
     assert {"nac/phi", "nac/omega"} <= set(tags["histograms"]) and "nac/attention" in tags["images"]
     val = [e.value for e in acc.Scalars("losses/val")]
     metrics = json.loads((tmp_path / "tb" / "metrics.json").read_text())
-    assert val == pytest.approx([metrics["initial"]["val_loss"]] + [h["val_loss"] for h in metrics["history"]], rel=1e-6)
+    assert val == pytest.approx([metrics["initial"]["val_loss"]] + [h["val_loss"] for h in metrics["history"]],
+                                rel=1e-6)
     lrs = [e.value for e in acc.Scalars("charts/learning_rate")]
     assert max(lrs) <= 5e-3 * (1 + 1e-6) and lrs[-1] < max(lrs)  # warmup + cosine decay
 
@@ -506,7 +508,8 @@ def test_time_input_index_hides_the_clock_from_the_core():
         torch.manual_seed(0)
         policy = DrivingPolicy(PolicyConfig.for_actions("continuous", encoder="carracing", feature_dim=8, core="nac",
                                                         core_options={"d_model": 16, "heads": 4, "topk": 3}, window=4,
-                                                        frame_stride=3, image_size=[32, 32], time_input=time_input)).eval()
+                                                        frame_stride=3, image_size=[32, 32],
+                                                        time_input=time_input)).eval()
         outputs[time_input] = [policy(frames, t) for t in (regular, late)]
     assert not torch.allclose(*outputs["seconds"]), "NAC reads the timestamps"
     torch.testing.assert_close(*outputs["index"])

@@ -114,7 +114,8 @@ def test_a_mirror_after_the_reprojection_negates_the_new_label(udacity_ds):
         pose = ((2 * u - 1) * 1.0, (2 * v - 1) * math.radians(10.0))
         flip = bool(r[0, 1] < 0.5)
         torch.manual_seed(seed)
-        _, _, _, target = augment_first_person(data, [segment], plan.augmentation, plan.windows, slice(0, 1), "yuv", torch.device("cpu"), views)
+        _, _, _, target = augment_first_person(data, [segment], plan.augmentation, plan.windows, slice(0, 1), "yuv",
+                                               torch.device("cpu"), views)
         want = views.label(*pose, recorded, speed) * (-1 if flip else 1)
         np.testing.assert_allclose(target[:, 0], want, atol=1e-6)
         flips.add(flip)

@@ -9,7 +9,6 @@ import pytest
 
 from driving_data.dataset import open_dataset, write_episode
 import train
-from driving_data.dataset import open_dataset, write_episode
 from agent.training.config import TrainArgs, resolve, with_env_defaults
 from agent.training.data import load_data
 from agent.training.experiment import run
@@ -144,7 +143,8 @@ def test_a_student_shown_its_actions_on_their_way_learns_labels_that_depend_on_t
     scores, queues = {}, {}
     for shown in (0, 3):
         out = tmp_path / f"shown{shown}"
-        run(resolve(TrainArgs(data=str(data), out=str(out), policy="gru", window=2, frame_stride=1, epochs=12, batch_size=32,
+        run(resolve(TrainArgs(data=str(data), out=str(out), policy="gru", window=2, frame_stride=1, epochs=12,
+                              batch_size=32,
                       segment=8, lr=5e-3, feature_dim=8, threads=1, log_every=2, val_fraction=0.34,
                       latency_steps="recorded", latency_input="input", latency_queue=shown, progress=False,
                       augment=False)))
@@ -154,7 +154,8 @@ def test_a_student_shown_its_actions_on_their_way_learns_labels_that_depend_on_t
     assert scores[0] > 0.07 and scores[3] < 0.3 * scores[0], scores
     assert queues == {0: 0, 3: 3}
     again = tmp_path / "again"  # a fine-tune keeps what it is shown
-    run(resolve(TrainArgs(data=str(data), out=str(again), init=str(tmp_path / "shown3" / "best.pt"), epochs=1, threads=1,
+    run(resolve(TrainArgs(data=str(data), out=str(again), init=str(tmp_path / "shown3" / "best.pt"), epochs=1,
+                          threads=1,
                   latency_steps="recorded", progress=False, augment=False)))
     assert read_checkpoint(again / "best.pt")["config"]["queue_steps"] == 3
 
@@ -201,7 +202,9 @@ def test_the_block_split_line_stays_one_short_line_for_a_pool_of_many_episodes()
 
     from agent.training.windows import describe_blocks
 
-    pieces = [(e, 0, 80) for e in range(300)] + [(e, 89, 100) for e in range(300)] + [(e, 0, 5) for e in range(300, 500)]
-    line = describe_blocks(SimpleNamespace(pieces=pieces), (list(range(300)) + list(range(600, 800)), list(range(300, 600))))
+    pieces = ([(e, 0, 80) for e in range(300)] + [(e, 89, 100) for e in range(300)]
+              + [(e, 0, 5) for e in range(300, 500)])
+    line = describe_blocks(SimpleNamespace(pieces=pieces),
+                           (list(range(300)) + list(range(600, 800)), list(range(300, 600))))
     assert "episode 0: trains on steps 0..79, validates on 89..99" in line and "296 more episodes" in line
     assert "trained whole: 200 episode(s) (300, 301, 302, 303, ...)" in line and len(line) < 600

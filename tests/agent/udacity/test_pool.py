@@ -44,8 +44,8 @@ def test_a_bad_manifest_line_is_one_error_naming_the_line(tmp_path, row, said):
 
 
 def test_import_pool_joins_the_recordings_found_and_names_the_missing(tmp_path, capsys):
-    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b", track="jungle", steering="mouse", rows=3), _row("gone"),
-                                              _row("h", role="held-out")])
+    manifest = _manifest(tmp_path / "m.csv", [_row("a"), _row("b", track="jungle", steering="mouse", rows=3),
+                                              _row("gone"), _row("h", role="held-out")])
     _sim_recording(tmp_path / "rec" / "a")
     _sim_recording(tmp_path / "rec" / "b", offsets_s=(0, 0.1, 0.2))
     _sim_recording(tmp_path / "rec" / "h")
@@ -92,7 +92,8 @@ def test_two_sessions_of_one_repository_at_two_commits_get_a_checkout_each(tmp_p
     x, y = (e.clone_commands(tmp_path / "rec") for e in pool.read_manifest(manifest))
     clone_x, clone_y = (cmd.split("git -C ")[1].split()[0] for cmd in (x, y))
     assert clone_x != clone_y and f"checkout -q {first}" in x and f"checkout -q {second}" in y
-    assert x.endswith(f"{clone_x}/data {tmp_path / 'rec' / 'x'}") and y.endswith(f"{clone_y}/data {tmp_path / 'rec' / 'y'}")
+    assert x.endswith(f"{clone_x}/data {tmp_path / 'rec' / 'x'}")
+    assert y.endswith(f"{clone_y}/data {tmp_path / 'rec' / 'y'}")
 
 
 def test_a_pool_trains_with_its_recordings_weighted_by_the_square_root(tmp_path):
@@ -103,7 +104,8 @@ def test_a_pool_trains_with_its_recordings_weighted_by_the_square_root(tmp_path)
     _sim_recording(tmp_path / "rec" / "a", offsets_s=tuple(0.1 * k for k in range(16)))
     _sim_recording(tmp_path / "rec" / "b", offsets_s=tuple(0.1 * k for k in range(4)))
     pool.import_pool(pool.read_manifest(manifest), tmp_path / "rec", tmp_path / "pool", "pool", say=lambda m: None)
-    run(resolve(TrainArgs(data=str(tmp_path / "pool"), out=str(tmp_path / "run"), epochs=1, batch_size=8, segment=4, window=2,
+    run(resolve(TrainArgs(data=str(tmp_path / "pool"), out=str(tmp_path / "run"), epochs=1, batch_size=8, segment=4,
+                          window=2,
                   frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False, split="episodes")))
     args = json.loads((tmp_path / "run" / "args.json").read_text())
     assert args["dataset_weight"] == "sqrt" and len(args["data"]) == 2

@@ -48,7 +48,8 @@ def test_export_import_round_trip(tmp_path):
     rows = _read_csv(csv_path)
     assert len(rows) == 9 and all(len(r) == 7 for r in rows), "no header, one row per step"
     names = [r[0].rsplit("/", 1)[1] for r in rows]
-    assert names == sorted(names) and names[0].startswith("center_") and rows[0][1].rsplit("/", 1)[1].startswith("left_")
+    assert names == sorted(names) and names[0].startswith("center_")
+    assert rows[0][1].rsplit("/", 1)[1].startswith("left_")
     assert all(r[0].startswith(str((tmp_path / "log").resolve())) for r in rows), "absolute paths of the written images"
     assert len(list((tmp_path / "log" / "IMG").iterdir())) == 27
     first = ds.load(0)
@@ -175,7 +176,8 @@ def test_several_recordings_train_as_one(tmp_path):
 
     _sim_recording(tmp_path / "a")
     _sim_recording(tmp_path / "b", offsets_s=(0, 0.1, 0.2))
-    run(resolve(TrainArgs(data=[str(tmp_path / "a"), str(tmp_path / "b")], out=str(tmp_path / "run"), epochs=1, batch_size=8,
+    run(resolve(TrainArgs(data=[str(tmp_path / "a"), str(tmp_path / "b")], out=str(tmp_path / "run"), epochs=1,
+                          batch_size=8,
                   segment=8, window=2, frame_stride=1, feature_dim=8, d_model=16, heads=4, threads=1, progress=False,
                   split="episodes")))  # sessions of 2-4 rows: too short to hold out in time
     assert [open_dataset(tmp_path / "run" / "imported_data" / k).num_steps for k in ("0", "1")] == [6, 3]
@@ -210,7 +212,8 @@ def test_real_recordings_train_with_simulator_data_and_only_the_recordings_valid
     assert metrics["val_episodes"] and set(metrics["val_episodes"]) <= {0, 1, 2}
     assert {3, 4, 5} <= set(metrics["train_episodes"])
     # a recording joined with another env's data: one clear error
-    other = _write_dataset(tmp_path / "other", lengths=(3,), meta={"env": "carracing", "action_space": "continuous"}).root
+    other = _write_dataset(tmp_path / "other", lengths=(3,),
+                           meta={"env": "carracing", "action_space": "continuous"}).root
     with pytest.raises(ValueError, match="differs from .* in its env"):
         load_data(resolve(TrainArgs(data=[str(rec), str(other)])).data)
 

@@ -81,12 +81,16 @@ def test_the_driver_reference_is_the_rule_of_old_and_the_middle_widens_where_the
     assert _drive_steady(spec.make(reference="driver"), -0.15) == default and len(default[0]) >= 2
     monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.zeros(rows.stop - rows.start))
     assert _drive_steady(spec.make(reference="driver-or-middle"), -0.15) == default
-    monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -0.6))
+    monkeypatch.setattr(replay_env, "part_middle",
+                        lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -0.6))
     middle_left = _drive_steady(spec.make(reference="driver-or-middle"), -0.15)
     assert len(middle_left[0]) < len(default[0]) and middle_left[0][0] > default[0][0]
-    monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -5.0))
+    monkeypatch.setattr(replay_env, "part_middle",
+                        lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -5.0))
     assert _drive_steady(spec.make(reference="driver-or-middle"), -0.15) == default
-    wavy = lambda ds, episode, rows, geometry: 0.8 * np.sin(np.arange(rows.stop - rows.start) / 7.0)
+    def wavy(ds, episode, rows, geometry):
+        return 0.8 * np.sin(np.arange(rows.stop - rows.start) / 7.0)
+
     monkeypatch.setattr(replay_env, "part_middle", wavy)
     interventions, _, straight = _drive_steady(spec.make(reference="driver-or-middle"), 0.0)
     assert len(interventions) == straight  # the env's always-straight drive and the frame-free count agree
@@ -109,7 +113,8 @@ def test_interventions_where_the_middle_was_not_measured_are_counted(udacity_dri
     monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.zeros(rows.stop - rows.start))
     info, n = final_info(spec.make(reference="driver-or-middle"))
     assert info["interventions_unmeasured"] == n and type(info["interventions_unmeasured"]) is int
-    monkeypatch.setattr(replay_env, "part_middle", lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -0.6))
+    monkeypatch.setattr(replay_env, "part_middle",
+                        lambda ds, episode, rows, geometry: np.full(rows.stop - rows.start, -0.6))
     info, n = final_info(spec.make(reference="driver-or-middle"))
     assert info["interventions_unmeasured"] == 0 and n >= 1
 

@@ -24,7 +24,8 @@ def _frame(geometry, lines, colour, slope=0.0, curve=0.0, verge=None):
     to_image = cam.ground_to_image(0.0, 0.0, 0.0)
     xs = np.linspace(1.0, 40.0, 400)
     if verge is not None:  # (y from, y to, colour): a wide strip of ground, not a line
-        outline = np.concatenate([np.stack([xs, np.full(400, verge[0])], 1), np.stack([xs, np.full(400, verge[1])], 1)[::-1]])
+        outline = np.concatenate([np.stack([xs, np.full(400, verge[0])], 1),
+                                  np.stack([xs, np.full(400, verge[1])], 1)[::-1]])
         px = to_image @ np.stack([outline[:, 0], -outline[:, 1], np.ones(len(outline))])
         cv2.fillPoly(frame, [np.round((px[:2] / px[2]).T * 16).astype(np.int32)], verge[2], cv2.LINE_AA, shift=4)
     for y in lines:

@@ -16,7 +16,8 @@ def test_vehicle_stays_on_the_path_with_the_recorded_steering_and_drifts_with_an
     for _ in range(50):
         pose = v.step(pose, 0.3, 0.3, 10.0, 0.1)
     assert pose.offset == 0.0 and pose.yaw == 0.0
-    pose = PathVehicle(2.5, 25.0).step(PathPose(), 0.2, 0.0, 10.0, 0.1)  # no lag: yaw grows by v dt tan(0.2 * 25 deg) / L
+    # no lag: yaw grows by v dt tan(0.2 * 25 deg) / L
+    pose = PathVehicle(2.5, 25.0).step(PathPose(), 0.2, 0.0, 10.0, 0.1)
     assert pose.yaw == pytest.approx(1.0 * math.tan(math.radians(5.0)) / 2.5)
     assert pose.offset == pytest.approx(1.0 * math.sin(pose.yaw / 2))
     assert count_interventions(v, np.zeros(100), np.full(100, 0.3), np.full(100, 10.0), np.full(100, 0.1), 1.0, 0.5) > 0

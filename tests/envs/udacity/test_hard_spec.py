@@ -153,7 +153,8 @@ def test_recovery_starts_place_the_car_off_centre_turned_and_slow_and_the_teache
     start = {"start_offset": 0.5, "start_turn": -0.25, "start_speed_ratio": 0.0}
     obs, info = env.reset(seed=7, options=start)
     assert info["speed"] == 0.0 and info["cte"] == pytest.approx(0.5 * info["road_half_width"], abs=0.05)
-    assert info["heading_error"] == pytest.approx(usual["heading_error"] - start["start_turn"], abs=0.02)  # road minus car
+    # road minus car
+    assert info["heading_error"] == pytest.approx(usual["heading_error"] - start["start_turn"], abs=0.02)
     for _ in range(120):
         obs, _, term, _, info = env.step(teacher.ppo_action(obs, "continuous"))
         assert not term

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from envs.registry import get_spec
-from envs.udacity.camera import CENTER_CAMERA, PX_PER_M
+from envs.udacity.camera import CENTER_CAMERA
 from envs.udacity.env import UdacityStyleEnv
 from envs.udacity.real_look import REAL_CAMERA_PITCH_DEG, real_camera, real_look
 from envs.udacity.scene import HillsRenderer
