@@ -11,4 +11,4 @@ def is_int(value: Any, low: int | None = None, high: int | None = None) -> bool:
     """``value`` is an integer (a Python or numpy int, not a bool or a float) within [low, high] where given."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         return False
-    return (low is None or value >= low) and (high is None or value <= high)
+    return bool((low is None or value >= low) and (high is None or value <= high))

@@ -210,8 +210,8 @@ def parse_command(commands: Commands, argv: Sequence[str] | None, prog: str,
 def _default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
     return None
 
 

@@ -153,6 +153,7 @@ def write_episode(root: str | Path, episode_id: int, arrays: dict[str, Any], met
                 v.check()
                 jf = v
             else:
+                assert jpeg_quality is not None  # the condition above
                 jf = _as_jpeg(k, v, jpeg_quality)
             stored[k + JPEG_SUFFIX], stored[k + OFFSETS_SUFFIX] = jf.data, jf.offsets
             codecs[k], shapes[k] = jf.codec, list(jf.frame_shape)
@@ -164,7 +165,9 @@ def write_episode(root: str | Path, episode_id: int, arrays: dict[str, Any], met
         meta.update(frame_codec=codecs, frame_shapes=shapes)
         atomic_write(path, lambda f: _write_npz(f, {"meta": np.array(json.dumps(meta)), **stored}))
     else:  # the lossless path is exactly what it always was
-        atomic_write(path, lambda f: np.savez_compressed(f, meta=np.array(json.dumps(meta)), **stored))
+        # numpy's stub lets **kwds fill allow_pickle (bool); these are arrays named by the episode's keys
+        atomic_write(path, lambda f: np.savez_compressed(f, meta=np.array(json.dumps(meta)),
+                                                         **stored))  # type: ignore[arg-type]
     return path
 
 
@@ -436,8 +439,7 @@ def open_datasets(roots: str | Path | Sequence[str | Path]) -> DemoDataset:
 def dataset_action_spaces(card: dict, episodes: list[dict]) -> set[str]:
     """The action spaces a dataset's card and episode metas name (one for a consistent dataset; empty if none says)."""
     spaces = {card.get("action_space")} | {m.get("action_space") for m in episodes}
-    spaces.discard(None)
-    return spaces
+    return {s for s in spaces if s is not None}
 
 
 def dataset_env_name(card: dict, episodes: list[dict]) -> str:

@@ -6,7 +6,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import cv2
 import numpy as np
@@ -27,7 +27,9 @@ def jpeg_shape(data: bytes | memoryview | np.ndarray) -> tuple[int, int, int]:
     """(height, width, channels) read from a JPEG's frame header without decoding it.
 
     Why: importers check thousands of files for "is a JPEG, right size" at the cost of a header scan."""
-    b = memoryview(np.ascontiguousarray(data, dtype=np.uint8)) if isinstance(data, np.ndarray) else memoryview(data)
+    # numpy's stubs give ndarray its buffer protocol (__buffer__) only for Python >= 3.12
+    b = (memoryview(np.ascontiguousarray(data, dtype=np.uint8))  # type: ignore[arg-type]
+         if isinstance(data, np.ndarray) else memoryview(data))
     n = len(b)
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
         raise ValueError("not a JPEG (it does not start with the JPEG start-of-image marker FF D8)")
@@ -117,7 +119,8 @@ class JpegFrames:
             frame_shape = jpeg_shape(images[0])
         offsets = np.zeros(len(images) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in images], out=offsets[1:])
-        frames = cls(np.frombuffer(b"".join(images), dtype=np.uint8), offsets, tuple(frame_shape), quality)
+        shape = cast(tuple[int, int, int], tuple(frame_shape))  # check() refuses any other length
+        frames = cls(np.frombuffer(b"".join(images), dtype=np.uint8), offsets, shape, quality)
         frames.check()
         return frames
 
@@ -227,7 +230,7 @@ class FrameFile:
         start, stop, _ = key.indices(len(self))
         out = np.empty((max(0, stop - start), *self.shape[1:]), dtype=self.dtype)
         if len(out):
-            view, done = memoryview(out).cast("B"), 0
+            view, done = memoryview(out).cast("B"), 0  # type: ignore[arg-type]  # as in jpeg_shape
             fd = os.open(self.path, os.O_RDONLY)
             try:
                 while done < len(view):

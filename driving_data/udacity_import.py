@@ -24,7 +24,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import cv2
 import numpy as np
@@ -89,10 +89,11 @@ def reversing_spans(speed_mph: np.ndarray, brake: np.ndarray, times: np.ndarray)
 
 
 def _cut_reversing(rows: list[LogRow], times: np.ndarray, sessions: list[tuple[int, int]], csv_path: Path,
-                   say: Callable[[str], None]) -> tuple[list[tuple[int, int]], list[dict[str, object]]]:
+                   say: Callable[[str], None]) -> tuple[list[tuple[int, int]], list[dict[str, Any]]]:
     """The sessions less every ``reversing_spans`` stretch (and the pieces under ``MIN_PIECE_S`` between them),
     and what was cut, by CSV line, said in one line."""
-    kept, cut = [], []
+    kept: list[tuple[int, int]] = []
+    cut: list[dict[str, Any]] = []
     for a, b in sessions:
         speed = np.array([r.speed_mph for r in rows[a:b]])
         brake = np.array([r.brake for r in rows[a:b]])
@@ -117,10 +118,11 @@ def _cut_reversing(rows: list[LogRow], times: np.ndarray, sessions: list[tuple[i
 
 def _read_images(rows: list[LogRow], cam: int, where: str, frame_shape: list, quality: int | None) -> JpegFrames:
     """One camera of an episode: the files' own bytes (quality None) or decoded and re-encoded."""
-    data = []
+    data: list[Any] = []  # bytes (quality None) or decoded frames
     for r in rows:
         path = r.images[cam]
-        b = path.read_bytes()
+        assert path is not None  # the rows of a camera the episode records
+        b: bytes | np.ndarray = path.read_bytes()
         if quality is None:
             try:
                 shape = jpeg_shape(b)
@@ -272,7 +274,7 @@ def missing_sides(rows: list[LogRow]) -> dict[str, object]:
             "examples": [{"line": r.line, "images": [name for _, name in r.missing_sides]} for r in lacking[:5]]}
 
 
-def recording_fingerprint(log_dir: str | Path) -> dict[str, object]:
+def recording_fingerprint(log_dir: str | Path) -> dict[str, Any]:
     """What an import was made from: the CSV's path, size and modification time, and a hash over the name, size and
     modification time of every file in IMG/. A later run compares it to tell a changed or another recording from
     the one it imported (stat only: cheap for tens of thousands of images)."""

@@ -97,7 +97,7 @@ class _CarRacing(CarRacing):
         self._fast = FastRenderer() if renderer == "fast" else None
         self._blank = np.zeros((STATE_H, STATE_W, 3), dtype=np.uint8)
 
-    def _render(self, mode: str):  # type: ignore[override]
+    def _render(self, mode: str):
         # step() renders "state_pixels" for the observation; nothing it draws touches Box2D.
         if self.physics_only and mode == "state_pixels":
             return self._blank
@@ -115,7 +115,7 @@ class TrackGeometry:
         self.xy = arr[:, 2:4]
         self.n = len(arr)
         # Curvature, + = right-hand bend: heading (counter-clockwise +) decreases along a right bend.
-        dbeta = _wrap(np.roll(self.beta, -1) - np.roll(self.beta, 1))
+        dbeta = np.asarray(_wrap(np.roll(self.beta, -1) - np.roll(self.beta, 1)))
         self.curv = -dbeta / (2 * TRACK_DETAIL_STEP)
         self.lookahead = np.asarray(LOOKAHEAD_STEPS)
 
@@ -183,7 +183,7 @@ class CarRacingInfo(gym.Wrapper):
     def unvisited_tiles(self) -> str:
         """The tiles not visited yet as index ranges ("156-159 173"): a lap missed by a cut corner shows
         a few tiles inside it, one cut short by time the last ones. Recomputed only when a tile is visited."""
-        base = self.env.unwrapped
+        base: Any = self.env.unwrapped  # gymnasium's CarRacing, typed as a plain Env
         if self._unvisited[0] != base.tile_visited_count:
             idx = [i for i, tile in enumerate(base.road) if not tile.road_visited]
             runs: list[list[int]] = []
@@ -196,7 +196,7 @@ class CarRacingInfo(gym.Wrapper):
         return self._unvisited[1]
 
     def _info(self, info: dict[str, Any]) -> dict[str, Any]:
-        base = self.env.unwrapped
+        base: Any = self.env.unwrapped  # gymnasium's CarRacing, typed as a plain Env
         assert self.geometry is not None
         feats, idx = self.geometry.features(base.car)
         n = len(base.track)
@@ -221,7 +221,8 @@ class CarRacingInfo(gym.Wrapper):
         opts = dict(options or {})
         place = [float(opts.pop(k, 0.0)) for k in ("start_fraction", "start_turn", "start_offset")]
         obs, info = self.env.reset(seed=seed, options=opts or None)
-        self.geometry = TrackGeometry(self.env.unwrapped.track)
+        base: Any = self.env.unwrapped  # gymnasium's CarRacing, typed as a plain Env
+        self.geometry = TrackGeometry(base.track)
         self._unvisited = (-1, "")
         if any(place):
             obs = self._place_car(*place)
@@ -229,7 +230,7 @@ class CarRacingInfo(gym.Wrapper):
 
     def _place_car(self, fraction: float, turn: float, offset: float) -> np.ndarray:
         """Rebuild the (standing) car at a centerline point, turned and shifted; returns the new frame."""
-        base = self.env.unwrapped
+        base: Any = self.env.unwrapped  # gymnasium's CarRacing, typed as a plain Env
         angle, x, y = base.track[int(fraction * len(base.track)) % len(base.track)][1:4]
         base.car.destroy()
         # the track's right-hand normal is (cos b, sin b) (TrackGeometry); a right turn lowers the body angle

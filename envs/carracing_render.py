@@ -287,7 +287,8 @@ class FastRenderer:
             self._score(float(env.reward), band)
         band += 0.5  # the cast below then rounds (every value is >= 0)
         out[_BAND_ROW:] = band
-        return cv2.subtract(out, _SMOOTHSCALE_LOSS)  # saturating: max(v - 2, 0)
+        # saturating: max(v - 2, 0); cv2 takes a scalar as src2, which its stubs do not say
+        return cv2.subtract(out, _SMOOTHSCALE_LOSS)  # type: ignore[call-overload]
 
     # ------------------------------------------------------------------------------------------- world
     def _world(self, env: Any, layers: frozenset[str]) -> np.ndarray:
@@ -327,10 +328,12 @@ class FastRenderer:
         else:
             canvas.fill(0)  # the surface's black around the playfield
             cv2.fillConvexPoly(canvas, pts[0], bg, lineType=cv2.LINE_8, shift=_SHIFT)
+        # fillPoly takes the polygons as one array [n, k, 2]; cv2's stubs ask for a sequence of arrays (call-overload)
         if view.n_grass > 1:  # the patches never overlap: one call (cv2's even-odd rule is then harmless)
-            cv2.fillPoly(canvas, pts[1:view.n_grass], _color(env.grass_color), lineType=cv2.LINE_8, shift=_SHIFT)
+            cv2.fillPoly(canvas, pts[1:view.n_grass], _color(env.grass_color),  # type: ignore[call-overload]
+                         lineType=cv2.LINE_8, shift=_SHIFT)
         for start, end, color in view.groups:
-            cv2.fillPoly(canvas, pts[start:end], color, lineType=cv2.LINE_8, shift=_SHIFT)
+            cv2.fillPoly(canvas, pts[start:end], color, lineType=cv2.LINE_8, shift=_SHIFT)  # type: ignore[call-overload]
         world = _area_down(canvas, self.supersample)
         if "car" in layers:
             self._draw_car(world, shape, zoom)
@@ -408,11 +411,12 @@ class FastRenderer:
             e1x, e1y, e2x, e2y = ox + y1 * fx, oy + y1 * fy - up, ox + y2 * fx, oy + y2 * fy + up
             stripe_pts += (round(e1x - ax_ - gx), round(e1y - ay_), round(e1x + ax_ + gx), round(e1y + ay_),
                            round(e2x + ax_ + gx), round(e2y + ay_), round(e2x - ax_ - gx), round(e2y - ay_))
-        cv2.fillPoly(patch, np.array(wheel_pts, dtype=np.int32).reshape(-1, 4, 2), _WHEEL_COLOR,
-                     lineType=cv2.LINE_8, shift=_SHIFT)
+        # one array of polygons [n, 4, 2], which cv2's stubs do not allow (call-overload)
+        cv2.fillPoly(patch, np.array(wheel_pts, dtype=np.int32).reshape(-1, 4, 2),  # type: ignore[call-overload]
+                     _WHEEL_COLOR, lineType=cv2.LINE_8, shift=_SHIFT)
         if stripe_pts:
-            cv2.fillPoly(patch, np.array(stripe_pts, dtype=np.int32).reshape(-1, 4, 2), _STRIPE_COLOR,
-                         lineType=cv2.LINE_8, shift=_SHIFT)
+            cv2.fillPoly(patch, np.array(stripe_pts, dtype=np.int32).reshape(-1, 4, 2),  # type: ignore[call-overload]
+                         _STRIPE_COLOR, lineType=cv2.LINE_8, shift=_SHIFT)
         if shape.hull_zoom != zoom:  # the hull's polygons on the patch, once per zoom
             shape.hull_zoom = zoom
             shape.hull_pts = []

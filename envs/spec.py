@@ -49,8 +49,8 @@ class EnvSpec:
     make: Callable[..., gym.Env]
     # make_expert_env(action_space, render=..., max_episode_steps=...) -> privileged obs, PPO's action space
     make_expert_env: Callable[..., gym.Env]
-    # make_train_env(action_space, seed) -> the expert's training env (shaped reward, random training tracks)
-    make_train_env: Callable[[str, int], gym.Env]
+    # make_train_env(action_space) -> the expert's training env (shaped reward; the caller seeds its training tracks)
+    make_train_env: Callable[[str], gym.Env]
     expert_to_env_action: Callable[[Any, str], Any]  # PPO action -> env action
     teacher: Callable[[], Any]  # a scripted privileged driver with .ppo_action(obs, action_space) (BC warm start)
     action_names: dict[str, tuple[str, ...]]  # per action space: names of the env action's components

@@ -109,6 +109,7 @@ class DiscreteChooser:
             return int(p.argmax())
         p = at_temperature(p, self.temperature, self.spared)
         if self.rule == "sample":
+            assert self.rng is not None  # made for the sample rule
             return int(self.rng.choice(len(p), p=p / p.sum()))
         self.owed = p / p.sum() + (0.0 if self.owed is None else self.owed)
         k = int(self.owed.argmax())

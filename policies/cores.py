@@ -69,7 +69,7 @@ import difflib
 import functools
 import inspect
 import math
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 import torch.nn as nn
@@ -85,7 +85,7 @@ ATTENTION_CORES = ("nac", "mha")
 def check_block(block: object) -> str:
     if block not in BLOCKS:
         raise ValueError(f"block must be one of {', '.join(BLOCKS)}; got {block!r}")
-    return block  # type: ignore[return-value]
+    return block
 
 
 class Core(nn.Module):
@@ -160,7 +160,8 @@ class NACCore(Core):
             self.norm = nn.LayerNorm(d_model)
         self.output_dim = d_model
 
-    def forward(self, x: torch.Tensor, time: torch.Tensor, query_time: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, time: torch.Tensor | None,
+                query_time: torch.Tensor | None = None) -> torch.Tensor:
         """``query_time`` [B]: the moment the last step's answer is for, when not its frame's (NAC's clock)."""
         if not self.reads_time:
             if query_time is not None:
@@ -250,11 +251,14 @@ class MHABlock(AttentionBlock):
     def __init__(self, d_model: int, heads: int, dropout: float, block: str = "prenorm"):
         super().__init__(d_model, block, nn.MultiheadAttention(d_model, heads, dropout=dropout, batch_first=True))
 
-    def forward(self, x: torch.Tensor, causal_mask: torch.Tensor) -> torch.Tensor:
+    # the block binds its own attention: its callers pass the causal mask, not an attend function
+    def forward(self, x: torch.Tensor, causal_mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return super().forward(x, lambda h: self.attn(h, h, h, attn_mask=causal_mask, need_weights=False)[0])
 
 
 class MHACore(Core):
+    causal_mask: torch.Tensor  # a buffer
+
     def __init__(self, input_dim: int, window: int, d_model: int = 64, heads: int = 4, layers: int = 1,
                  positions: str = "learned", dropout: float = 0.0, block: str = "prenorm"):
         super().__init__()
@@ -294,9 +298,10 @@ class MHACore(Core):
         h = self._embed(x, time)
         for block in self.blocks[:-1]:
             h = block(h, self.causal_mask)
-        z = self.blocks[-1].attention_input(h)
-        attn = self.blocks[-1].attn(z, z, z, attn_mask=self.causal_mask, need_weights=True,
-                                    average_attn_weights=False)[1]  # [B, H, W, W]
+        last = cast(MHABlock, self.blocks[-1])
+        z = last.attention_input(h)
+        attn = last.attn(z, z, z, attn_mask=self.causal_mask, need_weights=True,
+                         average_attn_weights=False)[1]  # [B, H, W, W]
         W = x.shape[1]
         index = torch.arange(W, device=x.device).expand_as(attn).masked_fill(self.causal_mask, -1)
         internals = {"attn": attn.masked_fill(index < 0, 0.0), "index": index}
@@ -444,7 +449,7 @@ def policy_core_options(name: str, *, d_model: int = 64, heads: int = 16, topk: 
     """
     core, named = parse_core_name(name)
     width = {} if hidden is None else {"hidden": hidden}
-    base: dict[str, Any] = {
+    presets: dict[str, dict[str, Any]] = {
         "nac": {"d_model": d_model, "heads": heads, "mode": nac_mode, "topk": topk, "sparsity": sparsity,
                 "seed": seed, "block": "bare"},
         "mha": {"d_model": d_model, "heads": 4, "block": "prenorm"},
@@ -452,7 +457,8 @@ def policy_core_options(name: str, *, d_model: int = 64, heads: int = 16, topk: 
         "cfc": {"d_model": d_model, **({"units": hidden} if hidden else {})},
         "ltc": {"d_model": d_model, **({"units": max(2, hidden // 2)} if hidden else {})},
         "mlp": {"d_model": d_model, **width},
-    }[core]
+    }
+    base = presets[core]
     if named.get("variant") == "official":
         base.update(OFFICIAL_DEFAULTS)
     return core, {**base, **named}

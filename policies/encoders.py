@@ -117,7 +117,8 @@ class OfficialConvMap(TimeDistributed):
         for m in self.convs:
             if isinstance(m, nn.Conv2d):
                 nn.init.xavier_uniform_(m.weight)
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
         self.feature_dim = _flat_size(self.convs, self.image_size, name, minimum)
 
     def frame_features(self, x: torch.Tensor) -> torch.Tensor:

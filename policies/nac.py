@@ -112,7 +112,7 @@ class NACConfig:
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def check_mode(mode: object) -> str:
@@ -129,6 +129,8 @@ def _lecun_uniform_(weight: torch.Tensor, mask: torch.Tensor, generator: torch.G
 
 class MaskedLinear(nn.Module):
     """``y = x @ (W * M) + b`` with a fixed bool mask ``M`` [in, out] (one NCP synapse per True)."""
+
+    mask: torch.Tensor  # a buffer
 
     def __init__(self, mask: torch.Tensor, generator: torch.Generator):
         super().__init__()
@@ -580,7 +582,7 @@ class NAC(nn.Module):
     def _check_inputs(self, x: torch.Tensor, time: torch.Tensor | None,
                       key_padding_mask: torch.Tensor | None) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.input_dim:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            got: tuple[int, ...] | str = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must be a tensor [B, T, input_dim={self.input_dim}]; got shape {got}")
         if not x.is_floating_point():
             raise ValueError(f"x must be a floating-point tensor; got dtype {x.dtype}")
@@ -655,7 +657,9 @@ class NAC(nn.Module):
             return z.permute(1, 3, 0, 2).reshape(H, dh, -1)  # (a view for the sensory outputs: no copy)
 
         folded = self.backbone.folded()
-        q_side, k_side = self.backbone.token_features(feature_major(q), feature_major(k), folded)
+        # each backbone takes back what its own folded() gave; mypy cannot pair the members of the two unions
+        q_side, k_side = self.backbone.token_features(feature_major(q), feature_major(k),
+                                                      folded)  # type: ignore[arg-type]
         keys = torch.cat([k_side, feature_major(v)], dim=1)  # [H, inter + 2 + d_head, B*T]
         rows = index + (torch.arange(B, device=x.device) * T).view(1, 1, B, 1)  # [H, K, B, Tq] into B*T
         pre, v_sel = _PairInputs.apply(keys, q_side, rows.reshape(H, K, B * Tq)).split(

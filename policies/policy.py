@@ -281,11 +281,15 @@ def frames_to_float(frames: torch.Tensor | np.ndarray, image_size: list[int] | t
 class DrivingPolicy(nn.Module):
     """Encoder + causal sequence core + head (see the module docstring)."""
 
+    target_mean: torch.Tensor  # buffers: the continuous targets' normalisation
+    target_std: torch.Tensor
+
     def __init__(self, config: PolicyConfig):
         super().__init__()
         self.config = config.validate()
         c = config
-        self.encoder = build_encoder(c.encoder, tuple(c.image_size), c.feature_dim, c.encoder_dropout)
+        h, w = c.image_size  # validate(): [height, width]
+        self.encoder = build_encoder(c.encoder, (h, w), c.feature_dim, c.encoder_dropout)
         features = self.encoder.feature_dim  # an official encoder's map size, else feature_dim
         if c.frame_tokens:
             if features % c.frame_tokens:

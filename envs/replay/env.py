@@ -112,6 +112,7 @@ class ReplayEnv(gym.Env):
         """The recorded center frame of step k of the current part (uint8 RGB)."""
         if self._jpeg is not None:
             return self._jpeg.decode([self._start + k])[0]
+        assert self._raw is not None  # the raw frames when they are not JPEG
         return np.asarray(self._raw[self._start + k])
 
     # -- gym interface ------------------------------------------------------------------------------------------

@@ -172,6 +172,7 @@ class RoadEstimator:
             return NO_READING
         if left is None or right is None:  # one boundary: its fit alone (one_sided() may place the middle from it)
             side = left if left is not None else right
+            assert side is not None  # not both None: returned above
             (a0, b0, c0), *_ = np.linalg.lstsq(np.stack([np.ones(int(side.sum())), u[side], u[side] ** 2], 1),
                                                 y[side], rcond=None)
             fit = (float(a0), float(b0), float(c0))

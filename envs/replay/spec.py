@@ -144,7 +144,8 @@ def replay_spec(folder: str) -> EnvSpec:
     shapes = {tuple(ds.array_shape(i, "frames")[1:]) for i in range(len(ds))}
     if len(shapes) != 1 or len(next(iter(shapes))) != 3 or next(iter(shapes))[2] != 3:
         raise ValueError(f"{folder!r}: a replay needs RGB camera frames of one size, got shapes {sorted(shapes)}")
-    frame_shape = next(iter(shapes))
+    h, w, c = next(iter(shapes))
+    frame_shape = (h, w, c)
     check_speeds(ds, folder)
     geometry = geometry_of(ds)
     if frame_shape[:2] != (geometry.height, geometry.width):

@@ -264,6 +264,7 @@ def _ground(pal: Palette, rng: np.random.Generator, h: int, w: int) -> np.ndarra
 
 def _water(tex: np.ndarray, track: Track, pal: Palette, rng: np.random.Generator, to_tex: np.ndarray) -> None:
     """A lake inside the loop and a few ponds outside, every shore >= 25 m from the road edge."""
+    assert pal.water is not None  # drawn only for a palette with water
     aa, sh = cv2.LINE_AA, 3
     contour = track.points.astype(np.float32).reshape(-1, 1, 2)
 
@@ -287,7 +288,7 @@ def _water(tex: np.ndarray, track: Track, pal: Palette, rng: np.random.Generator
                 break
             r = np.where(bad, r * 0.8, r)
         # smooth the shore
-        r = sum(wk * np.roll(r, k) for k, wk in zip(range(-3, 4), (1, 4, 10, 14, 10, 4, 1))) / 44.0
+        r = np.asarray(sum(wk * np.roll(r, k) for k, wk in zip(range(-3, 4), (1, 4, 10, 14, 10, 4, 1)))) / 44.0
         poly = c + r[:, None] * unit
         if r.mean() < 8.0 or (sign * inside_distance(poly)).min() < clear - 5.0:
             continue
@@ -345,7 +346,7 @@ def _road(tex: np.ndarray, track: Track, pal: Palette, to_tex: np.ndarray) -> No
         step = max(1, int(round(1.5 / track.ds)))
         for lateral in (shift - (hw + 0.45), shift + hw + 0.45):
             edge = _pts(track.offset_points(lateral), to_tex)
-            blocks = {0: [], 1: []}
+            blocks: dict[int, list[np.ndarray]] = {0: [], 1: []}
             for k, i in enumerate(range(0, track.n - step, step)):
                 if bend[i]:
                     blocks[k % 2].append(edge[i : i + step + 1])

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import cv2
 import gymnasium as gym
@@ -232,7 +232,8 @@ class UdacityStyleEnv(gym.Env):
         self.feature_names = HARD_FEATURE_NAMES if self.hard else FEATURE_NAMES
         self._blank = np.zeros((FRAME_H, FRAME_W, 3), np.uint8)
         self._blank.flags.writeable = False  # shared by every physics-only step
-        self._renderer: Renderer | None = None
+        # camera.Renderer, or scene.HillsRenderer in the hard world (whose poses carry the grade)
+        self._renderer: Any = None
         self._renderer_key: tuple | None = None
         self.track: Track | None = None
         self.vehicle: Vehicle | None = None
@@ -325,11 +326,11 @@ class UdacityStyleEnv(gym.Env):
         """Put the car on the nearest centreline point, heading along the road, wheels straight; lap bookkeeping
         and (unless `speed` is given, m/s) the speed are kept. Returns (obs, info) for the new state. Counted in
         `n_recenters`."""
-        veh = self.vehicle
-        if veh is None:
+        veh, track = self.vehicle, self.track
+        if veh is None or track is None:
             raise RuntimeError("call reset() before recenter()")
         self._measure()  # the nearest centreline point of where the car is now
-        x, y, yaw = self.track.pose_at(self._s)
+        x, y, yaw = track.pose_at(self._s)
         veh.place_center(x, y, yaw)
         veh.state.steer = 0.0
         if speed is not None:
@@ -365,11 +366,12 @@ class UdacityStyleEnv(gym.Env):
 
     def _measure(self) -> None:
         """Project the car on the track: arc length, cross-track and heading errors, privileged features."""
-        st = self.vehicle.state
-        half = 0.5 * self.vehicle.wheelbase
+        veh, track = self.vehicle, self.track
+        assert veh is not None and track is not None  # after reset()
+        st = veh.state
+        half = 0.5 * veh.wheelbase
         c, s = math.cos(st.yaw), math.sin(st.yaw)
         cx, cy = st.x + half * c, st.y + half * s
-        track = self.track
         s_arc, lateral, idx = track.project(cx, cy, self._hint)
         self._hint, self._s, self._cte = idx, s_arc, lateral
         self._center = (cx, cy, st.yaw)
@@ -412,8 +414,9 @@ class UdacityStyleEnv(gym.Env):
         self._feats = feats
 
     def _observe(self) -> tuple[np.ndarray, dict[str, Any]]:
-        st = self.vehicle.state
-        track = self.track
+        veh, track = self.vehicle, self.track
+        assert veh is not None and track is not None  # after reset()
+        st = veh.state
         hw = track.half_width
         length = track.length
         dist = self._distance
@@ -521,4 +524,4 @@ class UdacityPrivilegedObservation(privileged.PrivilegedObservation):
     """Observation = info["privileged"] (float32[N_FEATURES]); the frame is dropped. For the udacity PPO expert."""
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env, len(env.unwrapped.feature_names))
+        super().__init__(env, len(cast(UdacityStyleEnv, env.unwrapped).feature_names))

@@ -59,7 +59,8 @@ def real_camera(rng: np.random.Generator | None = None) -> CameraModel:
 
 def _jitter(colour, rng: np.random.Generator, amount: float = 14.0) -> tuple[int, int, int]:
     v = np.asarray(colour, np.float64) + rng.uniform(-amount, amount, 3)
-    return tuple(int(x) for x in np.clip(v, 0, 255))
+    r, g, b = (int(x) for x in np.clip(v, 0, 255))
+    return r, g, b
 
 
 def _pick(table: dict, rng: np.random.Generator):
@@ -70,9 +71,11 @@ def real_palette(track: Track, theme: str, rng: np.random.Generator) -> Palette:
     """One episode's look (see the module docstring) as the hard world's palette of `theme`, redrawn."""
     base = PALETTES[theme]
     grey = rng.uniform(85.0, 155.0)
-    road = tuple(int(x) for x in np.clip(grey + rng.uniform(-8.0, 8.0, 3), 0, 255))
+    r, g, b = (int(x) for x in np.clip(grey + rng.uniform(-8.0, 8.0, 3), 0, 255))
+    road = (r, g, b)
     edge = _jitter(_YELLOW if rng.random() < 0.6 else _WHITE, rng, 10.0)
     two_lanes = theme == "jungle" and rng.random() < 0.75
+    centre: tuple[int, int, int] | None
     if two_lanes:
         centre = _jitter(_WHITE if rng.random() < 0.7 else _YELLOW, rng, 10.0)
     else:

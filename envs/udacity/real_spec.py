@@ -31,6 +31,11 @@ def make_expert_env(action_space: str = "continuous", *, render: bool = False, m
                                              themes=themes, conditions=conditions))
 
 
+def make_train_env(action_space: str = "continuous") -> gym.Env:
+    """The expert's training env: this car, physics-only."""
+    return make_expert_env(action_space)
+
+
 SPEC = replace(
     hard_spec.SPEC,
     name="udacity-real",
@@ -40,7 +45,7 @@ SPEC = replace(
                 "lane, sand/dirt/grass verges, a new variant per track seed; for students that steer real frames",
     make=make,
     make_expert_env=make_expert_env,
-    make_train_env=lambda action_space="continuous": make_expert_env(action_space),
+    make_train_env=make_train_env,
     default_crop=(60, 135),
     shipped_student=Path("checkpoints/udacity_sim2real_nac.pt"),
     real_frames=True,

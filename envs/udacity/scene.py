@@ -109,6 +109,7 @@ def heightmap(track: Track, lo: np.ndarray, shape: tuple[int, int]) -> np.ndarra
     _, labels = cv2.distanceTransformWithLabels(seed, cv2.DIST_L2, 5, labelType=cv2.DIST_LABEL_PIXEL)
     zero_cells = np.flatnonzero(seed.ravel() == 0)  # label k (1-based) is the k-th zero cell in scan order
     point_of_label = which.ravel()[zero_cells]
+    assert track.elevation is not None  # Track fills it (zeros when flat)
     z = track.elevation[point_of_label[labels - 1]].astype(np.float32)
     return cv2.GaussianBlur(z, (0, 0), 1.5)
 
@@ -136,11 +137,11 @@ class HillsRenderer:
             pal = _jitter_palette(pal, np.random.default_rng([int(seed), THEMES.index(theme), 6]))
         self.palette = pal = condition_palette(pal, condition)
         self.track, self.theme = track, theme
-        look = CONDITION_LOOKS[condition]
+        light = CONDITION_LOOKS[condition]
         tex, self.to_tex = draw_texture(track, pal, rng)
         self.objects = _Objects(track, theme, pal, rng)
-        if look.shadow > 0:
-            self.objects.cast_shadows(tex, self.to_tex, look, rng)
+        if light.shadow > 0:
+            self.objects.cast_shadows(tex, self.to_tex, light, rng)
         tex = cv2.cvtColor(tex, cv2.COLOR_RGB2RGBA)
         self.mips = [tex]
         for _ in range(2):
@@ -156,7 +157,8 @@ class HillsRenderer:
         self._views: dict[tuple, _RayView] = {}
         self._sky_seed = THEMES.index(theme)  # one skyline per theme (and look): cached across resets
         self.view = self._view(self.camera)
-        self._rays_key, self._rays = None, None
+        self._rays_key: tuple | None = None
+        self._rays: tuple | None = None
         self._hood = _hood(self.camera, pal)
 
     def _view(self, cam: CameraModel) -> _RayView:
@@ -196,6 +198,7 @@ class HillsRenderer:
         if self._rays_key != key:
             self._rays = self._cast(self.view, x, y, yaw, pitch, self.camera.cam_height)
             self._rays_key = key
+        assert self._rays is not None
         frame = self._render(self.view, x, y, yaw, pitch, self._rays)
         self._hood(frame)
         return cv2.cvtColor(frame, cv2.COLOR_RGBA2RGB)
@@ -282,9 +285,9 @@ class HillsRenderer:
                                  interpolation=cv2.INTER_NEAREST)
                 add = cv2.resize(np.round(wa * view.fog4).astype(np.uint8), (cam.width, len(wa)),
                                  interpolation=cv2.INTER_NEAREST)
-                band = frame[r0 + a : r1]
-                cv2.multiply(band, mul, dst=band, scale=1.0 / 255.0)
-                cv2.add(band, add, dst=band)
+                fog_band = frame[r0 + a : r1]
+                cv2.multiply(fog_band, mul, dst=fog_band, scale=1.0 / 255.0)
+                cv2.add(fog_band, add, dst=fog_band)
         self.objects.draw(frame, view, x, y, z_cam, yaw, p, np.where(hit, dist, np.inf), self.palette)
         return frame
 

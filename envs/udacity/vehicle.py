@@ -105,7 +105,7 @@ class Vehicle:
         yaw0 = yaw
         throttle = brake = 0.0
         pi_control = throttle_cmd is None
-        if not pi_control:
+        if throttle_cmd is not None:
             u = 1.0 if throttle_cmd > 1.0 else -1.0 if throttle_cmd < -1.0 else throttle_cmd
             throttle, brake = (u, 0.0) if u > 0.0 else (0.0, -u)
         feed_forward = DRAG * v_t * v_t + ROLLING
