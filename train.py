@@ -18,6 +18,7 @@ run folder, --resume works the same (with any number of processes); see README "
 become dashes; --core is the field policy).
 The training loop lives in agent/training/loop.py; this file only parses arguments and turns bad input into one line.
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """Benchmark scripts that print tables (`python -m benchmarks.<name>`); see docs/benchmarks.md."""
+
 import time
 from typing import Any, Callable
 
@@ -19,4 +20,3 @@ def timed_steps(env: Any, act: Callable[[dict], Any], info: dict, steps: int, se
         if term or trunc:
             _, info = env.reset(seed=seed)
     return steps / timed
-

@@ -1,5 +1,6 @@
 """The one rule for "an integer" that flags, env options and configs are checked with: Python's ``True`` is an
 ``int``, so a plain isinstance check would take a boolean for a count."""
+
 from __future__ import annotations
 
 from typing import Any

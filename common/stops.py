@@ -1,5 +1,6 @@
 """Stop signals: Ctrl-C and SIGTERM stop every command the same clean way (the caller's KeyboardInterrupt handling
 runs), deferred to safe points where an exception would do harm, and never lost inside a ``__del__``."""
+
 from __future__ import annotations
 
 import signal

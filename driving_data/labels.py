@@ -5,6 +5,7 @@ Keyboard and mouse steering in the real simulator is a train of taps: most frame
 falls inside that time. ``centred_average`` gives that meaning: the mean of the labels within ``width_s``
 seconds centred on each frame, inside its episode (its session). Offline scores are reported against both the
 raw labels and this average, and training can regress the average (``train.py --smooth-labels``)."""
+
 from __future__ import annotations
 
 import numpy as np

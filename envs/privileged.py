@@ -1,4 +1,5 @@
 """The expert's view of an env: the observation becomes `info["privileged"]` and the camera frame is dropped."""
+
 from __future__ import annotations
 
 from typing import Any

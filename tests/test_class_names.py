@@ -1,5 +1,6 @@
 """One name, one class: no class name is defined twice in the project (agent/, envs/, policies/, common/,
 benchmarks/ and the root scripts), so a name in a traceback, a card or an import points at one thing."""
+
 from __future__ import annotations
 
 import ast

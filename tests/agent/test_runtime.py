@@ -1,4 +1,5 @@
 """agent/runtime.py: the allocator setting every training run makes (keep_freed_memory)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -43,6 +44,7 @@ def _glibc_with_mallinfo2() -> bool:
 def test_a_step_sized_block_comes_from_the_heap_and_stays_there_once_freed():
     """By default glibc maps a 20 MiB block afresh and unmaps it when freed (the next step faults its pages in
     again); after keep_freed_memory the heap serves it and keeps it for the next step."""
+
     def block(mode: str) -> list[int]:
         r = subprocess.run([sys.executable, "-c", BLOCK, mode], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]

@@ -1,4 +1,5 @@
 """Benchmark scripts' own behaviour (their figures live in docs/benchmarks.md, never in timed tests)."""
+
 import pytest
 import torch
 

@@ -1,4 +1,5 @@
 """The fine-tune benchmark's pieces: a recording's first frames as a recording, and the paired table."""
+
 import pytest
 
 from driving_data.udacity_import import import_udacity

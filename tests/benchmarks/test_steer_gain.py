@@ -1,4 +1,5 @@
 """Steering-gain copies of a checkpoint: the same weights, the steering scaled in closed loop and offline."""
+
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,5 @@
 """A run's --out folder (its lock, the claim before any work) and a file's SHA-256."""
+
 import hashlib
 
 import pytest

@@ -1,4 +1,5 @@
 """The dataset format: atomic episode files, reading back, splits by episode, windows like a fresh stream."""
+
 import json
 
 import numpy as np

@@ -1,4 +1,5 @@
 """NCP masks: shapes, density, connectivity, determinism."""
+
 import pytest
 import torch
 

@@ -1,4 +1,5 @@
 """python -m envs.replay.calibrate on a recorded drive of this project's simulator."""
+
 from __future__ import annotations
 
 

@@ -1,5 +1,6 @@
 """The replay's view synthesis (envs/replay/camera.py): a frame reprojected to a known pose off the path matches the
 frame rendered there, and the hood rows are kept, never sampled."""
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """The replay's car (envs/replay/vehicle.py): the kinematic bicycle follows the path with the recorded steering and
 drifts with another; the path controller steers back towards the path."""
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """The hard world (UdacityStyle-v1, --env udacity-hard): tracks with hills and hairpins, the ray-cast camera on
 slopes and crests, scenes by seed, speed control, and the errors a user can cause."""
+
 import math
 
 import numpy as np
