@@ -110,6 +110,10 @@ class TrainArgs:
         "start from this checkpoint's weights and architecture (fine-tuning, e.g. a DAgger round from the "
         "previous round's best.pt); --core and the architecture flags are then taken from it (a flag given "
         "another value than the checkpoint's is refused)", group="model")
+    blend_init: float | None = option(None,
+        "with --init, W in (0, 1]: when the run ends, best.pt becomes (1 - W) x the --init checkpoint + W x the "
+        "best fine-tuned student, weight by weight (WiSE-FT): the start's way back kept beside the new line; the "
+        "fine-tuned one stays as best_tuned.pt; default: no blend", group="model")
     overwrite: bool = option(False, "allow starting a fresh run in a folder that holds one", group="output")
     folds: int = option(0,
         ">= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split", group="data")
@@ -266,6 +270,9 @@ def check_args(a: TrainArgs) -> None:
                          f"{a.steer_gain_from}")
     if a.fixed_throttle is not None and not -1 <= a.fixed_throttle <= 1:
         raise ValueError(f"--fixed-throttle must be in [-1, 1], got {a.fixed_throttle}")
+    if a.blend_init is not None and not (a.init is not None and 0 < a.blend_init <= 1):
+        raise ValueError(f"--blend-init mixes the trained student with its --init checkpoint: it needs --init and "
+                         f"a share in (0, 1], got {a.blend_init}" + ("" if a.init else " without --init"))
     if a.folds == 1 or a.folds < 0:
         raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
     if not 0.0 < a.val_fraction < 1.0:
@@ -613,6 +620,7 @@ class Model:
     steer_gain: float = 1.0  # drive-time steering gain, from this magnitude on (PolicyConfig.steer_gain[_from])
     steer_gain_from: float = 0.0
     fixed_throttle: float | None = None  # PolicyConfig.fixed_throttle
+    blend_init: float | None = None  # best.pt = (1 - W) x init + W x the best trained student (--blend-init)
 
 
 @dataclass(frozen=True)
@@ -689,7 +697,7 @@ def resolve(a: TrainArgs) -> TrainPlan:
         Model(a.init, a.head, a.encoder, a.feature_dim, a.window, a.frame_stride, a.time_input, a.color, a.d_model,
               a.heads, a.topk, a.sparsity, a.nac_mode, None if a.hidden == default_hidden else a.hidden,
               22222 + a.seed, a.discrete_actions, a.action_temperature, a.latency_input, a.latency_queue,
-              a.frame_tokens, a.head_hidden, a.steer_gain, a.steer_gain_from, a.fixed_throttle),
+              a.frame_tokens, a.head_hidden, a.steer_gain, a.steer_gain_from, a.fixed_throttle, a.blend_init),
         DataOptions(a.data, a.crop, a.image_size, None if a.side_correction is None else a.side_correction > 0,
                     a.recovery_views > 0, a.smooth_labels, a.data_loading, a.progress, a.dataset_weight,
                     a.strict_images),

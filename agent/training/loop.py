@@ -51,6 +51,7 @@ from policies.policy import (
     PolicyConfig,
     checkpoint_writer,
     frames_to_float,
+    load_checkpoint,
     policy_from_checkpoint,
     read_checkpoint,
     told_as_input,
@@ -454,7 +455,30 @@ class Trainer:
                 raise
             self.stop(e)
         self.writer.close()
-        return self.final_metrics()
+        blend = self.blend_with_init() if self.plan.model.blend_init is not None else None
+        return self.final_metrics(blend)
+
+    def blend_with_init(self) -> dict[str, Any]:
+        """--blend-init W: best.pt becomes (1 - W) x the --init checkpoint + W x the best trained student (kept as
+        best_tuned.pt; a rerun blends from it again, never from a blend), and the blend is validated like an epoch,
+        so metrics.json says what it scores. A fine-tune learns the user's line; the blend keeps the start's way
+        back to it (agent.training.interpolate)."""
+        from agent.training.interpolate import InterpolateArgs
+        from agent.training.interpolate import run as write_interpolation
+
+        share, tuned = self.plan.model.blend_init, self.run_dir / "best_tuned.pt"
+        if self.world.main:
+            if not tuned.exists():
+                self.best_path.replace(tuned)
+            write_interpolation(InterpolateArgs(start=str(self.plan.model.init), tuned=str(tuned), weight=share,
+                                                out=str(self.best_path)))
+        distributed.barrier(self.world)
+        self.policy.load_state_dict(load_checkpoint(self.best_path).state_dict())
+        val = self.validate()
+        tqdm.write(f"{self.desc}: best.pt is the blend {1 - share:g} x --init + {share:g} x epoch "
+                   f"{self.state['best_epoch']}: val_loss {val['val_loss']:.4f} (the fine-tuned student's "
+                   f"{self.state['best_val_loss']:.4f}, kept as {tuned.name})")
+        return {"share": share, "init": self.plan.model.init, "tuned": str(tuned), **val}
 
     def train_epoch(self) -> None:
         """The optimizer steps of the current epoch (from its next batch on, after a resume)."""
@@ -603,8 +627,9 @@ class Trainer:
         raise Interrupted(f"{why} at epoch {self.state['epoch'] + 1}, batch {self.state['batch']}; "
                           f"{saved}; continue with --resume --out {self.plan.run.out}") from None
 
-    def final_metrics(self) -> dict[str, Any]:
-        """metrics.json: the best epoch's validation scores, the history, costs and the run's settings."""
+    def final_metrics(self, blend: dict[str, Any] | None = None) -> dict[str, Any]:
+        """metrics.json: the best epoch's validation scores, the history, costs and the run's settings (and with
+        --blend-init, what best.pt, the blend, scores)."""
         state = self.state
         best = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
         metrics = {
@@ -621,6 +646,7 @@ class Trainer:
             "history": state["history"], "args": self.plan.record, "policy_config": self.policy.config.to_dict(),
             "train_episodes": self.train_eps, "val_episodes": self.val_eps,
             **({"time_blocks": [list(p) for p in self.data.pieces]} if self.data.pieces is not None else {}),
+            **({"blend": blend} if blend is not None else {}),
         }
         if self.world.main:
             write_json(self.run_dir / "metrics.json", metrics)

@@ -338,6 +338,28 @@ def test_init_fine_tunes_from_a_checkpoint(data_dir, tmp_path):
     assert load_checkpoint(kept / "best.pt").config.time_input == "index"
 
 
+def test_blend_init_writes_the_weight_mix_of_start_and_fine_tune_as_best_pt(data_dir, tmp_path, capsys):
+    """--blend-init W: best.pt is (1 - W) x the --init checkpoint + W x the fine-tuned best (kept as best_tuned.pt),
+    tensor by tensor, validated into metrics.json; without --init, or outside (0, 1], one clear error."""
+    first = tmp_path / "first"
+    run(resolve(tiny_args(data_dir, first, policy="mlp", epochs=1, split_seed=1)))
+    tuned_dir = tmp_path / "tuned"
+    run(resolve(tiny_args(data_dir, tuned_dir, epochs=2, split_seed=1, init=str(first / "best.pt"), blend_init=0.25)))
+    start, tuned = (load_checkpoint(p).state_dict() for p in (first / "best.pt", tuned_dir / "best_tuned.pt"))
+    blended = load_checkpoint(tuned_dir / "best.pt").state_dict()
+    moved = [k for k, v in tuned.items() if v.is_floating_point() and not torch.equal(v, start[k])]
+    assert moved  # the fine-tune changed weights, so the blend is neither of the two
+    for k in moved:
+        torch.testing.assert_close(blended[k], 0.75 * start[k] + 0.25 * tuned[k])
+    metrics = json.loads((tuned_dir / "metrics.json").read_text())
+    assert metrics["blend"]["share"] == 0.25 and np.isfinite(metrics["blend"]["val_loss"])
+    assert "best.pt is the blend 0.75 x --init + 0.25 x epoch" in capsys.readouterr().out
+    for flags, needle in ((dict(blend_init=0.5), "needs --init"),
+                          (dict(blend_init=1.5, init=str(first / "best.pt")), r"in \(0, 1\]")):
+        with pytest.raises(ValueError, match=needle):
+            resolve(tiny_args(data_dir, tmp_path / "no", epochs=1, **flags))
+
+
 def test_init_refuses_core_sizes_other_than_the_checkpoints_and_records_its_own(data_dir, tmp_path):
     """--d-model, --heads, --topk, --sparsity, --nac-mode, --hidden are the checkpoint's under --init: one given
     another value is refused, naming it; left at their defaults, args.json records the sizes the run trained."""
