@@ -16,7 +16,7 @@ def _err_line(capsys):
 
 
 @pytest.mark.parametrize("flag, value, rule", [("--lr", "-1", "> 0, got -1.0"), ("--lr", "nan", "> 0, got nan"),
-                                               ("--grad-clip", "0", "> 0, got 0.0"),
+                                               ("--grad-clip", "-1", ">= 0, got -1.0"),
                                                ("--weight-decay", "-0.5", ">= 0, got -0.5"),
                                                ("--warmup", "1", "in [0, 1), got 1.0")])
 def test_optimizer_flag_errors_show_the_value_given(flag, value, rule, tmp_path, capsys):
