@@ -1,4 +1,4 @@
-"""Optional native kernels for the NAC layer: the exact top-K selection (``policies.nac.select_exact``),
+"""Optional native kernels for the NAC layer: the exact top-K selection (``policies.topk.select_exact``),
 fused with the scores where no key is padded, and the gather of the pair inputs (``gather_pairs``, one pass
 instead of a gather and a broadcast add, the same bits).
 

@@ -10,7 +10,7 @@ SSE4.1 (torch's "default" kernels, no FMA). On a CPU without AVX2 there is no le
     python -m tests.cpu_dispatch    # prints them, e.g. ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 ...
 
 Not capped: the NAC layer's own C kernel (nac_native), whose instruction-set clones are picked by the loader; its
-tests run each of its levels (tests/policies/test_nac.py, the ``scan_level`` fixture).
+tests run each of its levels (tests/policies/test_topk.py, the ``scan_level`` fixture).
 """
 from __future__ import annotations
 
