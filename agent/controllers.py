@@ -65,7 +65,7 @@ class PolicyController:
             raise ValueError(f"actions must be one of {DISCRETE_ACTION_RULES}, got {actions!r}")
         check_discrete_options(policy.config.head, policy.config.discrete_actions, actions, temperature, bool(spared),
                                name)
-        if temperature is None:  # None: the checkpoint's (policies.policy.PolicyConfig.temperature_for)
+        if temperature is None:  # None: the checkpoint's (policies.config.PolicyConfig.temperature_for)
             temperature = policy.config.temperature_for(actions)
         actions = policy.config.discrete_actions if actions is None else actions  # None: the checkpoint's rule
         self.temperature = check_temperature(temperature, actions)
@@ -152,9 +152,10 @@ def load_policy(path: str | Path, env: str, action_space: str | None, device: st
                 frame_shape: Sequence[int] | None = None, recorded: bool = False) -> Any:
     """Load a checkpoint and check it was made for ``env`` (or an env whose gym id is in ``also``, or one whose
     students ``env`` can feed: EnvSpec.feeds), for ``action_space`` when given, and for the frames it will see
-    (``frame_shape``, default ``env``'s camera): trained on that size (policies.policy.check_frame_shape).
+    (``frame_shape``, default ``env``'s camera): trained on that size (policies.frames.check_frame_shape).
     ``recorded``: ``env`` is that of recorded data (evaluate.py --data), not a --env the user gave."""
-    from policies.policy import RECORDING_STUDENT, check_frame_shape, load_checkpoint, not_a_checkpoint_file
+    from policies.frames import check_frame_shape
+    from policies.checkpoint import RECORDING_STUDENT, load_checkpoint, not_a_checkpoint_file
 
     spec = get_spec(env)
     p = resolve_path(path)

@@ -83,7 +83,7 @@ def _benchmark(a: FeedbackGainsArgs) -> int:
     from driving_data.dataset import open_dataset
     from driving_data.udacity_import import import_recordings
     from envs.replay.spec import geometry_of
-    from policies.policy import load_checkpoint
+    from policies.checkpoint import load_checkpoint
 
     torch.set_num_threads(1)
     [folder] = import_recordings([a.data], [Path(a.out) / "imported_data"])

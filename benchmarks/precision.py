@@ -217,7 +217,7 @@ def step_row(checkpoint: Path, frames, what: str, a: PrecisionArgs) -> Row:
     same frames: a drive's wait at every step."""
     import torch
 
-    from policies.policy import load_checkpoint
+    from policies.checkpoint import load_checkpoint
 
     torch.set_num_threads(1)
     streams = {p: load_checkpoint(checkpoint).use_precision(resolved(p, a)).stream() for p in PRECISIONS}

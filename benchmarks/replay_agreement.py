@@ -63,7 +63,7 @@ def train(cmd: list[str], out: Path) -> Path:
 def straight_checkpoint(source: Path, out: Path) -> Path:
     """A checkpoint of `source`'s architecture whose head always steers 0 and gives every other component its
     training mean (a throttle of 0 would park the car): the always-straight driver as a policy, for true closed loop."""
-    from policies.policy import load_checkpoint, save_checkpoint
+    from policies.checkpoint import load_checkpoint, save_checkpoint
 
     if not out.exists():
         policy = load_checkpoint(source)

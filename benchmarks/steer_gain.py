@@ -28,7 +28,8 @@ class SteerGainArgs:
 def with_gain(checkpoint: str | Path, gain: float, out: Path) -> Path:
     """A copy of ``checkpoint`` whose config has ``steer_gain`` = ``gain`` (refused by the config when no gain can
     apply: a discrete head, no steering, a gain outside (0, 4]); its metadata is kept."""
-    from policies.policy import PolicyConfig, policy_from_checkpoint, read_checkpoint, save_checkpoint
+    from policies.config import PolicyConfig
+    from policies.checkpoint import policy_from_checkpoint, read_checkpoint, save_checkpoint
 
     payload = read_checkpoint(checkpoint, "cpu")
     policy = policy_from_checkpoint(payload, f"checkpoint {str(checkpoint)!r}")

@@ -1,7 +1,7 @@
 """Frame encoders: small CNNs applied to every frame of a window independently (TimeDistributed).
 
 The policy converts frames once (uint8 ``[B, T, H, W, 3]`` -> float ``[B, T, 3, H, W]`` in ``[0, 1]``,
-see ``policies.policy.frames_to_float``); an encoder folds time into the batch, runs its CNN on
+see ``policies.frames.frames_to_float``); an encoder folds time into the batch, runs its CNN on
 ``[B*T, 3, H, W]`` and unfolds the result to ``[B, T, feature_dim]``. Because every frame is encoded
 on its own, a streaming policy can encode each new frame once and reuse the embedding for every
 window it belongs to.

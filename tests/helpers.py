@@ -3,7 +3,9 @@ from pathlib import Path
 
 import torch
 
-from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+from policies.config import PolicyConfig
+from policies.checkpoint import save_checkpoint
+from policies.policy import DrivingPolicy
 
 DRIVE_STEPS = 120  # steps of the recorded udacity drive (conftest.py's udacity_drive fixture)
 

@@ -21,7 +21,7 @@ from agent.evaluation.config import resolve
 from agent.runtime import show_progress
 from agent.training.config import TrainArgs
 from common.cli import build_parser, parse
-from policies.policy import read_checkpoint
+from policies.checkpoint import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 CLIS = {"train": train, "evaluate": evaluate, "collect": collect}

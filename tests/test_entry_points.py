@@ -162,10 +162,10 @@ def test_every_command_calls_one_thing_by_one_name():
 
 def test_the_checkpoints_a_help_names_exist_and_the_recording_default_is_the_one_evaluate_takes():
     """A help text that names a shipped checkpoint names one that exists; evaluate.py's --checkpoint help names the
-    student it really takes for a person's recording (policies.policy.RECORDING_STUDENT), not another one."""
+    student it really takes for a person's recording (policies.checkpoint.RECORDING_STUDENT), not another one."""
     import re
 
-    from policies.policy import RECORDING_STUDENT
+    from policies.checkpoint import RECORDING_STUDENT
 
     named: dict[str, str] = {}
     for module in CLIS:

@@ -133,7 +133,7 @@ def test_the_middle_reference_runs_end_to_end_and_says_so(udacity_drive, tmp_pat
 
 def test_a_wrong_checkpoint_for_a_person_s_recording_names_the_student_made_for_its_frames(udacity_drive, tmp_path,
                                                                                             capsys):
-    from policies.policy import RECORDING_STUDENT
+    from policies.checkpoint import RECORDING_STUDENT
     from agent.udacity.recordings import export_udacity
 
     rec = tmp_path / "rec"
@@ -222,7 +222,7 @@ def test_a_simulator_student_fine_tunes_on_a_recording_and_a_rerun_is_told_the_f
     and head kept); the same command again says the run folder is taken (not that the recording holds no episodes)."""
     import train as train_cli
     from agent.udacity.recordings import export_udacity
-    from policies.policy import load_checkpoint
+    from policies.checkpoint import load_checkpoint
 
     rec = tmp_path / "rec"
     export_udacity(udacity_drive, rec)

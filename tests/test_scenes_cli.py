@@ -7,7 +7,9 @@ import pytest
 
 import collect
 import evaluate
-from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+from policies.config import PolicyConfig
+from policies.checkpoint import save_checkpoint
+from policies.policy import DrivingPolicy
 
 
 def _err(capsys) -> str:
@@ -87,7 +89,7 @@ def test_color_jitter_keeps_greys_and_light_and_turns_colours():
     import torch
 
     from agent.training.augment import color_jitter_matrices
-    from policies.policy import _YUV
+    from policies.frames import _YUV
 
     torch.manual_seed(0)
     assert torch.allclose(color_jitter_matrices(4, 0.0), torch.eye(3).expand(4, 3, 3), atol=1e-6)

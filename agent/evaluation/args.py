@@ -18,7 +18,8 @@ from common.checks import is_int
 from common.cli import option
 from envs.registry import ENV_NAMES, REPLAY_PREFIX, get_spec
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature, spared_ids
-from policies.policy import RECORDING_STUDENT, WINDOW_CLOCKS
+from policies.checkpoint import RECORDING_STUDENT
+from policies.policy import WINDOW_CLOCKS
 from policies.precision import PRECISIONS
 from policies.precision import check as check_precision
 

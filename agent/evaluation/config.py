@@ -19,7 +19,7 @@ from agent.workers import default_workers
 from common.checks import is_int
 from common.files import run_folder
 from envs.registry import REPLAY_PREFIX, get_spec
-from policies.policy import RECORDING_STUDENT
+from policies.checkpoint import RECORDING_STUDENT
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from agent.evaluation.plots import steering_plot
 from agent.runtime import NO_STRAIGHT_RATIO, mse_ratio, show_progress
 from common.files import atomic_write_text, write_json
 from policies.actions import at_temperature
-from policies.policy import RECORDING_STUDENT
+from policies.checkpoint import RECORDING_STUDENT
 from policies.precision import resolve as resolve_precision
 
 PREDICTORS = ("policy", "straight", "mean")

@@ -149,4 +149,4 @@ def evaluate_parallel(drivers: list[Driver], plan: EvalPlan, action_space: str, 
 
 def preload(env: str) -> list[str]:
     """What a worker imports: done once in the fork server, not in every worker."""
-    return [__name__, "agent.experts.expert", "stable_baselines3", "policies.policy", get_spec(env).make.__module__]
+    return [__name__, "agent.experts.expert", "stable_baselines3", "policies.checkpoint", get_spec(env).make.__module__]

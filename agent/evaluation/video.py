@@ -231,7 +231,7 @@ def saliency_map(policy: Any, frame: np.ndarray, window_emb: torch.Tensor, rel_t
     """
     if method not in SALIENCY_METHODS:
         raise ValueError(f"saliency method must be one of {SALIENCY_METHODS}, got {method!r}")
-    from policies.policy import frames_to_float
+    from policies.frames import frames_to_float
 
     size = tuple(frame.shape[:2])
     x = frames_to_float(torch.as_tensor(frame)[None, None], policy.config.image_size, policy.device)

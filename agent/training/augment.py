@@ -21,7 +21,7 @@ from agent.training.config import Augmentation, Windows
 from agent.training.data import Data
 from agent.training.recovery import RecoveryViews
 from agent.training.windows import gather_segments
-from policies.policy import _YUV, frames_to_float, to_color_space
+from policies.frames import _YUV, frames_to_float, to_color_space
 
 
 def color_jitter_matrices(n: int, strength: float) -> torch.Tensor:

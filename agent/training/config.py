@@ -21,7 +21,8 @@ from driving_data.dataset import DemoDataset, is_recording, open_datasets
 from envs.registry import dataset_env
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
-from policies.policy import LATENCY_INPUTS, TIME_INPUTS, PolicyConfig, read_checkpoint
+from policies.config import LATENCY_INPUTS, TIME_INPUTS, PolicyConfig
+from policies.checkpoint import read_checkpoint
 from policies.precision import PRECISIONS
 from policies.precision import check as check_precision
 

@@ -1,6 +1,6 @@
 """The training data: every episode once, frames prepared for the encoder, in memory or read lazily.
 
-Frames: each episode's frames are prepared once at load time (``policies.policy.prepare_frames``: the
+Frames: each episode's frames are prepared once at load time (``policies.frames.prepare_frames``: the
 rows ``--crop`` keeps, then an area resize to the encoder input), so memory holds encoder-sized frames;
 the colour space (``--color``, YUV for PilotNet) is applied on the float batch, after augmentation.
 """
@@ -31,7 +31,7 @@ from driving_data.labels import DEFAULT_SMOOTHING_S, centred_average
 from envs.registry import EnvSpec, dataset_env
 from envs.replay.camera import CameraGeometry
 from policies.actions import check_discrete_options
-from policies.policy import prepare_frames
+from policies.frames import prepare_frames
 
 # --data-loading auto: lazy when the prepared frames would exceed this share of the free memory
 LAZY_MEMORY_FRACTION = 0.4
@@ -158,7 +158,7 @@ def dataset_sources(dataset: DemoDataset) -> list[int]:
 
 def camera_frame_shape(dataset: DemoDataset, env: EnvSpec, o: DataOptions) -> tuple[int, ...]:
     """The one size [H, W, C] of the dataset's camera frames (a student is trained on one, and drives only that:
-    policies.policy.check_frame_shape); ValueError when episodes differ, or when a first-person env's crop (rows
+    policies.frames.check_frame_shape); ValueError when episodes differ, or when a first-person env's crop (rows
     of its own camera) would cut frames of another size (a 160x320 crop of a 480-row frame is sky)."""
     shapes = sorted({tuple(int(x) for x in dataset.array_shape(i, "frames")[1:]) for i in range(len(dataset))})
     if len(shapes) != 1:

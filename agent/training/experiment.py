@@ -89,7 +89,7 @@ def resume_args(out: Path) -> list[str]:
 def finished(out: Path) -> bool:
     """Whether the one-core train.py run in ``out`` ran all its epochs: its last.pt says so and its metrics.json is
     written (a stopped run has a last.pt that does not, and no metrics.json)."""
-    from policies.policy import read_checkpoint
+    from policies.checkpoint import read_checkpoint
 
     last = out / "last.pt"
     return (out / "metrics.json").is_file() and last.is_file() and \

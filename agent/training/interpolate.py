@@ -52,7 +52,7 @@ def interpolate(start, tuned, weight: float):
 
 
 def run(args: InterpolateArgs) -> Path:
-    from policies.policy import load_checkpoint, read_checkpoint, save_checkpoint
+    from policies.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 
     start, tuned = load_checkpoint(args.start), load_checkpoint(args.tuned)
     mixed = interpolate(start, tuned, args.weight)

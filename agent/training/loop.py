@@ -46,16 +46,10 @@ from envs.registry import camera_envs, trained_frame_shape
 from policies.actions import check_temperature
 from policies.encoders import encoder_features
 from policies.precision import choose as choose_precision
-from policies.policy import (
-    DrivingPolicy,
-    PolicyConfig,
-    checkpoint_writer,
-    frames_to_float,
-    load_checkpoint,
-    policy_from_checkpoint,
-    read_checkpoint,
-    told_as_input,
-)
+from policies.config import PolicyConfig
+from policies.frames import frames_to_float
+from policies.checkpoint import checkpoint_writer, load_checkpoint, policy_from_checkpoint, read_checkpoint
+from policies.policy import DrivingPolicy, told_as_input
 
 
 def initial_policy(path: str, data: Data, head: str, names: list[str] | None, time_input: str | None,
@@ -94,7 +88,7 @@ def initial_policy(path: str, data: Data, head: str, names: list[str] | None, ti
     if wrong:
         raise ValueError(f"--init {path!r} cannot be fine-tuned on this dataset: its " + "; ".join(wrong))
     if data.frame_shape:  # its crop and size are made for the frames it was trained on
-        from policies.policy import check_frame_shape
+        from policies.frames import check_frame_shape
 
         check_frame_shape(trained_frame_shape(c), data.frame_shape, f"--init {path!r}", "this dataset's frames")
     c.env = data.env.gym_id  # its frame_shape stays: the data's frames are that size (checked above)

@@ -11,7 +11,7 @@ rows copied), and the steering label of every window is replaced by the replay's
 (``envs.replay.vehicle.PathController``: the recorded steering plus pure pursuit back onto the path) at that
 pose, the label's own steering and the frame's recorded speed. Other label columns (throttle) stay.
 
-The trainer holds frames already cropped and resized (``policies.policy.prepare_frames``), so the warp runs
+The trainer holds frames already cropped and resized (``policies.frames.prepare_frames``), so the warp runs
 in that space: crop + resize is an affine map ``A`` of pixel coordinates, and the full frame's homography
 ``H`` (new-view pixel -> recorded pixel) becomes ``A H A^-1`` on prepared frames, exact up to interpolation.
 Rows of the prepared frame above the horizon take the rotation, rows on the hood are copied.

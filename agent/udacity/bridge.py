@@ -78,7 +78,8 @@ import numpy as np
 import torch
 
 from common.cli import option, run_command
-from policies.policy import RECORDING_STUDENT, WINDOW_CLOCKS, DrivingPolicy, load_checkpoint
+from policies.checkpoint import RECORDING_STUDENT, load_checkpoint
+from policies.policy import WINDOW_CLOCKS, DrivingPolicy
 
 log = logging.getLogger(__name__)
 

@@ -264,7 +264,9 @@ def test_fast_renderer_frames_are_recorded_and_replay(tmp_path):
 def student(tmp_path_factory) -> Path:
     import torch
 
-    from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+    from policies.config import PolicyConfig
+    from policies.checkpoint import save_checkpoint
+    from policies.policy import DrivingPolicy
 
     torch.manual_seed(0)
     config = PolicyConfig.for_actions("continuous", core_options=dict(d_model=16, heads=4, topk=4), window=4,
@@ -450,7 +452,7 @@ def test_errors_python_cannot_raise_stay_quiet_after_the_stop_was_handled(capsys
 
 
 def test_importing_a_policy_or_the_pipeline_changes_no_process_wide_hook():
-    code = ("import sys; hook = sys.unraisablehook; import policies.policy, agent.runtime, common.stops, "
+    code = ("import sys; hook = sys.unraisablehook; import policies.checkpoint, agent.runtime, common.stops, "
             "agent.evaluation.evaluate; assert sys.unraisablehook is hook")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
                          text=True, timeout=120)

@@ -29,7 +29,7 @@ def _run_folder(run, done: bool):
     and metrics.json once it did."""
     import torch
 
-    from policies.policy import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
+    from policies.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
 
     run.mkdir(exist_ok=True)
     (run / "args.json").write_text("{}")

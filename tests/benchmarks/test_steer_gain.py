@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchmarks import steer_gain
-from policies.policy import load_checkpoint
+from policies.checkpoint import load_checkpoint
 from tests.helpers import steering_checkpoint
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from policies.encoders import ENCODERS, CarRacingCNN, PilotNet, build_encoder, encoder_features
-from policies.policy import frames_to_float
+from policies.frames import frames_to_float
 
 
 @pytest.mark.parametrize("name,size", [("carracing", (96, 96)), ("carracing", (32, 32)),

@@ -544,7 +544,7 @@ def test_optimised_layer_matches_the_plain_reference(case):
 @pytest.mark.parametrize("name", ["carracing_nac", "udacity_nac"])
 def test_shipped_checkpoints_match_the_reference(name):
     """The shipped policies' NAC layers (state_dict unchanged) give the plain maths' outputs within 1e-5."""
-    from policies.policy import load_checkpoint
+    from policies.checkpoint import load_checkpoint
 
     path = Path(__file__).resolve().parents[2] / "checkpoints" / f"{name}.pt"
     layer = load_checkpoint(path).core.nac

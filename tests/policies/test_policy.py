@@ -11,7 +11,9 @@ from driving_data.dataset import open_dataset, write_episode
 from policies.actions import DISCRETE_ACTIONS, DiscreteChooser, at_temperature, check_discrete_options, spared_ids
 from policies.cores import CORES, policy_core_options
 from policies.nac import NAC
-from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, read_checkpoint, save_checkpoint
+from policies.config import PolicyConfig
+from policies.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from policies.policy import DrivingPolicy
 
 SIZE = 32
 
@@ -335,7 +337,8 @@ def test_predict_episode_equals_stepping_the_stream():
     timestamps included."""
     import numpy as np
 
-    from policies.policy import DrivingPolicy, PolicyConfig
+    from policies.config import PolicyConfig
+    from policies.policy import DrivingPolicy
 
     torch.manual_seed(0)
     policy = DrivingPolicy(PolicyConfig.for_actions("continuous", ["steer"], encoder="carracing", feature_dim=8,

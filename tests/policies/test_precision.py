@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from policies import precision
-from policies.policy import DrivingPolicy, PolicyConfig, frames_to_float, load_checkpoint
+from policies.config import PolicyConfig
+from policies.frames import frames_to_float
+from policies.checkpoint import load_checkpoint
+from policies.policy import DrivingPolicy
 from policies.precision import BF16_MIN_FRAMES, resolve
 
 SIZE = 48

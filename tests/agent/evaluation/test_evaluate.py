@@ -23,7 +23,9 @@ from agent.evaluation.metrics import EpisodeRecorder, aggregate, comparison_mark
 from agent.evaluation.table import action_rule_label
 from envs.carracing import FEATURE_NAMES
 from envs.registry import get_spec
-from policies.policy import DrivingPolicy, PolicyConfig, save_checkpoint
+from policies.config import PolicyConfig
+from policies.checkpoint import save_checkpoint
+from policies.policy import DrivingPolicy
 from tests.helpers import constant_policy_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]

@@ -25,7 +25,9 @@ from agent.evaluation.timing import STREAM, TimingConditions, parse_jitter
 from envs.registry import neutral_action
 from agent.experts.expert import Expert
 from envs.registry import get_spec
-from policies.policy import DrivingPolicy, PolicyConfig, PolicyStream, save_checkpoint
+from policies.config import PolicyConfig
+from policies.checkpoint import save_checkpoint
+from policies.policy import DrivingPolicy, PolicyStream
 
 REPO = Path(__file__).resolve().parents[3]
 STEPS = 40
@@ -359,7 +361,7 @@ def test_timing_options_are_refused_offline():
 
 # ----------------------------------------------------------------------------- a student told its latency
 def test_a_latency_aware_student_is_told_the_latency_or_the_belief_given(tiny, tmp_path, monkeypatch):
-    from policies.policy import load_checkpoint, save_checkpoint
+    from policies.checkpoint import load_checkpoint, save_checkpoint
     from tests.helpers import record_told_latency
 
     policy = load_checkpoint(tiny)

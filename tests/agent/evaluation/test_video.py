@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from agent.evaluation import video as vid
-from policies.policy import DrivingPolicy, PolicyConfig
+from policies.config import PolicyConfig
+from policies.policy import DrivingPolicy
 
 TINY = dict(core_options=dict(d_model=16, heads=4, topk=4), window=4, frame_stride=2, feature_dim=16)
 

@@ -5,7 +5,7 @@ import pytest
 
 from agent.training.dagger import Lineage, Recipe, Round, main, run_lineage
 from driving_data.dataset import open_dataset
-from policies.policy import load_checkpoint
+from policies.checkpoint import load_checkpoint
 
 TINY_RECIPE = {"tiny": Recipe(expert_episodes=2, epochs=1, episodes=1, rounds=(Round(0.5, 1, 5e-4),),
                               driver_actions="sample")}

@@ -95,7 +95,7 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     # the ranks scored one validation episode each and reduced them in episode order: one process's numbers
     plan = with_env_defaults(resolve(tiny_args(data_dir, out, policy="gru", val_fraction=0.34)))
     data = load_data(plan.data)
-    from policies.policy import policy_from_checkpoint
+    from policies.checkpoint import policy_from_checkpoint
 
     val = evaluate(policy_from_checkpoint(last).use_precision(metrics["precision"]), data, metrics["val_episodes"],
                    plan.optimisation.loss, resolve_head(plan, data)[2])

@@ -17,7 +17,7 @@ from agent.training.loop import Interrupted
 from driving_data.dataset import write_episode
 from envs.carracing import SPEC as CARRACING
 from policies.cores import CORES
-from policies.policy import load_checkpoint, read_checkpoint
+from policies.checkpoint import load_checkpoint, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 SIZE = 32
@@ -520,7 +520,8 @@ def test_irregular_training_windows_keep_true_timestamps(tmp_path):
 
 
 def test_time_input_index_hides_the_clock_from_the_core():
-    from policies.policy import DrivingPolicy, PolicyConfig
+    from policies.config import PolicyConfig
+    from policies.policy import DrivingPolicy
 
     frames = torch.randint(0, 255, (2, 4, 32, 32, 3), dtype=torch.uint8)
     regular = -torch.arange(3, -1, -1, dtype=torch.float32).expand(2, 4) * 0.06

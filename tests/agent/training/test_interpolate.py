@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from agent.training.interpolate import interpolate, main
-from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, save_checkpoint, with_latency_input
+from policies.config import PolicyConfig
+from policies.checkpoint import load_checkpoint, save_checkpoint
+from policies.policy import DrivingPolicy, with_latency_input
 
 TINY = dict(encoder="carracing", image_size=[32, 32], feature_dim=16, window=4, frame_stride=2, core="gru",
             core_options={"hidden": 16})

@@ -13,7 +13,7 @@ from agent.training.loop import make_schedule
 from agent.training.presets import PRESETS
 from agent.training.windows import batch_plan
 from agent.udacity import bridge as ub
-from policies.policy import load_checkpoint
+from policies.checkpoint import load_checkpoint
 from tests.agent.training.test_experiment import main_in_process, write_synthetic
 from tests.agent.udacity.test_bridge import _frames, _telemetry
 from tests.agent.udacity.test_recordings import _write_dataset

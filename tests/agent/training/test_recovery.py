@@ -21,7 +21,7 @@ from agent.training.recovery import RecoveryViews, dataset_geometry
 from envs.registry import get_spec
 from envs.replay.camera import Reprojector
 from envs.replay.spec import REAL_UDACITY, SIM_V0, SIM_V1
-from policies.policy import prepare_frames
+from policies.frames import prepare_frames
 from tests.agent.training.test_experiment import write_synthetic
 
 STEPS = 60

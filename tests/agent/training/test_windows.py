@@ -13,7 +13,7 @@ from agent.training.config import TrainArgs, resolve, with_env_defaults
 from agent.training.data import load_data
 from agent.training.experiment import run
 from agent.training.windows import gather_segments, label_shifts, latency_shifts
-from policies.policy import read_checkpoint
+from policies.checkpoint import read_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,9 @@ import pytest
 import torch
 
 from agent.udacity import bridge as ub
-from policies.policy import DrivingPolicy, PolicyConfig, load_checkpoint, save_checkpoint
+from policies.config import PolicyConfig
+from policies.checkpoint import load_checkpoint, save_checkpoint
+from policies.policy import DrivingPolicy
 from tests.helpers import constant_policy_checkpoint
 
 HAVE_SOCKETIO = all(importlib.util.find_spec(m) is not None for m in ("socketio", "eventlet", "websocket"))
@@ -224,7 +226,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys, checkpoint, argv, words):
 
 def test_without_a_checkpoint_the_shipped_real_frame_student_drives():
     """No CKPT is the common case (a person's simulator): the student made for real frames, which exists."""
-    from policies.policy import RECORDING_STUDENT
+    from policies.checkpoint import RECORDING_STUDENT
     from common.cli import parse
 
     args = parse(ub.BridgeArgs, [], prog="bridge")
@@ -335,7 +337,7 @@ def test_a_latency_aware_policy_is_told_the_measured_answer_time(monkeypatch):
 
 
 def test_frames_of_another_size_are_stopped_not_resized(checkpoint, caplog):
-    """The one rule for frames (policies.policy.check_frame_shape): a policy trained on the simulator's 160x320 frames
+    """The one rule for frames (policies.frames.check_frame_shape): a policy trained on the simulator's 160x320 frames
     never drives 480x640 ones; each is answered with a stop, said once, counted in the summary."""
     server = ub.SteeringServer(load_checkpoint(checkpoint), clock=_Clock())
     big = cv2.resize(_frames(1)[0], (640, 480))
