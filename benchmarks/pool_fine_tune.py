@@ -9,7 +9,6 @@ replay of the recording's last 20 % (every session's, ``--replay-reference drive
 * ``fine-tuned``: the same, started from the pooled student (``--init POOL --epochs E --lr LR``);
 * ``recovery``: the fine-tune with ``--recovery-views P`` (a share of the segments seen from off the recorded path,
   labelled with the way back);
-* ``anchored``: the fine-tune with ``--anchor A`` (an L2 pull toward the pooled student's weights, L2-SP);
 * ``V@W`` (e.g. ``fine-tuned@0.5``): variant V's student mixed weight by weight with the pooled student,
   ``(1 - W) * start + W * tuned`` (``agent.training.interpolate``; no training of its own);
 * ``V-1000``: variant V trained on the recording's first 1,000 frames only.
@@ -31,7 +30,7 @@ import numpy as np
 from common.cli import option, run_command
 
 PROG = "python -m benchmarks.pool_fine_tune"
-TRAINED = ("scratch", "fine-tuned", "recovery", "anchored")
+TRAINED = ("scratch", "fine-tuned", "recovery")
 VARIANTS = ("unchanged", *TRAINED)
 _NAME = re.compile(r"^(?P<base>[a-z-]+?)(?:@(?P<mix>[0-9.]+))?(?P<short>-1000)?$")
 
@@ -46,7 +45,6 @@ class PoolFineTuneArgs:
     epochs: int = option(5, "epochs of a fine-tune", group="optimisation")
     lr: float = option(5e-4, "peak learning rate of a fine-tune", group="optimisation")
     recovery_views: float = option(0.5, "the recovery variant's --recovery-views", group="optimisation")
-    anchor: float = option(1.0, "the anchored variant's --anchor", group="optimisation")
     first_frames: int = option(1000, "frames of the -1000 variants (the recording's first)", group="input")
     variants: list[str] = option(["scratch", "fine-tuned", "scratch-1000", "fine-tuned-1000"],
                                  "the students judged: " + ", ".join(VARIANTS) + "; V@W mixes V with the start "
@@ -116,8 +114,7 @@ def _mixed(start: str, tuned: Path, weight: float, out: Path) -> Path:
 def train_flags(a: PoolFineTuneArgs, base: str) -> list[str]:
     """train.py's flags of a trained variant, beyond the data, the split, the seed and the threads."""
     tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
-    return {"scratch": [], "fine-tuned": tune, "recovery": [*tune, "--recovery-views", str(a.recovery_views)],
-            "anchored": [*tune, "--anchor", str(a.anchor)]}[base]
+    return {"scratch": [], "fine-tuned": tune, "recovery": [*tune, "--recovery-views", str(a.recovery_views)]}[base]
 
 
 def main(argv: list[str] | None = None) -> int:
