@@ -104,10 +104,10 @@ def _train(argv: list[str], run: Path) -> Path:
 
 
 def _mixed(start: str, tuned: Path, weight: float, out: Path) -> Path:
-    from agent.training.interpolate import InterpolateArgs, run
+    from agent.training.interpolate import write_mix
 
     if not out.is_file():
-        run(InterpolateArgs(start=start, tuned=str(tuned), weight=weight, out=str(out)))
+        write_mix(start, str(tuned), weight, str(out))
     return out
 
 

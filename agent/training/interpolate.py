@@ -52,14 +52,19 @@ def interpolate(start, tuned, weight: float):
 
 
 def run(args: InterpolateArgs) -> Path:
+    return write_mix(args.start, args.tuned, args.weight, args.out)
+
+
+def write_mix(start: str, tuned: str, weight: float, out: str) -> Path:
+    """The mixed student written to ``out`` (the tuned checkpoint's metadata and where the mix came from); the one
+    writer of this command, of train.py --blend-init and of the fine-tune benchmark."""
     from policies.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 
-    start, tuned = load_checkpoint(args.start), load_checkpoint(args.tuned)
-    mixed = interpolate(start, tuned, args.weight)
-    metadata = {**read_checkpoint(args.tuned).get("metadata", {}),
-                "interpolation": {"start": args.start, "tuned": args.tuned, "weight": args.weight}}
-    path = save_checkpoint(args.out, mixed, metadata=metadata)
-    print(f"{path}: {1 - args.weight:g} x {args.start} + {args.weight:g} x {args.tuned}")
+    mixed = interpolate(load_checkpoint(start), load_checkpoint(tuned), weight)
+    metadata = {**read_checkpoint(tuned).get("metadata", {}),
+                "interpolation": {"start": start, "tuned": tuned, "weight": weight}}
+    path = save_checkpoint(out, mixed, metadata=metadata)
+    print(f"{path}: {1 - weight:g} x {start} + {weight:g} x {tuned}")
     return path
 
 

@@ -457,15 +457,13 @@ class Trainer:
         best_tuned.pt; a rerun blends from it again, never from a blend), and the blend is validated like an epoch,
         so metrics.json says what it scores. A fine-tune learns the user's line; the blend keeps the start's way
         back to it (agent.training.interpolate)."""
-        from agent.training.interpolate import InterpolateArgs
-        from agent.training.interpolate import run as write_interpolation
+        from agent.training.interpolate import write_mix
 
         share, tuned = self.plan.model.blend_init, self.run_dir / "best_tuned.pt"
         if self.world.main:
             if not tuned.exists():
                 self.best_path.replace(tuned)
-            write_interpolation(InterpolateArgs(start=str(self.plan.model.init), tuned=str(tuned), weight=share,
-                                                out=str(self.best_path)))
+            write_mix(str(self.plan.model.init), str(tuned), share, str(self.best_path))
         distributed.barrier(self.world)
         self.policy.load_state_dict(load_checkpoint(self.best_path).state_dict())
         val = self.validate()
