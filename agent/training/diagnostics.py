@@ -18,7 +18,7 @@ def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, s
     same queries), see ``policies.nac.attention_stats``; NAC also histograms of phi and omega (and of its
     logit scales when it has them); an image of one window's causal attention map. Returns
     ``{"attn_entropy", "attn_entropy_norm", "attn_max_weight"}`` (the comparison table's columns; ``{}``
-    for cores without attention)."""
+    for cores without attention, and where no query sees two keys)."""
     if policy.config.core not in ("nac", "mha"):
         return {}
     policy.eval()
@@ -33,6 +33,8 @@ def log_nac_internals(writer, policy: DrivingPolicy, data: Data, episode: int, s
         internals = policy.core.internals(seq, time)
     if not internals or "attn" not in internals:
         return {}
+    if not bool((internals["index"] >= 0).sum(-1).ge(2).any()):  # one key per query (a window of one token):
+        return {}  # nothing to choose among, so no entropy to report (attention_stats gives NaN)
     for key in ("entropy", "entropy_norm", "max_weight", "uniform_max_weight"):
         writer.add_scalar(f"attention/{key}", float(internals[key]), step)
     valid = internals["index"] >= 0

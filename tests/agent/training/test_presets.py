@@ -28,6 +28,8 @@ def test_paper_carracing_trains_end_to_end_and_its_checkpoint_drives(tmp_path):
     assert args["preset"] == "paper-carracing" and args["epochs"] == 1  # the flag given beside it wins
     expected = {k: v for k, v in PRESETS["paper-carracing"].settings.items() if k not in ("data", "out", "epochs")}
     assert {k: args[k] for k in expected} == expected
+    best = json.loads((out / "metrics.json").read_text())["best"]
+    assert not any(k.startswith("attn_") for k in best)  # one token per window: no attention entropy, not NaN
     policy = load_checkpoint(out / "best.pt")
     c = policy.config
     assert (c.window, c.encoder, c.head, c.head_hidden, c.frame_tokens) == (1, "carracing-official", "discrete", 64, 0)
