@@ -207,18 +207,9 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     log, rows, cameras = usable_rows(csv_path, img_dir, jpeg_quality, strict_images, say)
     exported = read_export_card(csv_path)  # an export of this project's: what its replay needs
     times, sessions, time_from = _row_times(rows, period, episode_gap_s)
-    undated = [r for r in rows if r.stamp is None]  # most or all of them: usable_rows dropped a few
-    if undated:
-        which = (f"none of the {len(rows)} image names of {csv_path} carry a time" if len(undated) == len(rows) else
-                 f"{len(undated)} of the {len(rows)} image names of {csv_path} carry no time")
-        say(f"warning: {which} (first: line {undated[0].line}, "
-            f"{undated[0].images[0].name!r}): its rows are taken {period:g} s apart, as one episode "
-            f"({IMPORT_COMMAND} --frame-period S sets the seconds per row)")
+    _warn_undated(rows, csv_path, period, say)
     sessions, cut = (sessions, []) if keep_reversing else _cut_reversing(rows, times, sessions, csv_path, say)
-    singles = [a for a, b in sessions if b - a == 1]
-    if singles:
-        say(f"warning: {len(singles)} of the {len(sessions)} sessions of {csv_path.name} are a single frame, more than "
-            f"{episode_gap_s:g} s from the rows around it (first: line {rows[singles[0]].line}); each is an episode")
+    _warn_single_frames(rows, sessions, csv_path, episode_gap_s, say)
     frame_shape: list[int] = []
     episodes = []
     with StagingFolder(out_dir) as tmp:
@@ -263,6 +254,26 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             "episodes": episodes,
         })
     return out_dir
+
+
+def _warn_undated(rows: list[LogRow], csv_path: Path, period: float, say: Callable[[str], None]) -> None:
+    """One warning when rows are timed by their index: their image names carry no time."""
+    undated = [r for r in rows if r.stamp is None]  # most or all of them: usable_rows dropped a few
+    if undated:
+        which = (f"none of the {len(rows)} image names of {csv_path} carry a time" if len(undated) == len(rows) else
+                 f"{len(undated)} of the {len(rows)} image names of {csv_path} carry no time")
+        say(f"warning: {which} (first: line {undated[0].line}, "
+            f"{undated[0].images[0].name!r}): its rows are taken {period:g} s apart, as one episode "
+            f"({IMPORT_COMMAND} --frame-period S sets the seconds per row)")
+
+
+def _warn_single_frames(rows: list[LogRow], sessions: list[tuple[int, int]], csv_path: Path, episode_gap_s: float,
+                        say: Callable[[str], None]) -> None:
+    """One warning when sessions of a single frame (a row far in time from its neighbours) become episodes."""
+    singles = [a for a, b in sessions if b - a == 1]
+    if singles:
+        say(f"warning: {len(singles)} of the {len(sessions)} sessions of {csv_path.name} are a single frame, more than "
+            f"{episode_gap_s:g} s from the rows around it (first: line {rows[singles[0]].line}); each is an episode")
 
 
 def missing_sides(rows: list[LogRow]) -> dict[str, object]:

@@ -351,6 +351,21 @@ def attention_stats(attn: torch.Tensor, index: torch.Tensor) -> dict[str, torch.
             "max_weight": p.amax(-1)[keep].mean(), "uniform_max_weight": (1.0 / n[keep].to(p.dtype)).mean()}
 
 
+def _pair_time(time: torch.Tensor | None, query_time: torch.Tensor | None, q_pos: torch.Tensor,
+               index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | float:
+    """The ODE's time per pair, laid out like ``index`` [H, K, B, Tq] and flattened to [H or 1, K*B*Tq]: 1 without
+    timestamps; a per-sample time [B] for every pair of the sample; else the elapsed time t_query - t_key,
+    differenced in the timestamps' dtype (``query_time`` [B] replaces the query's own stamp)."""
+    H, K, B, Tq = index.shape
+    if time is None:
+        return 1.0
+    if time.dim() == 1:
+        return time.to(dtype).view(1, 1, B, 1).expand(1, K, B, Tq).reshape(1, -1)
+    t_query = time.gather(1, q_pos) if query_time is None else query_time.to(time.dtype)[:, None]  # [B, Tq]
+    t_key = time.gather(1, index.permute(2, 0, 1, 3).reshape(B, -1)).view(B, H, K, Tq).permute(1, 2, 0, 3)
+    return (t_query - t_key).to(dtype).reshape(H, -1)
+
+
 # ----------------------------------------------------------------------------- the layer
 class NAC(nn.Module):
     """Neuronal Attention Circuit layer: ``[B, T, input_dim] -> [B, T, d_model]`` (or ``[B, d_model]``).
@@ -514,14 +529,7 @@ class NAC(nn.Module):
         pre, v_sel = _PairInputs.apply(keys, q_side, rows.reshape(H, K, B * Tq)).split(
             [keys.shape[1] - dh, dh], dim=1)  # [H, features, K*B*Tq]
 
-        if time is None:
-            tau: torch.Tensor | float = 1.0
-        elif time.dim() == 1:
-            tau = time.to(x.dtype).view(1, 1, B, 1).expand(1, K, B, Tq).reshape(1, -1)
-        else:  # elapsed time t_i - t_j, differenced in the timestamps' dtype
-            t_query = time.gather(1, q_pos) if query_time is None else query_time.to(time.dtype)[:, None]  # [B, Tq]
-            t_key = time.gather(1, index.permute(2, 0, 1, 3).reshape(B, -1)).view(B, H, K, Tq).permute(1, 2, 0, 3)
-            tau = (t_query - t_key).to(x.dtype).reshape(H, -1)
+        tau = _pair_time(time, query_time, q_pos, index, x.dtype)
         phi, omega, t = (z.view(H, K, B, Tq) for z in self.backbone(pre, tau, folded))
 
         # 4. logits from the ODE, softmax over the selected keys (-inf on filler slots); with logit_scale the
