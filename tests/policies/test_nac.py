@@ -2,16 +2,13 @@
 options that depart from the paper (learnable logit scale), off by default."""
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-import policies.nac as nac_module
 from policies.nac import NAC, attention_stats
+from tests.policies.nac_reference import reference_nac
 
 
 def make(**kw) -> NAC:
@@ -428,69 +425,6 @@ def test_attention_stats_of_the_paper_layer_are_near_uniform():
 
 
 # ----------------------------------------------------------------------------- optimised path vs a plain reference
-def reference_nac(layer: NAC, x, time=None, key_padding_mask=None, index=None):
-    """The layer's maths written the plain way (docs/nac.md): concatenated pairs p = [q_i; k_j], torch.tanh,
-    explicit masks, per-head weights picked by head, no folding, no layout tricks. ``index`` [B, H, Tq, K]
-    (-1 = filler) is the selection to use (top-K is checked on its own below). Returns (y, internals)."""
-    B, T, _ = x.shape
-    H, dh, bb = layer.num_heads, layer.d_head, layer.backbone
-    qkv = x @ (layer.sensory.weight * layer.sensory.mask) + layer.sensory.bias
-    q, k, v = (qkv[..., i * layer.d_model:(i + 1) * layer.d_model].view(B, T, H, dh).transpose(1, 2) for i in range(3))
-    valid_key = torch.ones(B, T, dtype=torch.bool) if key_padding_mask is None else ~key_padding_mask
-    if layer.return_sequences:
-        q_pos = torch.arange(T).expand(B, T)
-    else:
-        q_pos = torch.stack([torch.nonzero(r).max() if r.any() else torch.tensor(T - 1) for r in valid_key])[:, None]
-        q = q.gather(2, q_pos[:, None, :, None].expand(B, H, 1, dh))
-    valid = index >= 0
-    j = index.clamp(min=0)
-    k_sel = k[torch.arange(B)[:, None, None, None], torch.arange(H)[None, :, None, None], j]  # [B, H, Tq, K, dh]
-    v_sel = v[torch.arange(B)[:, None, None, None], torch.arange(H)[None, :, None, None], j]
-    p = torch.cat([q[:, :, :, None, :].expand_as(k_sel), k_sel], -1)  # the pair, [B, H, Tq, K, 2 dh]
-
-    def per_head(name):  # a backbone tensor [G, a, b] -> [H, a, b] (G = 1 for a shared backbone)
-        w = getattr(bb, name)
-        return w.expand(H, *w.shape[1:])
-
-    def affine(h, weight, bias):  # h [B, H, Tq, K, a] times the head's weight [H, a, b], plus bias [H, 1, b]
-        return torch.einsum("bhqka,hac->bhqkc", h, weight) + bias[None, :, None]
-
-    W = {n: per_head(f"w_{n}") * per_head(f"mask_{n}") for n in ("inter", "command", "recurrent", "motor")}
-    inter = torch.tanh(affine(p, W["inter"], per_head("b_inter")))
-    drive = affine(inter, W["command"], per_head("b_command"))
-    command = torch.tanh(drive)
-    for _ in range(nac_module.COMMAND_UNROLL):
-        command = torch.tanh(drive + affine(command, W["recurrent"], torch.zeros(H, 1, 1)))
-    motor = torch.tanh(affine(command, W["motor"], per_head("b_motor")))
-    heads = affine(motor, per_head("w_heads"), per_head("b_heads"))
-    phi = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda z: z}[bb.phi_activation](heads[..., 0])
-    omega = torch.nn.functional.softplus(heads[..., 1]) + bb.tau_epsilon
-    alpha_beta = affine(p, per_head("w_time"), per_head("b_time"))
-    if time is None:
-        tau = torch.ones(())
-    elif time.dim() == 1:
-        tau = time.to(x.dtype).view(B, 1, 1, 1)
-    else:
-        t_query = time.gather(1, q_pos)[:, None, :, None]
-        tau = (t_query - time.gather(1, j.flatten(1)).view(j.shape)).to(x.dtype)
-    t = torch.sigmoid(alpha_beta[..., 0] * tau + alpha_beta[..., 1])
-    if layer.mode == "exact":
-        a = phi / omega * (1 - torch.exp(-omega * t))
-    elif layer.mode == "steady":
-        a = phi / omega
-    else:
-        a, h = torch.zeros_like(phi), t / layer.euler_steps
-        for _ in range(layer.euler_steps):
-            a = a + h * (phi - omega * a)
-    scale = 1.0 if layer.log_logit_scale is None else layer.log_logit_scale.exp().view(1, H, 1, 1)
-    logits = a.masked_fill(~valid, -math.inf)
-    empty = ~valid.any(-1, keepdim=True)
-    attn = torch.softmax((a * scale).masked_fill(~valid, -math.inf).masked_fill(empty, 0.0), -1).masked_fill(~valid, 0)
-    context = layer.dt * (attn[..., None] * v_sel).sum(-2)  # [B, H, Tq, dh]
-    y = layer.out_proj(context.transpose(1, 2).reshape(B, -1, layer.d_model)).masked_fill(empty[:, 0], 0.0)
-    y = y if layer.return_sequences else y[:, 0]
-    return y, {"phi": phi, "omega": omega, "t": t, "logits": logits, "attn": attn}
-
 REFERENCE_CASES = {
     "exact, selection": (dict(topk=5), 40, {}),
     "euler, causal, padded, per-step time": (dict(mode="euler", causal=True, topk=4), 33, dict(pad=True, time="step")),
@@ -573,64 +507,6 @@ def test_folded_weights_follow_in_place_changes_under_no_grad():
         assert not torch.allclose(layer(x), after)
         torch.testing.assert_close(layer(x), reference_nac(layer, x, None, None, run(layer, x)[1]["index"])[0],
                                    atol=1e-5, rtol=1e-5)
-
-
-# ----------------------------------------------------------------------------- without the native kernels
-def test_layer_without_the_native_kernel_gives_the_same_outputs(tmp_path):
-    """NAC_NATIVE=0 (as on a machine without a compiler): torch.topk selects and the outputs are the same."""
-    script = ("import sys, torch; from policies import nac_native; from policies.nac import NAC\n"
-              "torch.manual_seed(0); x = torch.randn(2, 300, 6)\n"
-              "torch.save((nac_native.available(), NAC(6, 16, 2, topk=5, causal=True)(x)), sys.argv[1])\n")
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "NAC_NATIVE": "0", "PYTHONPATH": path}
-    subprocess.run([sys.executable, "-c", script, str(tmp_path / "out.pt")], check=True, cwd=root, env=env,
-                   timeout=120)
-    available, y = torch.load(tmp_path / "out.pt")
-    assert available is False
-    torch.manual_seed(0)
-    x = torch.randn(2, 300, 6)
-    torch.testing.assert_close(y, NAC(6, 16, 2, topk=5, causal=True)(x), atol=1e-6, rtol=1e-6)
-
-
-MEMORY_SCRIPT = """\
-import sys, torch
-from policies.nac import NAC
-
-def status(field):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
-
-torch.set_num_threads(2)
-torch.manual_seed(0)
-layer, x = NAC(64, 64, 4, topk=8, seed=0, selection="exact"), torch.randn(1, 16384, 64)
-try:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # the peak-RSS mark (VmHWM) starts again from here
-except OSError:
-    sys.exit(3)
-before = status("VmRSS")
-with torch.no_grad():
-    layer(x)
-print((status("VmHWM") - before) / 2**20)
-"""
-
-
-def test_exact_selection_on_torch_keeps_its_memory_at_t_16384():
-    """T = 16384, exact selection on torch's path (NAC_NATIVE=0, as where no compiler builds the kernel), one
-    forward in a fresh process: the peak RSS grows by about 210 MB here (scores in chunks of 64 queries, one buffer
-    reused). A fresh 16 MB score tensor per chunk, freed while the chunk's small results stayed, ratcheted glibc's
-    heap up to 0.8-1.7 GB, by its arenas and the thread count (about 10 s)."""
-    if not os.path.exists("/proc/self/status"):
-        pytest.skip("needs Linux /proc for the RSS")
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-    out = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT], capture_output=True, text=True, cwd=root,
-                         env={**os.environ, "NAC_NATIVE": "0", "PYTHONPATH": path}, timeout=300)
-    if out.returncode == 3:
-        pytest.skip("/proc/self/clear_refs is not writable here: no peak RSS of the pass alone")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert float(out.stdout) < 600, f"one forward grew the RSS by {float(out.stdout):.0f} MB"
 
 
 # ----------------------------------------------------------------------------- variant "official"
