@@ -153,7 +153,7 @@ def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
         data = load_data(plan.data, world, out, dataset)
         head = resolve_head(plan, data)  # fail early on a head the data cannot feed
         if plan.model.init is not None and not plan.run.resume:  # and on a checkpoint it cannot fine-tune
-            fine_tuned(plan.model, data, head[0], head[1])
+            fine_tuned(plan.model, data, head.kind, head.names)
         held = validation_candidates(data)
         if len(held) < data.num_episodes and world.main:
             print(f"real recordings with other episodes (a simulator's, or a replay's DAgger rounds): validation is "

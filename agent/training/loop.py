@@ -28,7 +28,7 @@ from agent.runtime import NO_STRAIGHT_RATIO, keep_freed_memory, mse_ratio, show_
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
 from agent.training.config import Model, Optimisation, TrainPlan, core_options
-from agent.training.data import Data, episode_targets
+from agent.training.data import Data, Head, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
@@ -264,10 +264,11 @@ class _NoWriter:
         return lambda *args, **kwargs: None
 
 
-def train_run(plan: TrainPlan, spec: str, data: Data, head: tuple[str, list[str] | None, slice | None],
-              train_eps: list[int], val_eps: list[int], run_dir: Path, desc: str = "", world: World = SINGLE,
-              device: torch.device | None = None) -> dict[str, Any]:
+def train_run(plan: TrainPlan, core_spec: str, data: Data, head: Head, train_eps: list[int], val_eps: list[int],
+              run_dir: Path, desc: str = "", world: World = SINGLE, device: torch.device | None = None
+              ) -> dict[str, Any]:
     """Train one policy on one split into ``run_dir``; returns its metrics (also written to metrics.json).
+    ``core_spec``: the core as --core names it (``nac`` or ``nac+key=value``; one of ``plan.specs``).
 
     Under torchrun every rank runs this with the same arguments: each step's segments are shared out among
     the ranks (agent.training.distributed), gradients are averaged by DistributedDataParallel, validation is
@@ -278,9 +279,10 @@ def train_run(plan: TrainPlan, spec: str, data: Data, head: tuple[str, list[str]
         metrics_path = run_dir / "metrics.json"
         if metrics_path.exists():
             if world.main:
-                tqdm.write(f"{desc or spec}: already finished, reusing {metrics_path}")
+                tqdm.write(f"{desc or core_spec}: already finished, reusing {metrics_path}")
             return json.loads(metrics_path.read_text())
-    trainer = Trainer(plan, spec, data, (train_eps, val_eps), run_dir, desc or spec, world, device, head, resumed)
+    trainer = Trainer(plan, core_spec, data, (train_eps, val_eps), run_dir, desc or core_spec, world, device, head,
+                      resumed)
     return trainer.fit()
 
 
@@ -313,7 +315,7 @@ def open_run_folder(resume: bool, overwrite: bool, run_dir: Path, world: World) 
     return None
 
 
-def build_policy(m: Model, spec: str, data: Data, head: str, names: list[str] | None,
+def build_policy(m: Model, core_spec: str, data: Data, head: str, names: list[str] | None,
                  train_targets: np.ndarray, resumed: dict[str, Any] | None, where: Path) -> DrivingPolicy:
     """The policy to train: the resumed one, the --init checkpoint's, or a new one whose continuous targets are
     normalised with the training split's statistics."""
@@ -324,7 +326,7 @@ def build_policy(m: Model, spec: str, data: Data, head: str, names: list[str] | 
     if m.action_temperature not in (None, 1.0) and not m.discrete_actions:
         raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
                          "temperature (add --discrete-actions sample)")
-    core, options = core_options(m, spec)
+    core, options = core_options(m, core_spec)
     extra: dict[str, Any] = {"frame_tokens": m.frame_tokens, "head_hidden": m.head_hidden, **drive_options(m)}
     if head == "continuous":
         extra |= {"target_mean": train_targets.mean(0).astype(float).tolist(),
@@ -351,25 +353,27 @@ def inverse_frequency_weights(targets: np.ndarray, device: torch.device) -> torc
 
 class Trainer:
     """One run's moving parts (policy, optimizer, schedule, TensorBoard, the resumable ``state``) and its steps:
-    ``fit`` = the untrained score, then epochs of optimizer steps, each epoch validated and checkpointed."""
+    ``fit`` = the untrained score, then epochs of optimizer steps, each epoch validated and checkpointed.
+    ``core_spec``: the core as --core names it (one of ``plan.specs``)."""
 
-    def __init__(self, plan: TrainPlan, spec: str, data: Data, split: tuple[list[int], list[int]], run_dir: Path,
-                 desc: str, world: World, device: torch.device, head: tuple[str, list[str] | None, slice | None],
+    def __init__(self, plan: TrainPlan, core_spec: str, data: Data, split: tuple[list[int], list[int]],
+                 run_dir: Path, desc: str, world: World, device: torch.device, head: Head,
                  resumed: dict[str, Any] | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         run, opt = plan.run, plan.optimisation
-        self.plan, self.opt, self.spec, self.data, self.run_dir, self.desc, self.world, self.device = (
-            plan, opt, spec, data, run_dir, desc, world, device)
+        self.plan, self.opt, self.core_spec, self.data, self.run_dir, self.desc, self.world, self.device = (
+            plan, opt, core_spec, data, run_dir, desc, world, device)
         self.train_eps, self.val_eps = split
-        head_kind, names, self.cols = head
+        head_kind, names, self.cols = head.kind, head.names, head.cols
         self.resumed = resumed
         self.last_path, self.best_path = run_dir / "last.pt", run_dir / "best.pt"
         seed_everything(run.seed)
         keep_freed_memory()  # every step frees what the next allocates again
         targets = {e: episode_targets(data, e, self.cols) for e in self.train_eps}
         train_targets = np.concatenate(list(targets.values()))
-        self.policy = build_policy(plan.model, spec, data, head_kind, names, train_targets, resumed, self.last_path)
+        self.policy = build_policy(plan.model, core_spec, data, head_kind, names, train_targets, resumed,
+                                   self.last_path)
         self.precision = choose_precision(run.precision, device)  # what runs and why, kept in metrics.json
         self.policy.to(device).use_precision(self.precision.precision)
         self.class_weight = (inverse_frequency_weights(train_targets, device)
@@ -392,7 +396,7 @@ class Trainer:
                       "epoch_samples": 0}
         if resumed:
             self.restore(resumed["train_state"])
-        self.metadata = {"data": plan.data.paths, "policy": spec, "train_episodes": self.train_eps,
+        self.metadata = {"data": plan.data.paths, "policy": core_spec, "train_episodes": self.train_eps,
                          "val_episodes": self.val_eps, "precision": self.policy.precision, "args": plan.record}
         if world.main:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -625,7 +629,7 @@ class Trainer:
         state = self.state
         best = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
         metrics = {
-            "policy": self.spec, "run_dir": str(self.run_dir), "best_epoch": state["best_epoch"],
+            "policy": self.core_spec, "run_dir": str(self.run_dir), "best_epoch": state["best_epoch"],
             "best": {k: v for k, v in best.items() if k != "epoch"}, "last": state["history"][-1],
             "initial": state["initial_val"],
             "param_count": self.policy.num_parameters(), "train_time_s": state["train_time"],
