@@ -69,9 +69,8 @@ def comparison_table(summaries: list[dict[str, Any]]) -> str:
 
 
 def auto_threads(processes: int = 1) -> int:
-    """2 threads on an idle 2-core machine; 1 when other jobs already load it (measured: with a load
-    average of ~5 on 2 cores, 1 thread trains ~1.9x faster than 2, which wait on each other). Under
-    torchrun the ``processes`` of a machine share its cores."""
+    """2 threads on an idle 2-core machine; 1 when other jobs already load it (there 2 threads wait on each
+    other and train slower than 1). Under torchrun the ``processes`` of a machine share its cores."""
     cores = (os.cpu_count() or 1) // max(1, processes)
     try:
         busy = os.getloadavg()[0] >= cores - 0.5
