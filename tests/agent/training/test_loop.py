@@ -26,8 +26,8 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def trainer(data_dir: Path, out: Path, resume: bool = False, **kw) -> Trainer:
-    """A Trainer as train_run makes it (mlp core, one thread), on ``out``; ``resume``: from out/last.pt."""
-    base = dict(policy="mlp", epochs=2, val_fraction=0.25, progress=False)
+    """A Trainer as train_run makes it (mlp core, 32x32 frames, one thread) on ``out``; ``resume``: from last.pt."""
+    base = dict(policy="mlp", epochs=2, val_fraction=0.25, progress=False, image_size="32x32")
     plan = with_env_defaults(resolve(tiny_args(data_dir, out, **{**base, **kw})))
     data = load_data(plan.data)
     head = resolve_head(plan, data)
