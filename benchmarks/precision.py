@@ -149,14 +149,14 @@ def training_rows(label: str, data: Path, root: Path, a: PrecisionArgs, span: st
         with contextlib.redirect_stdout(io.StringIO()):  # the runs' own epoch lines: the table says it
             trainers[p] = Trainer(plan, plan.specs[0], loaded, splits[0], Path(args.out), f"{label} {p}", SINGLE,
                                   torch.device("cpu"), head, None)
-            trainers[p].state["initial_val"] = trainers[p].validate()
+            trainers[p].state.initial_val = trainers[p].validate()
         rngs[p] = rng_state()
     rates: dict[str, list[float]] = {p: [] for p in PRECISIONS}
     walls: dict[str, list[float]] = {p: [] for p in PRECISIONS}
     cpu: dict[str, float] = {p: 0.0 for p in PRECISIONS}  # the process's CPU seconds in the training steps
     for epoch in range(a.epochs):
         for p in PRECISIONS if epoch % 2 == 0 else PRECISIONS[::-1]:
-            t, s = trainers[p].state, dict(trainers[p].state)
+            t, s = trainers[p].state, replace(trainers[p].state)
             set_rng_state(rngs[p])
             start, cpu_start = time.perf_counter(), time.process_time()
             with contextlib.redirect_stdout(io.StringIO()):
@@ -165,7 +165,7 @@ def training_rows(label: str, data: Path, root: Path, a: PrecisionArgs, span: st
                 trainers[p].end_epoch()
             walls[p].append(time.perf_counter() - start)
             rngs[p] = rng_state()
-            rates[p].append((t["train_samples"] - s["train_samples"]) / (t["train_time"] - s["train_time"]))
+            rates[p].append((t.train_samples - s.train_samples) / (t.train_time - s.train_time))
     metrics = {}
     for p, trainer in trainers.items():
         with contextlib.redirect_stdout(io.StringIO()):

@@ -526,8 +526,8 @@ def _make_spec() -> EnvSpec:
         steer_limit={"continuous": _STEER_LIMIT, "discrete": 1.0},  # 0.4 rad = the wheel joint limit
         default_expert={"continuous": Path("checkpoints/expert_carracing_continuous.zip"),
                         "discrete": Path("checkpoints/expert_carracing_discrete.zip")},
-        # DART defaults measured with the shipped experts (agent.data.config says why): as much perturbation as
-        # keeps most laps finished
+        # DART defaults: as much perturbation as keeps most of the shipped experts' laps finished
+        # (agent.data.config says why)
         default_noise={"continuous": 0.07, "discrete": 0.05},
         default_noise_hold={"continuous": 5, "discrete": 3},
         default_max_steps=1000,

@@ -9,17 +9,15 @@ import numpy as np
 DISCRETE_ACTIONS = ("noop", "right", "left", "gas", "brake")  # CarRacing's discrete action ids 0..4
 
 # How a discrete student picks its action from its softmax. argmax: the likeliest. sample: drawn from it -- the
-# discrete CarRacing expert pulses gas and steering within a fraction of a second, and in a state that does not
-# show which pulse comes next argmax takes the commoner one, gas, every time (measured: docs/results.md).
+# discrete CarRacing expert pulses gas and steering, and where a frame does not show which pulse comes next argmax
+# takes the commoner one, gas, every time (docs/results.md, "The discrete CarRacing student").
 # dither: error diffusion, deterministic pulses -- over consecutive steps each action is taken as often as its
 # probability says (gas at 0.6 and brake at 0.4: gas, brake, gas, gas, brake, ...), without sampling's runs of luck.
 DISCRETE_ACTION_RULES = ("argmax", "sample", "dither")
 # Temperature T reshapes the softmax before sample / dither draw from it (p -> p ** (1 / T), renormalised): above 1
-# the student's minority actions (brake, the other steering pulse) come more often and it drives more cautiously
-# (measured on the shipped discrete student: docs/results.md, "Sampling temperature"). argmax ignores it.
-# Spared actions keep their temperature-1 probability and the others share the rest at temperature T. With brake
-# spared a student at 1.5 drives as fast as at 1, and spins as often: the readier brake is what prevents the spins
-# (measured on ten students: docs/results.md, "Brake spared").
+# the student's minority actions (brake, the other steering pulse) come more often. argmax ignores it. Spared
+# actions keep their temperature-1 probability and the others share the rest at temperature T. What either does
+# to a student's driving: docs/results.md, "The discrete CarRacing student".
 
 
 def spared_ids(names: Sequence[str] | str | None) -> tuple[int, ...]:

@@ -254,8 +254,8 @@ class PolicyStream:
     ``frame_stride``-th of the last ``(window - 1) * frame_stride + 1`` frames received; ``clock="time"`` takes,
     for each of the trained offsets ``k * frame_stride * frame_period`` seconds, the newest frame received at or
     before that time, so when frames arrive late, dropped or irregularly the window still spans the time it was
-    trained on (with every frame delivered on the training clock both pick the same frames). Measured against
-    the nearest frame (which may be newer than the offset): the same under jitter, fewer lost tracks under drops. At the
+    trained on (with every frame delivered on the training clock both pick the same frames). Not the nearest frame,
+    which may be newer than the offset: that drove no better under jitter and lost more tracks under drops. At the
     first step after ``reset`` the cache is filled with that frame (and its timestamp), as
     ``agent.training.windows.window_indices`` repeats frame 0 before an episode start. ``t`` defaults to
     ``step_index * frame_period`` (the recorded datasets' clock).

@@ -1,31 +1,24 @@
-"""The numeric precision a policy runs at: fp32, or bfloat16 autocast where it is measured faster.
+"""The numeric precision a policy runs at: fp32, or bfloat16 autocast where bf16 trains faster.
 
-One rule, in one place (``choose``, and ``resolve`` for the precision alone): ``auto`` is bf16 where bf16 is
-known to train faster, a CPU with AMX (the ``amx_bf16`` flag: 1.71x on the project's Xeon, docs/benchmarks.md)
-and a CUDA GPU with native bf16, and fp32 anywhere else: a CPU with AVX-512-BF16 but no AMX trained 0.63x as
-fast in bf16 (a 2-core Xeon, train.py on a real recording), and a CPU with neither emulates bf16 (0.22x on an
-AVX2 AMD EPYC; docs/benchmarks.md). A default is never slower than the option it replaces, so the rule follows
-measurements, not the mere presence of bf16 instructions. It reads the CPU's flags, no timing probe: a probe
-of a training step depends on the model, the batch and the machine's load (2 busy cores moved the AMX figure
-from 1.71x to 1.33x), costs seconds at every start or a cache that can go stale, and the flags already part
-the CPUs measured. ``choose`` also says why, in words train.py prints and records (args.json, metrics.json).
-``bf16`` asks for it on any CPU (emulated, and slower, where the CPU lacks it) and on a GPU that has it;
-``fp32`` is the plain float32 path, untouched.
+One rule, in one place (``choose``, and ``resolve`` for the precision alone): ``auto`` is bf16 on a CPU with AMX
+(the ``amx_bf16`` flag) and on a CUDA GPU with native bf16, and fp32 anywhere else: a CPU with AVX-512-BF16 but no
+AMX, or with neither (where bf16 is emulated), trains slower in bf16, and a default is never slower than the option
+it replaces (the figures per CPU: docs/benchmarks.md, "Where users wait"). It reads the CPU's flags, no timing
+probe: a probe's answer depends on the model, the batch and the machine's load, costs seconds at every start or a
+cache that can go stale, and the flags already part the CPUs measured. ``choose`` also says why, in words train.py
+prints and records (args.json, metrics.json). ``bf16`` asks for it on any CPU (emulated, and slower, where the CPU
+lacks it) and on a GPU that has it; ``fp32`` is the plain float32 path, untouched.
 
 What runs in bf16 is the frame encoder alone (``DrivingPolicy.encode``), with its frames channels-last (the
 layout oneDNN's bf16 convolutions are fastest on), and only for a call of at least ``BF16_MIN_FRAMES``
-frames. Everything after it stays fp32, measured on this project's CPU (AMX), 1 thread, docs/benchmarks.md:
+frames. Everything after it stays fp32 (the timings: docs/benchmarks.md, "What stays fp32, and why"):
 
-* the sequence core and the head: a nac-focus core's forward + backward on a training batch (64 windows of
-  8) takes as long under bf16 autocast as in fp32 (25.4 ms both), mha's and nac-exact's longer (8.3 ->
-  12.7 ms, 16.2 -> 18.5 ms; NAC's native selection and gather kernels read float32 only), and nac-focus's
-  output moves by 2.2 % (relative L2; its logit scale multiplies the logits' rounding), so bf16 buys nothing
-  there and costs accuracy;
+* the sequence core and the head: bf16 autocast makes them no faster (NAC's native selection and gather kernels
+  read float32 only) and moves nac-focus's output (its logit scale multiplies the logits' rounding);
 * the loss, the target normalisation and the optimizer (its state and the master weights): fp32, as
   autocast leaves them;
-* one frame per call (a closed-loop step): the casts cost more than the convolutions save (the CarRacing
-  CNN: 0.8 ms fp32, 1.0-1.1 ms bf16 for 1 to 4 frames; faster from 8 frames on), so a stream steps in fp32
-  and drives exactly as it does in fp32.
+* one frame per call (a closed-loop step): the casts cost more than the convolutions save, so a stream steps in
+  fp32 and drives exactly as it does in fp32.
 """
 from __future__ import annotations
 
@@ -40,7 +33,7 @@ if TYPE_CHECKING:
 PRECISIONS = ("auto", "fp32", "bf16")  # torch is imported where it is used: the CLIs name these before importing it
 BF16_MIN_FRAMES = 8  # fewer frames per encoder call run fp32 (see the module docstring)
 AMX_FLAG = "amx_bf16"  # /proc/cpuinfo's flag of a CPU whose AMX tiles compute bf16: auto picks bf16 there
-AVX512_BF16_FLAG = "avx512_bf16"  # bf16 dot products in AVX-512 registers: measured slower than fp32 training
+AVX512_BF16_FLAG = "avx512_bf16"  # bf16 dot products in AVX-512 registers, without AMX: bf16 trains slower there
 
 
 @dataclass(frozen=True)

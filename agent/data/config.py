@@ -17,9 +17,9 @@ from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
 # CarRacing's DART defaults (envs.carracing.SPEC) are as much perturbation as keeps most of the shipped experts'
-# laps finished (measured on 8 tracks 3000000..3000007: docs/results.md): enough to leave the ideal line and
-# recover, not so much that the episodes stop being good driving. Short holds barely move the car (the steering
-# joint low-passes the noise). Discrete needs less: any non-gas action cuts the gas, which ramps back at 0.1/frame.
+# laps finished: enough to leave the ideal line and recover, not so much that the episodes stop being good driving.
+# Short holds barely move the car (the steering joint low-passes the noise). Discrete needs less: any non-gas action
+# cuts the gas, which ramps back at 0.1/frame.
 DEFAULT_EPISODES = 25
 
 

@@ -131,6 +131,49 @@ def export_minari(
     import importlib.util
 
     import minari
+
+    _check_id(dataset_id)
+    data = open_dataset(data_dir)
+    if importlib.util.find_spec("h5py") is None:  # after the user's own mistakes, which matter more
+        raise ImportError("Minari export needs h5py (Minari's HDF5 storage): pip install 'minari[hdf5]'")
+    root = Path(datasets_path) if datasets_path is not None else Path(data_dir) / "minari"
+    target = _free_target(root, dataset_id, overwrite)
+    action_space = _action_space(data, data_dir)
+    env = get_spec(data.card.get("env", "carracing"))
+    obs_space, act_space = _spaces(env, action_space)
+    env_spec = _gym_env_spec(env, action_space, int(data.card.get("config", {}).get("max_steps",
+                                                                                     env.default_max_steps)))
+    buffers = [episode_buffer(data.load(i, keys=_main_camera_arrays(data, i)), data.episodes[i], i, env.dt)
+               for i in range(len(data))]
+    expert = data.card.get("expert", {})
+    root.mkdir(parents=True, exist_ok=True)
+    with _datasets_path(root), _removed_on_failure(target), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`author_email` is set to None")
+        minari.create_dataset_from_buffers(
+            dataset_id=dataset_id,
+            buffer=buffers,
+            env=env_spec,
+            eval_env=env_spec,
+            algorithm_name=f"PPO expert on privileged state ({expert.get('path', 'unknown')}), DART noise "
+                           f"{data.card.get('config', {}).get('noise')}",
+            code_permalink="collect.py (this repository)",
+            author="nac-drive collect.py",
+            observation_space=obs_space,
+            action_space=act_space,
+            description=(
+                f"{env.gym_id} frames (the main camera) recorded while a PPO expert (reading "
+                "privileged state) drove; "
+                "actions are the executed ones, infos['expert_action'] the expert's labels. "
+                f"Exported from {Path(data_dir).resolve()} (card: dataset.json)."
+            ),
+            data_format="hdf5",
+            jpeg_encoding=jpeg,
+        )
+    return target
+
+
+def _check_id(dataset_id: str) -> None:
+    """Refuse an id Minari cannot store: '[namespace/]name-v<version>'."""
     from minari.dataset.minari_dataset import parse_dataset_id
 
     try:
@@ -140,10 +183,10 @@ def export_minari(
             "Minari dataset id must look like '[namespace/]name-v<version>', e.g. "
             f"'carracing/expert-v0'; got {dataset_id!r}"
         ) from None
-    data = open_dataset(data_dir)
-    if importlib.util.find_spec("h5py") is None:  # after the user's own mistakes, which matter more
-        raise ImportError("Minari export needs h5py (Minari's HDF5 storage): pip install 'minari[hdf5]'")
-    root = Path(datasets_path) if datasets_path is not None else Path(data_dir) / "minari"
+
+
+def _free_target(root: Path, dataset_id: str, overwrite: bool) -> Path:
+    """The folder of `dataset_id` under `root`, emptied with `overwrite`; an existing one is refused without it."""
     if root.exists() and not root.is_dir():
         raise ValueError(f"--minari-path {str(root)!r} is a file; expected a folder for Minari datasets")
     target = root / dataset_id
@@ -152,50 +195,36 @@ def export_minari(
             raise ValueError(f"Minari dataset {dataset_id!r} already exists at {str(target)!r}; pass "
                              "--overwrite or a new -v<version>")
         shutil.rmtree(target)
+    return target
+
+
+def _action_space(data: DemoDataset, data_dir: str | Path) -> str:
+    """The dataset's action space: its card's, else the one every episode's meta names."""
     spaces = {data.episodes[i].get("action_space") for i in range(len(data))}
     action_space = data.card.get("action_space") or (spaces.pop() if len(spaces) == 1 else None)
     if action_space not in ("continuous", "discrete"):
         raise ValueError(f"dataset {str(data_dir)!r} does not say its action space (card and episode "
                          "metas disagree or lack it)")
-    env = get_spec(data.card.get("env", "carracing"))
-    obs_space, act_space = _spaces(env, action_space)
+    return action_space
+
+
+def _gym_env_spec(env: EnvSpec, action_space: str, max_episode_steps: int) -> gym.envs.registration.EnvSpec:
+    """The gymnasium spec Minari records: the registered env with the options of `action_space`."""
     spec = gym.spec(env.gym_id)
-    env_spec = gym.envs.registration.EnvSpec(
+    return gym.envs.registration.EnvSpec(
         id=spec.id, entry_point=spec.entry_point, reward_threshold=spec.reward_threshold,
-        max_episode_steps=int(data.card.get("config", {}).get("max_steps", env.default_max_steps)),
-        kwargs={**spec.kwargs, **env.gym_kwargs(action_space)},
+        max_episode_steps=max_episode_steps, kwargs={**spec.kwargs, **env.gym_kwargs(action_space)},
     )
-    buffers = [episode_buffer(data.load(i, keys=_main_camera_arrays(data, i)), data.episodes[i], i, env.dt)
-               for i in range(len(data))]
-    expert = data.card.get("expert", {})
-    root.mkdir(parents=True, exist_ok=True)
-    with _datasets_path(root), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="`author_email` is set to None")
-        try:
-            minari.create_dataset_from_buffers(
-                dataset_id=dataset_id,
-                buffer=buffers,
-                env=env_spec,
-                eval_env=env_spec,
-                algorithm_name=f"PPO expert on privileged state ({expert.get('path', 'unknown')}), DART noise "
-                               f"{data.card.get('config', {}).get('noise')}",
-                code_permalink="collect.py (this repository)",
-                author="nac-drive collect.py",
-                observation_space=obs_space,
-                action_space=act_space,
-                description=(
-                    f"{env.gym_id} frames (the main camera) recorded while a PPO expert (reading "
-                    "privileged state) drove; "
-                    "actions are the executed ones, infos['expert_action'] the expert's labels. "
-                    f"Exported from {Path(data_dir).resolve()} (card: dataset.json)."
-                ),
-                data_format="hdf5",
-                jpeg_encoding=jpeg,
-            )
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
-    return target
+
+
+@contextlib.contextmanager
+def _removed_on_failure(target: Path) -> Iterator[None]:
+    """Minari writes in place: a failed (or interrupted) export leaves no partial dataset behind."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
 
 
 def load_minari(dataset_id: str, datasets_path: str | Path):

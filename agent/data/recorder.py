@@ -16,7 +16,7 @@ What makes this good BC data (and why each piece is here):
   One noise sample is held for ``noise_hold`` frames: at 50 Hz the steering joint slews at most
   0.06 rad/frame, so independent per-frame noise mostly averages out and never moves the car off line.
   The noise generator is seeded from the track seed, so an episode is reproducible. Defaults per env and
-  action space are the spec's `default_noise` / `default_noise_hold` (CarRacing measured below).
+  action space are the spec's `default_noise` / `default_noise_hold` (CarRacing's: agent.data.config says why).
 * **DAgger** (``driver``, ``beta``): a trained student policy drives and the expert labels every frame it
   sees (Ross et al. 2011). BC alone trains on the expert's states; in closed loop the student drifts into
   states it never saw (late for a corner, off the line) and its errors compound. DAgger rounds -- collect

@@ -262,8 +262,17 @@ def use_recording(data: str | list[str], dataset_weight: str, strict_images: boo
     return data, dataset_weight
 
 
-def resolve_head(plan: TrainPlan, data: Data) -> tuple[str, list[str] | None, slice | None]:
-    """(head, continuous action names, target columns) for --head and the dataset's action space."""
+@dataclass(frozen=True)
+class Head:
+    """What the policy's head predicts of the dataset's labels (--head and the dataset's action space)."""
+
+    kind: str  # "continuous" | "discrete" (PolicyConfig.head)
+    names: list[str] | None  # continuous: the action names predicted; discrete: None
+    cols: slice | None  # continuous: the label columns they are; discrete: None (the label is the action's index)
+
+
+def resolve_head(plan: TrainPlan, data: Data) -> Head:
+    """The head for --head and the dataset's action space."""
     m, label, oversample_turns = plan.model, plan.data.paths, plan.windows.oversample_turns
     head = m.head if m.head != "auto" else data.action_space
     if plan.recovery is not None and (head == "discrete" or data.action_space == "discrete"
@@ -275,7 +284,7 @@ def resolve_head(plan: TrainPlan, data: Data) -> tuple[str, list[str] | None, sl
             raise ValueError(f"--head discrete needs a discrete dataset; {label!r} is {data.action_space}")
         if oversample_turns > 1:
             raise ValueError("--oversample-turns reads the steering labels: a discrete head has none")
-        return "discrete", None, None
+        return Head("discrete", None, None)
     if data.action_space == "discrete":
         raise ValueError(f"--head {head} needs continuous actions; {label!r} holds discrete actions")
     check_discrete_options(head, "argmax", m.discrete_actions, m.action_temperature, False,
@@ -284,8 +293,8 @@ def resolve_head(plan: TrainPlan, data: Data) -> tuple[str, list[str] | None, sl
     if oversample_turns > 1 and "steer" not in names[:1]:
         raise ValueError(f"--oversample-turns reads the steering labels; {label!r} has no 'steer' action")
     if head == "steer":
-        return "continuous", names[:1], slice(0, 1)
-    return "continuous", names, slice(0, len(names))
+        return Head("continuous", names[:1], slice(0, 1))
+    return Head("continuous", names, slice(0, len(names)))
 
 
 def episode_targets(data: Data, e: int, cols: slice | None) -> np.ndarray:

@@ -69,9 +69,8 @@ def comparison_table(summaries: list[dict[str, Any]]) -> str:
 
 
 def auto_threads(processes: int = 1) -> int:
-    """2 threads on an idle 2-core machine; 1 when other jobs already load it (measured: with a load
-    average of ~5 on 2 cores, 1 thread trains ~1.9x faster than 2, which wait on each other). Under
-    torchrun the ``processes`` of a machine share its cores."""
+    """2 threads on an idle 2-core machine; 1 when other jobs already load it (there 2 threads wait on each
+    other and train slower than 1). Under torchrun the ``processes`` of a machine share its cores."""
     cores = (os.cpu_count() or 1) // max(1, processes)
     try:
         busy = os.getloadavg()[0] >= cores - 0.5
@@ -153,7 +152,7 @@ def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
         data = load_data(plan.data, world, out, dataset)
         head = resolve_head(plan, data)  # fail early on a head the data cannot feed
         if plan.model.init is not None and not plan.run.resume:  # and on a checkpoint it cannot fine-tune
-            fine_tuned(plan.model, data, head[0], head[1])
+            fine_tuned(plan.model, data, head.kind, head.names)
         held = validation_candidates(data)
         if len(held) < data.num_episodes and world.main:
             print(f"real recordings with other episodes (a simulator's, or a replay's DAgger rounds): validation is "

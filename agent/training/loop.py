@@ -16,6 +16,7 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -28,7 +29,7 @@ from agent.runtime import NO_STRAIGHT_RATIO, keep_freed_memory, mse_ratio, show_
 from agent.training import distributed
 from agent.training.augment import augment, augment_first_person
 from agent.training.config import Model, Optimisation, TrainPlan, core_options
-from agent.training.data import Data, episode_targets
+from agent.training.data import Data, Head, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
@@ -264,10 +265,11 @@ class _NoWriter:
         return lambda *args, **kwargs: None
 
 
-def train_run(plan: TrainPlan, spec: str, data: Data, head: tuple[str, list[str] | None, slice | None],
-              train_eps: list[int], val_eps: list[int], run_dir: Path, desc: str = "", world: World = SINGLE,
-              device: torch.device | None = None) -> dict[str, Any]:
+def train_run(plan: TrainPlan, core_spec: str, data: Data, head: Head, train_eps: list[int], val_eps: list[int],
+              run_dir: Path, desc: str = "", world: World = SINGLE, device: torch.device | None = None
+              ) -> dict[str, Any]:
     """Train one policy on one split into ``run_dir``; returns its metrics (also written to metrics.json).
+    ``core_spec``: the core as --core names it (``nac`` or ``nac+key=value``; one of ``plan.specs``).
 
     Under torchrun every rank runs this with the same arguments: each step's segments are shared out among
     the ranks (agent.training.distributed), gradients are averaged by DistributedDataParallel, validation is
@@ -278,9 +280,10 @@ def train_run(plan: TrainPlan, spec: str, data: Data, head: tuple[str, list[str]
         metrics_path = run_dir / "metrics.json"
         if metrics_path.exists():
             if world.main:
-                tqdm.write(f"{desc or spec}: already finished, reusing {metrics_path}")
+                tqdm.write(f"{desc or core_spec}: already finished, reusing {metrics_path}")
             return json.loads(metrics_path.read_text())
-    trainer = Trainer(plan, spec, data, (train_eps, val_eps), run_dir, desc or spec, world, device, head, resumed)
+    trainer = Trainer(plan, core_spec, data, (train_eps, val_eps), run_dir, desc or core_spec, world, device, head,
+                      resumed)
     return trainer.fit()
 
 
@@ -313,7 +316,7 @@ def open_run_folder(resume: bool, overwrite: bool, run_dir: Path, world: World) 
     return None
 
 
-def build_policy(m: Model, spec: str, data: Data, head: str, names: list[str] | None,
+def build_policy(m: Model, core_spec: str, data: Data, head: str, names: list[str] | None,
                  train_targets: np.ndarray, resumed: dict[str, Any] | None, where: Path) -> DrivingPolicy:
     """The policy to train: the resumed one, the --init checkpoint's, or a new one whose continuous targets are
     normalised with the training split's statistics."""
@@ -324,7 +327,7 @@ def build_policy(m: Model, spec: str, data: Data, head: str, names: list[str] | 
     if m.action_temperature not in (None, 1.0) and not m.discrete_actions:
         raise ValueError("--action-temperature: a new student drives argmax, which takes the likeliest action at any "
                          "temperature (add --discrete-actions sample)")
-    core, options = core_options(m, spec)
+    core, options = core_options(m, core_spec)
     extra: dict[str, Any] = {"frame_tokens": m.frame_tokens, "head_hidden": m.head_hidden, **drive_options(m)}
     if head == "continuous":
         extra |= {"target_mean": train_targets.mean(0).astype(float).tolist(),
@@ -349,27 +352,57 @@ def inverse_frequency_weights(targets: np.ndarray, device: torch.device) -> torc
     return torch.tensor(w, dtype=torch.float32, device=device)
 
 
+@dataclass
+class TrainState:
+    """A run's counters and history: what last.pt keeps (its ``train_state``, with the optimizer, the schedule, the
+    RNG and ``done``) so that --resume continues the run where it stopped."""
+
+    epoch: int = 0  # epochs finished
+    batch: int = 0  # optimizer steps of the running epoch finished
+    global_step: int = 0  # windows trained on so far, all ranks (TensorBoard's x axis)
+    best_val_loss: float = math.inf
+    best_epoch: int = -1  # 1-based; -1: no epoch finished
+    history: list[dict[str, Any]] = field(default_factory=list)  # per finished epoch: its losses and scores
+    initial_val: dict[str, float] = field(default_factory=dict)  # the untrained policy's validation scores
+    train_time: float = 0.0  # seconds in optimizer steps
+    train_samples: int = 0  # windows trained on, all epochs
+    epoch_loss_sum: float = 0.0  # the running epoch's training loss, summed over its windows
+    epoch_samples: int = 0  # the running epoch's windows
+
+    def saved(self) -> dict[str, Any]:
+        """The fields as last.pt's ``train_state`` holds them: one key each."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_saved(cls, train_state: dict[str, Any]) -> TrainState:
+        """The state a last.pt saved; a field it lacks (a checkpoint older than the field) keeps its default, and the
+        keys that are not counters (optimizer, scheduler, rng, done) are left out."""
+        return cls(**{f.name: train_state[f.name] for f in fields(cls) if f.name in train_state})
+
+
 class Trainer:
     """One run's moving parts (policy, optimizer, schedule, TensorBoard, the resumable ``state``) and its steps:
-    ``fit`` = the untrained score, then epochs of optimizer steps, each epoch validated and checkpointed."""
+    ``fit`` = the untrained score, then epochs of optimizer steps, each epoch validated and checkpointed.
+    ``core_spec``: the core as --core names it (one of ``plan.specs``)."""
 
-    def __init__(self, plan: TrainPlan, spec: str, data: Data, split: tuple[list[int], list[int]], run_dir: Path,
-                 desc: str, world: World, device: torch.device, head: tuple[str, list[str] | None, slice | None],
+    def __init__(self, plan: TrainPlan, core_spec: str, data: Data, split: tuple[list[int], list[int]],
+                 run_dir: Path, desc: str, world: World, device: torch.device, head: Head,
                  resumed: dict[str, Any] | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         run, opt = plan.run, plan.optimisation
-        self.plan, self.opt, self.spec, self.data, self.run_dir, self.desc, self.world, self.device = (
-            plan, opt, spec, data, run_dir, desc, world, device)
+        self.plan, self.opt, self.core_spec, self.data, self.run_dir, self.desc, self.world, self.device = (
+            plan, opt, core_spec, data, run_dir, desc, world, device)
         self.train_eps, self.val_eps = split
-        head_kind, names, self.cols = head
+        head_kind, names, self.cols = head.kind, head.names, head.cols
         self.resumed = resumed
         self.last_path, self.best_path = run_dir / "last.pt", run_dir / "best.pt"
         seed_everything(run.seed)
         keep_freed_memory()  # every step frees what the next allocates again
         targets = {e: episode_targets(data, e, self.cols) for e in self.train_eps}
         train_targets = np.concatenate(list(targets.values()))
-        self.policy = build_policy(plan.model, spec, data, head_kind, names, train_targets, resumed, self.last_path)
+        self.policy = build_policy(plan.model, core_spec, data, head_kind, names, train_targets, resumed,
+                                   self.last_path)
         self.precision = choose_precision(run.precision, device)  # what runs and why, kept in metrics.json
         self.policy.to(device).use_precision(self.precision.precision)
         self.class_weight = (inverse_frequency_weights(train_targets, device)
@@ -387,18 +420,16 @@ class Trainer:
         steps_per_epoch = len(batch_plan(self.lengths, plan.windows, 0, self.turns, self.shares))
         self.optimizer = make_optimizer(self.policy, opt)
         self.scheduler = make_schedule(self.optimizer, opt.epochs * steps_per_epoch, opt.warmup, opt.lr_schedule)
-        self.state = {"epoch": 0, "batch": 0, "global_step": 0, "best_val_loss": math.inf, "best_epoch": -1,
-                      "history": [], "initial_val": {}, "train_time": 0.0, "train_samples": 0, "epoch_loss_sum": 0.0,
-                      "epoch_samples": 0}
+        self.state = TrainState()
         if resumed:
             self.restore(resumed["train_state"])
-        self.metadata = {"data": plan.data.paths, "policy": spec, "train_episodes": self.train_eps,
+        self.metadata = {"data": plan.data.paths, "policy": core_spec, "train_episodes": self.train_eps,
                          "val_episodes": self.val_eps, "precision": self.policy.precision, "args": plan.record}
         if world.main:
             run_dir.mkdir(parents=True, exist_ok=True)
         # a resumed run hides what a killed process logged after its last checkpoint (TensorBoard's purge_step),
         # so the curves show no step twice
-        purge = self.state["global_step"] + 1 if resumed else None
+        purge = self.state.global_step + 1 if resumed else None
         self.writer = SummaryWriter(str(run_dir), purge_step=purge) if world.main else _NoWriter()
         if not resumed:
             config = {"args": plan.record, "policy": self.policy.config.to_dict()}
@@ -412,11 +443,11 @@ class Trainer:
         """Continue a run from its last.pt: optimizer, schedule, counters and RNG as they were."""
         self.optimizer.load_state_dict(ts["optimizer"])
         self.scheduler.load_state_dict(ts["scheduler"])
-        self.state.update({k: ts.get(k, self.state[k]) for k in self.state})
+        self.state = TrainState.from_saved(ts)
         set_rng_state(ts["rng"])
         if self.world.main:
-            tqdm.write(f"{self.desc}: resuming from {self.last_path} at epoch {self.state['epoch'] + 1}, batch "
-                       f"{self.state['batch']}" + (f" on {self.world.size} processes" if self.world.active else ""))
+            tqdm.write(f"{self.desc}: resuming from {self.last_path} at epoch {self.state.epoch + 1}, batch "
+                       f"{self.state.batch}" + (f" on {self.world.size} processes" if self.world.active else ""))
 
     def save_last(self, done: bool = False, rng: dict[str, Any] | None = None,
                   best: dict[str, Any] | None = None) -> None:
@@ -424,7 +455,7 @@ class Trainer:
         an earlier epoch wrote, and --resume continues from there."""
         if self.world.main:
             files = [(self.last_path, checkpoint_writer(self.policy, metadata=self.metadata, train_state={
-                **self.state, "done": done, "optimizer": self.optimizer.state_dict(),
+                **self.state.saved(), "done": done, "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "rng": rng or rng_state()}))]
             if best is not None:
                 files.append((self.best_path, checkpoint_writer(self.policy, metadata={**self.metadata, **best})))
@@ -437,11 +468,11 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         if not self.resumed:  # the untrained policy's score: the baseline every later epoch is compared with
             with stops_at_safe_points():  # a stop here ends the command with nothing to save
-                self.state["initial_val"] = self.validate()
-                self.writer.add_scalar("losses/val", self.state["initial_val"]["val_loss"], 0)
+                self.state.initial_val = self.validate()
+                self.writer.add_scalar("losses/val", self.state.initial_val["val_loss"], 0)
         try:
             with stops_at_safe_points():  # a stop lands between batches, never inside TensorBoard's writer
-                while self.state["epoch"] < self.opt.epochs:
+                while self.state.epoch < self.opt.epochs:
                     self.train_epoch()
                     self.end_epoch()
         except (KeyboardInterrupt, RuntimeError) as e:
@@ -468,21 +499,21 @@ class Trainer:
         self.policy.load_state_dict(load_checkpoint(self.best_path).state_dict())
         val = self.validate()
         tqdm.write(f"{self.desc}: best.pt is the blend {1 - share:g} x --init + {share:g} x epoch "
-                   f"{self.state['best_epoch']}: val_loss {val['val_loss']:.4f} (the fine-tuned student's "
-                   f"{self.state['best_val_loss']:.4f}, kept as {tuned.name})")
+                   f"{self.state.best_epoch}: val_loss {val['val_loss']:.4f} (the fine-tuned student's "
+                   f"{self.state.best_val_loss:.4f}, kept as {tuned.name})")
         return {"share": share, "init": self.plan.model.init, "tuned": str(tuned), **val}
 
     def train_epoch(self) -> None:
         """The optimizer steps of the current epoch (from its next batch on, after a resume)."""
         opt, state = self.opt, self.state
-        epoch = state["epoch"]
+        epoch = state.epoch
         plan = batch_plan(self.lengths, self.plan.windows, epoch, self.turns, self.shares)
         self.policy.train()
-        bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{opt.epochs}", initial=state["batch"],
+        bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{opt.epochs}", initial=state.batch,
                    leave=False, dynamic_ncols=True,
                    disable=not show_progress(self.plan.run.progress) or not self.world.main)
         window_loss, window_n, t_log, n_log = 0.0, 0, time.perf_counter(), 0
-        for segments in plan[state["batch"]:]:
+        for segments in plan[state.batch:]:
             raise_if_stopped()
             self.batch_rng = rng_state()  # an interrupted batch is replayed from here on resume
             n, step_loss, grad_norm = self.train_step(epoch, segments)
@@ -496,7 +527,7 @@ class Trainer:
                 window_loss, window_n, t_log, n_log = 0.0, 0, now, 0
         bar.close()
         if window_n:
-            self.writer.add_scalar("losses/train", window_loss / window_n, state["global_step"])
+            self.writer.add_scalar("losses/train", window_loss / window_n, state.global_step)
 
     def train_step(self, epoch: int, segments: list[tuple[int, int, int]]) -> tuple[int, float, float]:
         """One optimizer step on the windows of ``segments``; returns (windows, loss, gradient norm)."""
@@ -505,7 +536,7 @@ class Trainer:
         n = sum(b - s for _, s, b in segments)  # windows in this step, over all ranks
         share = 1.0
         if world.active:  # this rank's share of the step; draws seeded by (seed, epoch, batch, rank)
-            torch.manual_seed(step_seed(opt.seed, epoch, state["batch"], world.rank))
+            torch.manual_seed(step_seed(opt.seed, epoch, state.batch, world.rank))
             mine = world.part(segments)
             share = sum(b - s for _, s, b in mine) / n * world.size  # DDP's mean over ranks -> the step's mean
             segments = mine or segments[:1]  # too few segments for every rank: compute one, weigh it 0
@@ -522,15 +553,15 @@ class Trainer:
                                                    opt.grad_clip or math.inf).item()  # 0: no clipping
         if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):  # before the step spreads it to the weights
             self.diverged(f"the training loss became {step_loss:g} (gradient norm {grad_norm:g}) at epoch "
-                          f"{epoch + 1}, step {state['batch'] + 1}")
+                          f"{epoch + 1}, step {state.batch + 1}")
         self.optimizer.step()
         self.scheduler.step()
-        state["batch"] += 1
-        state["global_step"] += n
-        state["train_samples"] += n
-        state["train_time"] += time.perf_counter() - t0
-        state["epoch_loss_sum"] += step_loss * n
-        state["epoch_samples"] += n
+        state.batch += 1
+        state.global_step += n
+        state.train_samples += n
+        state.train_time += time.perf_counter() - t0
+        state.epoch_loss_sum += step_loss * n
+        state.epoch_samples += n
         return n, step_loss, grad_norm
 
     def batch(self, segments: list[tuple[int, int, int]], epoch: int
@@ -539,7 +570,7 @@ class Trainer:
         each window's latency in seconds (--latency-steps; its own random stream, so runs without it keep theirs)
         and the actions then on their way (--latency-queue)."""
         aug, w, data, config = self.plan.augmentation, self.plan.windows, self.data, self.policy.config
-        rng = np.random.default_rng([w.seed, epoch, self.state["batch"], self.world.rank, 31])
+        rng = np.random.default_rng([w.seed, epoch, self.state.batch, self.world.rank, 31])
         shifts = latency_shifts(segments, w.latency, rng, data.latency_steps)
         latency = _latency_seconds(shifts, data, self.device)
         queues = window_queues(data, segments, shifts, config.queue_steps, self.cols)
@@ -559,7 +590,7 @@ class Trainer:
         return x, index, times, target, latency, on_the_way
 
     def log_scalars(self, loss: float, grad_norm: float, samples_per_sec: float) -> None:
-        gs = self.state["global_step"]
+        gs = self.state.global_step
         self.writer.add_scalar("losses/train", loss, gs)
         self.writer.add_scalar("charts/learning_rate", self.scheduler.get_last_lr()[0], gs)
         self.writer.add_scalar("charts/grad_norm", grad_norm, gs)
@@ -567,12 +598,12 @@ class Trainer:
 
     def end_epoch(self) -> None:
         """Validate, log, keep the best checkpoint and save last.pt."""
-        state, writer, epoch = self.state, self.writer, self.state["epoch"]
-        train_loss = state["epoch_loss_sum"] / max(1, state["epoch_samples"])
+        state, writer, epoch = self.state, self.writer, self.state.epoch
+        train_loss = state.epoch_loss_sum / max(1, state.epoch_samples)
         val = self.validate()
         if not math.isfinite(val["val_loss"]):  # the epoch's last steps made the weights diverge
             self.diverged(f"the validation loss became {val['val_loss']:g} at the end of epoch {epoch + 1}")
-        gs = state["global_step"]
+        gs = state.global_step
         writer.add_scalar("losses/val", val["val_loss"], gs)
         writer.add_scalar("losses/train_epoch", train_loss, gs)
         for k, v in val.items():
@@ -581,14 +612,14 @@ class Trainer:
         if self.world.main:  # attention diagnostics: rank 0's TensorBoard and history alone
             val.update(log_nac_internals(writer, self.policy, self.data, self.val_eps[0], gs, self.cols))
         writer.flush()
-        state["history"].append({"epoch": epoch + 1, "train_loss": train_loss, **val})
-        state.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_samples=0)
+        state.history.append({"epoch": epoch + 1, "train_loss": train_loss, **val})
+        state.epoch, state.batch, state.epoch_loss_sum, state.epoch_samples = epoch + 1, 0, 0.0, 0
         best = None
-        if val["val_loss"] < state["best_val_loss"]:
-            state.update(best_val_loss=val["val_loss"], best_epoch=epoch + 1)
+        if val["val_loss"] < state.best_val_loss:
+            state.best_val_loss, state.best_epoch = val["val_loss"], epoch + 1
             best = {"epoch": epoch + 1, "val": val}
         try:
-            self.save_last(done=state["epoch"] >= self.opt.epochs, best=best)
+            self.save_last(done=state.epoch >= self.opt.epochs, best=best)
         except OSError as e:
             if disk_full(e):
                 e.add_note(f"epoch {epoch + 1} finished but is not saved; python train.py --resume --out "
@@ -605,8 +636,8 @@ class Trainer:
         """A loss or gradient that is not finite: the weights diverged (a learning rate too high). The run stops in
         one line, its files as the last finished epoch saved them."""
         self.writer.close()
-        kept = (f"last.pt keeps epoch {self.state['epoch']}, best.pt epoch {self.state['best_epoch']}"
-                if self.state["epoch"] else "no epoch was saved")
+        kept = (f"last.pt keeps epoch {self.state.epoch}, best.pt epoch {self.state.best_epoch}"
+                if self.state.epoch else "no epoch was saved")
         raise ValueError(f"{self.desc}: {what}: the training diverged; lower --lr (it is {self.opt.lr:g}) and start "
                          f"again with --overwrite ({kept})")
 
@@ -616,26 +647,26 @@ class Trainer:
         self.writer.close()
         why = "interrupted" if isinstance(e, KeyboardInterrupt) else "another process of the run stopped"
         saved = f"saved {self.last_path}" if self.world.main else f"rank 0 saves {self.last_path}"
-        raise Interrupted(f"{why} at epoch {self.state['epoch'] + 1}, batch {self.state['batch']}; "
+        raise Interrupted(f"{why} at epoch {self.state.epoch + 1}, batch {self.state.batch}; "
                           f"{saved}; continue with --resume --out {self.plan.run.out}") from None
 
     def final_metrics(self, blend: dict[str, Any] | None = None) -> dict[str, Any]:
         """metrics.json: the best epoch's validation scores, the history, costs and the run's settings (and with
         --blend-init, what best.pt, the blend, scores)."""
         state = self.state
-        best = next(h for h in state["history"] if h["epoch"] == state["best_epoch"])
+        best = next(h for h in state.history if h["epoch"] == state.best_epoch)
         metrics = {
-            "policy": self.spec, "run_dir": str(self.run_dir), "best_epoch": state["best_epoch"],
-            "best": {k: v for k, v in best.items() if k != "epoch"}, "last": state["history"][-1],
-            "initial": state["initial_val"],
-            "param_count": self.policy.num_parameters(), "train_time_s": state["train_time"],
-            "samples_per_sec": state["train_samples"] / max(state["train_time"], 1e-9),
-            "train_samples": state["train_samples"],  # windows trained on, all epochs (--oversample-turns adds some)
+            "policy": self.core_spec, "run_dir": str(self.run_dir), "best_epoch": state.best_epoch,
+            "best": {k: v for k, v in best.items() if k != "epoch"}, "last": state.history[-1],
+            "initial": state.initial_val,
+            "param_count": self.policy.num_parameters(), "train_time_s": state.train_time,
+            "samples_per_sec": state.train_samples / max(state.train_time, 1e-9),
+            "train_samples": state.train_samples,  # windows trained on, all epochs (--oversample-turns adds some)
             "train_windows": sum(self.lengths.values()), "val_windows": best["val_windows"], "device": str(self.device),
             "precision": self.policy.precision, "precision_reason": self.precision.reason,
             "threads": torch.get_num_threads(), "processes": self.world.size,
             "data_loading": "lazy" if self.data.lazy else "memory",
-            "history": state["history"], "args": self.plan.record, "policy_config": self.policy.config.to_dict(),
+            "history": state.history, "args": self.plan.record, "policy_config": self.policy.config.to_dict(),
             "train_episodes": self.train_eps, "val_episodes": self.val_eps,
             **({"time_blocks": [list(p) for p in self.data.pieces]} if self.data.pieces is not None else {}),
             **({"blend": blend} if blend is not None else {}),

@@ -98,7 +98,7 @@ def test_two_processes_continue_a_run_and_score_it_as_one_process_would(data_dir
     from policies.checkpoint import policy_from_checkpoint
 
     val = evaluate(policy_from_checkpoint(last).use_precision(metrics["precision"]), data, metrics["val_episodes"],
-                   plan.optimisation.loss, resolve_head(plan, data)[2])
+                   plan.optimisation.loss, resolve_head(plan, data).cols)
     assert val["val_loss"] == pytest.approx(metrics["last"]["val_loss"], rel=1e-6)
     assert metrics["best"]["val_loss"] < 0.8 * metrics["initial"]["val_loss"], metrics["history"]
 
