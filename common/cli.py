@@ -68,13 +68,13 @@ def option(default: Any = _NO_DEFAULT, help: str = "", *, group: str = "options"
     return dataclasses.field(default=default, metadata=meta)
 
 
-def check_choices(args: Any, names: Sequence[str] | None = None) -> None:
+def check_choices(args: Any, skip: Sequence[str] = ()) -> None:
     """The fixed choices of a dataclass built in code, checked as the parser checks a command line's: every field
-    declared with ``choices`` (or only ``names``) holds one of them or None; a ValueError names the flag, the choices
-    and the value, in one line. The one check of a fixed choice, wherever the arguments come from."""
+    declared with ``choices``, but those named in ``skip`` (a field that takes more in code than on the command
+    line), holds one of them or None; a ValueError names the flag, the choices and the value, in one line."""
     for f in dataclasses.fields(args):
         choices = f.metadata.get("cli", {}).get("choices")
-        if choices is None or (names is not None and f.name not in names):
+        if choices is None or f.name in skip:
             continue
         value = getattr(args, f.name)
         for v in value if isinstance(value, list) else [value]:
