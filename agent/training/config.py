@@ -16,15 +16,13 @@ from agent.training.presets import PRESETS, preset_help, preset_settings
 from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
 from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
 from common.checks import is_int
-from common.cli import flag_of, given_fields, option
+from common.cli import check_choices, flag_of, given_fields, option
 from driving_data.dataset import DemoDataset, is_recording, open_datasets
 from envs.registry import dataset_env
-from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
 from policies.config import LATENCY_INPUTS, TIME_INPUTS, PolicyConfig
 from policies.checkpoint import read_checkpoint
-from policies.precision import PRECISIONS
-from policies.precision import check as check_precision
+from policies.options import action_temperature_option, check_action_options, discrete_actions_option, precision_option
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LR_SCHEDULES = ("cosine", "constant")  # agent.training.loop.make_schedule
@@ -32,6 +30,7 @@ LOSSES = ("huber", "mse")
 LOADING = ("auto", "memory", "lazy")
 SPLITS = ("auto", "episodes", "blocks")  # agent.training.windows.make_splits
 DATASET_WEIGHTS = ("auto", "frames", "sqrt", "equal")  # agent.training.windows.episode_shares
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
@@ -138,15 +137,8 @@ class TrainArgs:
         choices=LOSSES)
     class_weights: bool = option(False,
         "discrete: weight cross-entropy by inverse class frequency", group="optimisation")
-    discrete_actions: str | None = option(None,
-        "discrete students: the rule the checkpoint drives with when evaluate.py or collect.py --driver are "
-        "not told one: argmax | sample | dither (a student trained on the data of sampling DAgger drivers "
-        "drives best sampling); with --init, the checkpoint's unless given; default: argmax", group="model",
-        choices=DISCRETE_ACTION_RULES)
-    action_temperature: float | None = option(None,
-        "discrete students that sample or dither: the softmax temperature written into the checkpoint (above "
-        "1: minority actions more often, more cautious driving; evaluate.py --action-temperature); with "
-        "--init, the checkpoint's unless given or --discrete-actions changes its rule; default: 1", group="model")
+    discrete_actions: str | None = discrete_actions_option()
+    action_temperature: float | None = action_temperature_option()
     augment: bool = option(True,
         "camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see "
         "agent/training/augment.py)", group="augmentation")
@@ -213,12 +205,8 @@ class TrainArgs:
     fixed_throttle: float | None = option(None,
         "continuous steering students: drive with this throttle whatever they predict (the Udacity bridge, an env "
         "that takes a throttle; their drive.py: 0.05); default: their own, or the driver's rule", group="model")
-    device: str = option("auto", "auto (cuda if available) | cpu | cuda", group="runtime")
-    precision: str = option("auto",
-        "the encoder's arithmetic: auto (bf16 where it trains faster: a CPU with AMX, a CUDA GPU with native "
-        "bf16; else fp32, printed with its reason) | bf16 | fp32 (float32 throughout); the sequence core, "
-        "the loss and the optimizer stay fp32 (policies/precision.py); with --resume, this command's",
-        group="runtime", choices=PRECISIONS)
+    device: str = option("auto", "auto (cuda if available) | cpu | cuda", group="runtime", choices=DEVICES)
+    precision: str = precision_option()
     threads: int = option(0,
         "torch CPU threads (per process under torchrun); 0 = auto: 2, or 1 when the machine is already busy "
         "(under torchrun: the machine's cores shared among its processes)", group="runtime")
@@ -246,6 +234,7 @@ def core_names(policy: str) -> list[str]:
 
 def check_args(a: TrainArgs) -> None:
     """Validate at the boundary: every flag's value, before anything is read or written."""
+    check_choices(a)
     specs = core_names(a.policy)
     if not specs:
         raise ValueError(f"--core needs at least one name, got {a.policy!r}")
@@ -264,8 +253,6 @@ def check_args(a: TrainArgs) -> None:
                          f"--window 1, got {a.window}")
     if a.frame_tokens and a.latency_input not in (None, "none"):
         raise ValueError("--frame-tokens: a policy whose sequence is one frame's tokens cannot be told its latency")
-    if a.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {a.lr_schedule!r}")
     if not (0 < a.steer_gain <= 4 and 0 <= a.steer_gain_from < 1):
         raise ValueError(f"--steer-gain must be in (0, 4] and --steer-gain-from in [0, 1), got {a.steer_gain} and "
                          f"{a.steer_gain_from}")
@@ -289,43 +276,19 @@ def check_args(a: TrainArgs) -> None:
             assert 0 <= float(a.smooth_labels) < 60
         except (ValueError, AssertionError):
             raise ValueError(f"--smooth-labels must be auto or seconds in [0, 60), got {a.smooth_labels!r}") from None
-    if a.time_input is not None and a.time_input not in TIME_INPUTS:
-        raise ValueError(f"--time-input must be one of {', '.join(TIME_INPUTS)}, got {a.time_input!r}")
-    if a.discrete_actions is not None and a.discrete_actions not in DISCRETE_ACTION_RULES:
-        raise ValueError(f"--discrete-actions must be one of {', '.join(DISCRETE_ACTION_RULES)}, "
-                         f"got {a.discrete_actions!r}")
-    if a.action_temperature is not None:
-        try:  # without --discrete-actions the rule (the checkpoint's, or argmax) is checked when the policy is made
-            check_temperature(a.action_temperature, a.discrete_actions or "sample")
-        except ValueError as e:
-            raise ValueError(f"--action-temperature: {e}") from None
-    if a.split not in SPLITS:
-        raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {a.split!r}")
-    if a.head not in HEAD_CHOICES:
-        raise ValueError(f"--head must be one of {', '.join(HEAD_CHOICES)}, got {a.head!r}")
-    if a.loss not in LOSSES:
-        raise ValueError(f"--loss must be one of {', '.join(LOSSES)}, got {a.loss!r}")
-    if a.nac_mode not in NAC_MODES:
-        raise ValueError(f"--nac-mode must be one of {', '.join(NAC_MODES)}, got {a.nac_mode!r}")
+    check_action_options(a.discrete_actions, a.action_temperature)
     if a.init is not None:
         if len(specs) > 1 or a.folds:
             raise ValueError("--init fine-tunes one checkpoint: it takes one --core and no --folds")
         read_checkpoint(a.init)  # a missing or foreign file is refused here, before any data is read
-    if a.data_loading not in LOADING:
-        raise ValueError(f"--data-loading must be one of {', '.join(LOADING)}, got {a.data_loading!r}")
     if not data_paths(a.data):
         raise ValueError("--data needs at least one dataset folder")
-    if a.device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"--device must be auto, cpu or cuda, got {a.device!r}")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda was asked for but CUDA is not available")
-    check_precision(a.precision)
     if a.image_size is not None:
         parse_image_size(a.image_size)
     if a.crop != "auto":
         parse_crop(a.crop)
-    if a.color not in ("auto", "rgb", "yuv"):
-        raise ValueError(f"--color must be auto, rgb or yuv, got {a.color!r}")
     if not ((a.side_correction is None or 0 <= a.side_correction <= 1)
             and (a.shift_steer is None or 0 <= a.shift_steer <= 0.02)):
         raise ValueError("--side-correction must be in [0, 1] and --shift-steer in [0, 0.02] (steering per pixel)")
