@@ -67,7 +67,7 @@ class EvalArgs:
     out: str | None = option(None,
         "output folder (default: eval/<name>, or eval/compare for several)", group="output")
     device: str = option("auto", help="auto (cuda if available) | cpu | cuda | cuda:N", group="runtime")
-    threads: int = option(1, help="torch threads (single-frame latency: 1 is fastest on a 2-core CPU)", group="runtime")
+    threads: int = option(1, help="torch threads per process (a drive encodes one frame per step)", group="runtime")
     precision: str = precision_option()
     tensorboard: bool = option(True, help="write TensorBoard scalars to OUT/tb", group="output")
     progress: bool = option(True,
@@ -112,9 +112,8 @@ class EvalArgs:
     action_temperature: float | None = action_temperature_option()
     temperature_spares: str | None = option(None,
         "discrete students that sample or dither: comma-separated actions (e.g. brake) that keep their "
-        "probability at temperature 1 while the others share the rest at --action-temperature; with brake "
-        "spared a student at 1.5 drives as fast as at 1 and spins as often (measured in docs/results.md: the "
-        "readier brake is what prevents the spins)", group="what drives", metavar="ACTIONS")
+        "probability at temperature 1 while the others share the rest at --action-temperature",
+        group="what drives", metavar="ACTIONS")
     theme: str | None = option(None,
         "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each "
         "reported apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never "

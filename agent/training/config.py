@@ -145,8 +145,7 @@ class TrainArgs:
         "agent/training/augment.py)", group="augmentation")
     side_correction: float | None = option(None,
         "first-person: train on left/right cameras too, steering + / - this (0 = center only); default: 0.2 "
-        "for simulator data, 0 for real recordings (their keyboard labels are smaller than the correction: "
-        "measured, docs/udacity.md)", group="augmentation")
+        "for simulator data, 0 for real recordings (docs/udacity.md)", group="augmentation")
     flip: bool | None = option(None,
         "first-person: mirror half of the segments and negate their steering (default: on, except for real "
         "recordings whose steering holds a steady bias, which mirroring would teach both ways)", group="augmentation")

@@ -100,8 +100,7 @@ class Lineage:
     out: str | None = option(None, "run folder, round K in OUT/rK (default: runs/dagger/<name>; the name is "
                              "<recipe>_<core>_s<seed>, or <recording>_<core>_s<seed>)", group="output")
     env: str = "carracing"
-    renderer: str | None = option(None, "who draws the frames, as collect.py --renderer (the recipes were measured "
-                                  "with fast)", group="data")
+    renderer: str | None = option(None, "who draws the frames, as collect.py --renderer", group="data")
     workers: int | None = option(None, "collection processes (default: collect.py's)", group="runtime")
     threads: int = option(0, "torch threads of the training (default: train.py's)", group="runtime")
     precision: str = precision_option()  # the trainings', as train.py --precision
