@@ -15,11 +15,14 @@ a dataclass per command), runs the work, and ends it with the exit code a user e
 for a user's mistake or a full disk; 130 with one line after Ctrl-C or SIGTERM.
 
 Types come from the annotations: bool is a switch (--x / --no-x), int / float / str / Path (or ``X | None``) take
-one value, ``list[...]`` takes one or more; ``parse=`` names a converter for anything else."""
+one value, ``list[...]`` takes one or more; ``parse=`` names a converter for anything else (``integer``, ``positive``
+and ``port`` are here). A field's ``choices`` are checked by the parser for a command line and by ``check_choices`` for
+a dataclass built in code; either refusal is one line."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -63,6 +66,50 @@ def option(default: Any = _NO_DEFAULT, help: str = "", *, group: str = "options"
     if default is _NO_DEFAULT:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def check_choices(args: Any, skip: Sequence[str] = ()) -> None:
+    """The fixed choices of a dataclass built in code, checked as the parser checks a command line's: every field
+    declared with ``choices``, but those named in ``skip`` (a field that takes more in code than on the command
+    line), holds one of them or None; a ValueError names the flag, the choices and the value, in one line."""
+    for f in dataclasses.fields(args):
+        choices = f.metadata.get("cli", {}).get("choices")
+        if choices is None or f.name in skip:
+            continue
+        value = getattr(args, f.name)
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and v not in choices:
+                raise ValueError(f"{flag_of(f)} must be one of {', '.join(map(str, choices))}, got {v!r}")
+
+
+def integer(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """A converter for ``option(parse=...)``: the text as an integer in [low, high] (an end not given is open)."""
+    rule = (f" in [{low}, {high}]" if low is not None and high is not None
+            else f" >= {low}" if low is not None else f" <= {high}" if high is not None else "")
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"must be an integer{rule}, got {text!r}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"must be an integer{rule}, got {value}")
+        return value
+    return convert
+
+
+def positive(text: str) -> float:
+    """A converter for ``option(parse=...)``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a finite number > 0, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+port = integer(0, 65535)  # a TCP port; 0: the system picks a free one
 
 
 class CliParser(argparse.ArgumentParser):

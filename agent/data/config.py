@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.workers import MAX_WORKERS, check_workers
-from common.cli import option
+from common.cli import check_choices, option
 from driving_data.dataset import CARD_NAME, REPLAY_PREFIX
 from envs.registry import ENV_NAMES, EnvSpec, SeedRanges, get_spec
+from envs.replay.options import check_replay_options, parse_span, replay_span_option
 from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 
 DEFAULT_SEED = SeedRanges().collect  # 3,000,000
@@ -120,10 +121,7 @@ class CollectConfig:
     condition: str | None = option(None, "envs with scenes: comma-separated lighting/weather conditions (default: "
                                    "the training ones, clear,overcast,dusk; fog is held out)", group="where it drives",
                                    metavar="NAMES")
-    replay_span: str | None = option(None, "with --env replay:FOLDER: A:B, the part of every recorded session that "
-                                     "is driven, as fractions (0:0.8 = the part train.py --split blocks trains on, "
-                                     "so DAgger rounds never drive the held-out end) (default: 0:1)",
-                                     group="where it drives", metavar="A:B")
+    replay_span: str | None = replay_span_option()  # 0:0.8 keeps DAgger rounds off the part train.py holds out
     latency_steps: int = option(0, "every executed action reaches the env D steps after it was chosen (the env's "
                                 "neutral action until the first arrives): DAgger under latency, the --driver told "
                                 "D; train on the result with train.py --latency-steps", group="where it drives",
@@ -135,6 +133,7 @@ class CollectConfig:
     def validate(self) -> None:
         """Check the arguments before anything heavy is imported or any file is touched."""
         try:
+            check_choices(self)
             spec = get_spec(self.env)
         except ValueError as e:
             raise CollectError(str(e)) from None
@@ -214,17 +213,13 @@ class CollectConfig:
         if not self.env.startswith(REPLAY_PREFIX):
             raise CollectError(f"--replay-span is the driven part of a recording; --env {self.env} is not a replay "
                                "(--env replay:FOLDER)")
-        from envs.replay.spec import parse_span
-
         try:
-            parse_span(self.replay_span)
+            check_replay_options(self.replay_span)
         except ValueError as e:
             raise CollectError(str(e)) from None
 
     def _check_driver(self) -> None:
         """The DAgger options: each needs --driver, and the driver's file must exist."""
-        if self.driver_actions is not None and self.driver_actions not in DISCRETE_ACTION_RULES:
-            raise CollectError(f"--driver-actions must be one of {DISCRETE_ACTION_RULES}, got {self.driver_actions!r}")
         if self.driver_actions is not None and self.driver is None:
             raise CollectError("--driver-actions says how a --driver picks its actions; give --driver CKPT too")
         if self.driver_temperature is not None:
@@ -324,8 +319,6 @@ class CollectPlan:
 def resolve(cfg: CollectConfig) -> CollectPlan:
     """The arguments checked (CollectError, one line) and turned into the run's plan, every default the dataset
     does not decide filled in."""
-    from envs.replay.spec import parse_span
-
     cfg.validate()
     spec = cfg.spec
     scene = {**spec.scene(cfg.theme, cfg.condition, collect=True, allow_held_out=cfg.allow_held_out),

@@ -15,13 +15,14 @@ from agent.evaluation.timing import TimingConditions, parse_jitter
 from agent.evaluation.video import SALIENCY_METHODS
 from agent.workers import MAX_WORKERS, check_workers
 from common.checks import is_int
-from common.cli import option
+from common.cli import check_choices, option
 from envs.registry import ENV_NAMES, REPLAY_PREFIX, get_spec
-from policies.actions import DISCRETE_ACTION_RULES, check_temperature, spared_ids
+from envs.replay.options import (check_replay_options, parse_span, replay_max_offset_option, replay_reference_option,
+                                 replay_span_option)
+from policies.actions import spared_ids
 from policies.checkpoint import RECORDING_STUDENT
+from policies.options import action_temperature_option, check_action_options, discrete_actions_option, precision_option
 from policies.policy import WINDOW_CLOCKS
-from policies.precision import PRECISIONS
-from policies.precision import check as check_precision
 
 
 @dataclass
@@ -57,7 +58,7 @@ class EvalArgs:
     video_episodes: int = option(1, help="record the first N episodes of each policy", group="output")
     saliency: bool = option(False, help="overlay a CNN saliency map on the videos", group="output")
     saliency_method: str = option("gradcam",
-        "gradcam (paper fig. 6) | visualbackprop", group="output", choices=("gradcam", "visualbackprop"))
+        "gradcam (paper fig. 6) | visualbackprop", group="output", choices=SALIENCY_METHODS)
     with_expert: bool = option(False,
         "also evaluate the expert on the same seeds (a row of comparison.md)", group="what drives")
     expert: str | None = option(None,
@@ -66,12 +67,8 @@ class EvalArgs:
     out: str | None = option(None,
         "output folder (default: eval/<name>, or eval/compare for several)", group="output")
     device: str = option("auto", help="auto (cuda if available) | cpu | cuda | cuda:N", group="runtime")
-    threads: int = option(1, help="torch threads (single-frame latency: 1 is fastest on a 2-core CPU)", group="runtime")
-    precision: str = option("auto",
-        "the encoder's arithmetic when --data is scored (every recorded frame, in batches): auto (bf16 where it is "
-        "faster: a CPU with AMX, a CUDA GPU with native bf16; else fp32) | bf16 | "
-        "fp32; a drive encodes one frame per step, which runs fp32 under every precision (bf16 is slower on "
-        "one frame: policies/precision.py)", group="runtime", choices=PRECISIONS)
+    threads: int = option(1, help="torch threads per process (a drive encodes one frame per step)", group="runtime")
+    precision: str = precision_option()
     tensorboard: bool = option(True, help="write TensorBoard scalars to OUT/tb", group="output")
     progress: bool = option(True,
         "progress bars on stderr when it is a terminal (else one line per episode)", group="runtime")
@@ -111,23 +108,12 @@ class EvalArgs:
         "frame_stride-th) | time (the newest frames at or before the trained offsets in seconds, so under "
         "dropped or irregular frames the window spans the time it was trained on; identical under regular "
         "timing)", group="evaluation conditions", choices=WINDOW_CLOCKS)
-    discrete_actions: str | None = option(None,
-        "discrete students: argmax (the likeliest action) | sample (drawn from the policy's softmax, seeded "
-        "by the track seed; the discrete expert pulses gas and steering, which argmax turns into gas wherever"
-        " the next pulse is not visible) | dither (error diffusion: over consecutive steps each action is "
-        "taken as often as its probability says, deterministically) (default: the rule the checkpoint was "
-        "trained to drive with, train.py --discrete-actions; argmax if it names none)", group="what drives",
-        choices=DISCRETE_ACTION_RULES)
-    action_temperature: float | None = option(None,
-        "discrete students that sample or dither: the softmax temperature T (probabilities raised to 1/T): "
-        "above 1 the less likely actions (brake, the other steering pulse) come more often and the student "
-        "drives more cautiously (default: the checkpoint's, 1 unless it names one or --discrete-actions "
-        "overrides its rule)", group="what drives", metavar="T")
+    discrete_actions: str | None = discrete_actions_option()
+    action_temperature: float | None = action_temperature_option()
     temperature_spares: str | None = option(None,
         "discrete students that sample or dither: comma-separated actions (e.g. brake) that keep their "
-        "probability at temperature 1 while the others share the rest at --action-temperature; with brake "
-        "spared a student at 1.5 drives as fast as at 1 and spins as often (measured in docs/results.md: the "
-        "readier brake is what prevents the spins)", group="what drives", metavar="ACTIONS")
+        "probability at temperature 1 while the others share the rest at --action-temperature",
+        group="what drives", metavar="ACTIONS")
     theme: str | None = option(None,
         "envs with scenes (udacity-hard): comma-separated themes the episodes draw from by seed, each "
         "reported apart in metrics.json (by_theme) (default: all, lake,jungle,mountain; mountain is never "
@@ -147,21 +133,13 @@ class EvalArgs:
         "replays the recorded steering; metrics.json gives autonomy and interventions per 100 s beside "
         "always-straight's, paths/part_K.png the driven path (default OUT: eval/replay)", group="where it drives",
         metavar="REC")
-    replay_span: str | None = option(None,
-        "with --replay: A:B, the part of every session that is replayed, as fractions (0.8:1 = its last 20 %,"
-        " what train.py holds out of a recording) (default: 0:1)", group="where it drives", metavar="A:B")
+    replay_span: str | None = replay_span_option()
     data_span: str | None = option(None,
         "with --data: A:B, the part of every session whose steering is scored, as fractions (0.8:1 = what "
         "train.py --split blocks holds out); the policy still streams through the whole session (default: 0:1)",
         group="where it drives", metavar="A:B")
-    replay_max_offset: float = option(1.0,
-        "with --replay: metres from the recorded driver's line beyond which the car is put back (an "
-        "intervention; NVIDIA's rule is 1 m)", group="where it drives", metavar="M")
-    replay_reference: str = option("driver",
-        "with --replay: where the car may be: driver (within --replay-max-offset of the recorded driver's line) or "
-        "driver-or-middle (within it of that line or of the road's or lane's middle, measured on the recorded "
-        "frames by envs/replay/road.py: a student keeping the middle behind a driver who kept to one side is not "
-        "counted off; docs/udacity.md)", group="where it drives", metavar="driver|driver-or-middle")
+    replay_max_offset: float = replay_max_offset_option()
+    replay_reference: str = replay_reference_option()
 
 
 def is_person_recording(path: str | Path) -> bool:
@@ -182,9 +160,10 @@ def check_args(a: EvalArgs) -> None:
     """Every flag's value, before anything is read or written (a ValueError, one line, names the flag). With
     --replay before its recording is imported, only the replay's own flags: the rest needs the env the import
     makes (agent.evaluation.config.resolve checks again once it is made)."""
+    check_choices(a, skip=("env",))  # --env's choices, and the replay:FOLDER that resolve makes: get_spec's check
     if a.replay is not None and not a.env.startswith(REPLAY_PREFIX):
-        _check_replay_flags(a.replay, a.env, bool(a.data), bool(a.checkpoint or a.expert_drives), a.replay_span,
-                            a.replay_max_offset, a.replay_reference)
+        _check_replay(a.replay, a.env, bool(a.data), bool(a.checkpoint or a.expert_drives))
+        check_replay_options(a.replay_span, a.replay_max_offset)
         return
     if a.replay is None and (a.replay_span is not None or a.replay_max_offset != EvalArgs.replay_max_offset
                              or a.replay_reference != EvalArgs.replay_reference):
@@ -193,50 +172,25 @@ def check_args(a: EvalArgs) -> None:
     if a.data_span is not None:
         if not a.data:
             raise ValueError("--data-span is the scored part of recorded sessions; give --data REC")
-        from envs.replay.spec import parse_span
-
         parse_span(a.data_span, "--data-span")
     spec = get_spec(a.env)  # ValueError naming the valid envs
     if a.data and a.replay:
         raise ValueError("--data scores offline, --replay drives in closed loop: give one of them")
     if a.action_space is not None and a.action_space not in spec.action_spaces:
         raise ValueError(f"--action-space must be one of {spec.action_spaces} for {a.env}, got {a.action_space!r}")
-    if a.expert_drives and a.checkpoint:
-        raise ValueError("give either --checkpoint or --expert-drives, not both (use --with-expert to compare)")
-    if a.data and (a.expert_drives or a.with_expert):
-        raise ValueError("--data scores policy checkpoints against recorded driving; the expert needs an env "
-                         "(drop --expert-drives / --with-expert)")
-    if a.expert_drives and a.saliency:
-        raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
+    _check_drivers(a.checkpoint, a.name, a.expert_drives, a.with_expert, bool(a.data), a.saliency)
     for name, low in (("episodes", 1), ("max_steps", 1), ("video_episodes", 0), ("threads", 1), ("seed", 0)):
         value = getattr(a, name)
         if value is not None and not is_int(value, low):
             raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
-    if a.saliency_method not in SALIENCY_METHODS:
-        raise ValueError(f"--saliency-method must be one of {SALIENCY_METHODS}, got {a.saliency_method!r}")
     if a.device not in ("auto", "cpu", "cuda") and not a.device.startswith("cuda:"):
         raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {a.device!r}")
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {a.device} was requested but CUDA is not available")
-    check_precision(a.precision)
-    if a.name and len(a.name) != len(a.checkpoint or [None]):
-        raise ValueError(f"--name needs one name per --checkpoint ({len(a.checkpoint or [None])}), got {len(a.name)}")
-    if len(set(a.name)) != len(a.name):
-        raise ValueError(f"--name lists a name twice: {a.name}")
-    if len(set(a.checkpoint)) != len(a.checkpoint):
-        raise ValueError(f"--checkpoint lists a file twice: {a.checkpoint}")
     spec.check_renderer(a.renderer)
     if a.workers is not None:
         check_workers(a.workers)
-    if a.window_clock not in WINDOW_CLOCKS:
-        raise ValueError(f"--window-clock must be one of {WINDOW_CLOCKS}, got {a.window_clock!r}")
-    if a.discrete_actions is not None and a.discrete_actions not in DISCRETE_ACTION_RULES:
-        raise ValueError(f"--discrete-actions must be one of {DISCRETE_ACTION_RULES}, got {a.discrete_actions!r}")
-    if a.action_temperature is not None:
-        try:
-            check_temperature(a.action_temperature, a.discrete_actions or "sample")
-        except ValueError as e:
-            raise ValueError(f"--action-temperature: {e}") from None
+    check_action_options(a.discrete_actions, a.action_temperature)
     spared(a.temperature_spares)
     spec.scene(a.theme, a.condition)  # ValueError on unknown names or an env without scenes
     if a.pi_speed and not spec.pi_speed:
@@ -253,9 +207,26 @@ def check_args(a: EvalArgs) -> None:
                          "--data scores recorded frames offline (drop one or the other)")
 
 
-def _check_replay_flags(replay: str, env: str, data: bool, drivers_named: bool, span: str | None,
-                        max_offset: float, reference: str) -> None:
-    """The flags a --replay run can be checked on before its recording is imported (the rest needs its env)."""
+def _check_drivers(checkpoints: list[str], names: list[str], expert_drives: bool, with_expert: bool, data: bool,
+                   saliency: bool) -> None:
+    """Who drives: checkpoints or the expert, their --name, and what each can do."""
+    if expert_drives and checkpoints:
+        raise ValueError("give either --checkpoint or --expert-drives, not both (use --with-expert to compare)")
+    if data and (expert_drives or with_expert):
+        raise ValueError("--data scores policy checkpoints against recorded driving; the expert needs an env "
+                         "(drop --expert-drives / --with-expert)")
+    if expert_drives and saliency:
+        raise ValueError("--saliency needs a policy with a CNN; the expert reads privileged state, not frames")
+    if names and len(names) != len(checkpoints or [None]):
+        raise ValueError(f"--name needs one name per --checkpoint ({len(checkpoints or [None])}), got {len(names)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--name lists a name twice: {names}")
+    if len(set(checkpoints)) != len(checkpoints):
+        raise ValueError(f"--checkpoint lists a file twice: {checkpoints}")
+
+
+def _check_replay(replay: str, env: str, data: bool, drivers_named: bool) -> None:
+    """What a --replay run can be checked on before its recording is imported (the rest needs its env)."""
     if env != EvalArgs.env:
         raise ValueError(f"--replay builds its env from the recording; drop --env {env}")
     if data:
@@ -267,13 +238,6 @@ def _check_replay_flags(replay: str, env: str, data: bool, drivers_named: bool, 
         raise ValueError("--replay drives the students you name: pass --checkpoint CKPT [CKPT ...] (e.g. the "
                          "best.pt that train.py --data REC made), or --expert-drives to replay the recorded "
                          "steering")
-    from envs.replay.road import check_reference
-    from envs.replay.spec import parse_span
-
-    parse_span(span)
-    if isinstance(max_offset, bool) or not max_offset > 0:
-        raise ValueError(f"--replay-max-offset must be a distance > 0 in metres, got {max_offset!r}")
-    check_reference(reference, "--replay-reference")
 
 
 def timing_of(drop_prob: float, jitter: str | None, latency_steps: int) -> TimingConditions:

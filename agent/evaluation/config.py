@@ -19,6 +19,7 @@ from agent.workers import default_workers
 from common.checks import is_int
 from common.files import run_folder
 from envs.registry import REPLAY_PREFIX, get_spec
+from envs.replay.options import parse_span
 from policies.checkpoint import RECORDING_STUDENT
 
 
@@ -51,11 +52,9 @@ class Where:
     seeds: tuple[int, ...]
     max_steps: int
     renderer: str
-    make_kwargs: dict[str, Any]  # the env's options beyond its spec's defaults: scenes, PI speed, the replay's
+    make_kwargs: dict[str, Any]  # the env's options beyond its spec's defaults: scenes, PI speed, a replay's span,
+    # max_offset and reference (its --replay-* flags)
     replay: str | None  # the recording as given
-    replay_span: str | None
-    replay_max_offset: float
-    replay_reference: str
     data: tuple[str, ...]  # --data: scored offline
     data_span: tuple[float, float]
 
@@ -124,8 +123,6 @@ def resolve(a: EvalArgs, *, claim: ExitStack | None = None) -> EvalPlan:
         checkpoints = a.checkpoint if a.expert_drives or a.data else a.checkpoint or [str(shipped_checkpoint(a.env))]
         policies = 1 if a.expert_drives else max(1, len(a.checkpoint)) + bool(a.with_expert)
         threads = a.threads
-        from envs.replay.spec import parse_span
-
         told = a.latency_steps if a.told_latency_steps is None else a.told_latency_steps
         return EvalPlan(
             Drivers(tuple(checkpoints), tuple(safe_name(n) for n in a.name), a.expert, a.expert_drives, a.with_expert,
@@ -135,8 +132,8 @@ def resolve(a: EvalArgs, *, claim: ExitStack | None = None) -> EvalPlan:
                   spec.check_renderer(a.renderer),
                   {**spec.scene(a.theme, a.condition), **({"pi_speed": True} if a.pi_speed else {}),
                    **({"span": a.replay_span, "max_offset": a.replay_max_offset, "reference": a.replay_reference}
-                      if a.replay else {})},
-                  a.replay, a.replay_span, a.replay_max_offset, a.replay_reference, tuple(a.data),
+                      if spec.parts is not None else {})},  # a replay env's options, its --replay-* flags
+                  a.replay, tuple(a.data),
                   parse_span(a.data_span, "--data-span")),
             Conditions(timing_of(a.drop_prob, a.jitter, a.latency_steps), a.window_clock, told * spec.dt),
             Outputs(out, tuple(made), a.video_episodes if a.video else 0,

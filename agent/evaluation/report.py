@@ -17,6 +17,7 @@ from agent.evaluation.timing import timing_summary
 from common.files import atomic_write_text, write_json
 from common.stops import Interrupted
 from envs.registry import REPLAY_PREFIX, get_spec
+from policies.precision import runs_bf16
 
 
 def write_policy(rows: list[dict[str, Any]], latencies: list[float], plan: EvalPlan, out_dir: Path,
@@ -54,7 +55,7 @@ def common_meta(plan: EvalPlan, expert: Any, action_space: str, expert_source: s
                              + autonomy_formula(spec.intervention_cost_s)}
            if spec.recover is not None and spec.parts is None else {}),
         "max_steps": track.max_steps, "device": plan.runtime.device, "torch_threads": torch.get_num_threads(),
-        "precision": "fp32",  # one frame per step: fp32 under every --precision (policies/precision.py)
+        "precision": "bf16" if runs_bf16(plan.runtime.precision, frames=1) else "fp32",  # a drive: a frame a step
         "expert": expert_source,
         "steer_units": (f"env steer command (action[0]); full scale ±{spec.steer_limit[action_space]}"
                         if action_space == "continuous"
@@ -73,11 +74,12 @@ def _replay_meta(track: Where, spec: Any) -> dict[str, Any]:
     """What a replay's figures rest on: the recording, its parts, the camera and car, the intervention rule."""
     from envs.replay.vehicle import DEFAULT_MAX_YAW_RAD
 
-    return {"recording": track.replay, "dataset": spec.name[len(REPLAY_PREFIX):], "span": track.replay_span or "0:1",
+    replay = track.make_kwargs  # the replay's options, as its env is made with them
+    return {"recording": track.replay, "dataset": spec.name[len(REPLAY_PREFIX):], "span": replay["span"] or "0:1",
             "geometry": spec.geometry.to_dict(), "dart_noise": spec.collection_noise,
-            "intervention": f"more than {track.replay_max_offset:g} m from the recorded path or more than "
+            "intervention": f"more than {replay['max_offset']:g} m from the recorded path or more than "
                             f"{math.degrees(DEFAULT_MAX_YAW_RAD):.0f} degrees off its direction (measured from the "
-                            + ("recorded driver's line, not the road's edges" if track.replay_reference == "driver" else
+                            + ("recorded driver's line, not the road's edges" if replay["reference"] == "driver" else
                                "recorded driver's line and from the road's middle measured on the recorded frames, "
                                "envs/replay/road.py: off when beyond both")
                             + "); the car is put back on the path",

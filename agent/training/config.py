@@ -1,7 +1,7 @@
 """What train.py is asked to do (TrainArgs, one flag per field), its checks, the arguments whose defaults come
-from the dataset's env or from a checkpoint (--init), and the small typed configs the training modules take once
-the arguments are resolved (resolve: RunOptions, Model, DataOptions, SplitOptions, Windows, Augmentation,
-RecoveryOptions, Optimisation, bundled as a TrainPlan)."""
+from the dataset's env or from a checkpoint (--init: agent.training.init_shape), and the small typed configs the
+training modules take once the arguments are resolved (resolve: RunOptions, Model, DataOptions, SplitOptions,
+Windows, Augmentation, RecoveryOptions, Optimisation, bundled as a TrainPlan)."""
 from __future__ import annotations
 
 import json
@@ -12,19 +12,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent.training.init_shape import CORE_SIZES, SHAPE, checkpoint_shape
+from agent.training.latency import check_latency_queue, parse_latency_steps
 from agent.training.presets import PRESETS, preset_help, preset_settings
 from agent.training.recovery import MAX_OFFSET_M as RECOVERY_MAX_OFFSET_M
 from agent.training.recovery import MAX_YAW_DEG as RECOVERY_MAX_YAW_DEG
-from common.checks import is_int
-from common.cli import flag_of, given_fields, option
+from common.cli import check_choices, flag_of, given_fields, option
 from driving_data.dataset import DemoDataset, is_recording, open_datasets
 from envs.registry import dataset_env
-from policies.actions import DISCRETE_ACTION_RULES, check_temperature
 from policies.nac import MODES as NAC_MODES
-from policies.config import LATENCY_INPUTS, TIME_INPUTS, PolicyConfig
+from policies.config import LATENCY_INPUTS, TIME_INPUTS
 from policies.checkpoint import read_checkpoint
-from policies.precision import PRECISIONS
-from policies.precision import check as check_precision
+from policies.options import action_temperature_option, check_action_options, discrete_actions_option, precision_option
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
 LR_SCHEDULES = ("cosine", "constant")  # agent.training.loop.make_schedule
@@ -32,6 +31,7 @@ LOSSES = ("huber", "mse")
 LOADING = ("auto", "memory", "lazy")
 SPLITS = ("auto", "episodes", "blocks")  # agent.training.windows.make_splits
 DATASET_WEIGHTS = ("auto", "frames", "sqrt", "equal")  # agent.training.windows.episode_shares
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
@@ -138,22 +138,14 @@ class TrainArgs:
         choices=LOSSES)
     class_weights: bool = option(False,
         "discrete: weight cross-entropy by inverse class frequency", group="optimisation")
-    discrete_actions: str | None = option(None,
-        "discrete students: the rule the checkpoint drives with when evaluate.py or collect.py --driver are "
-        "not told one: argmax | sample | dither (a student trained on the data of sampling DAgger drivers "
-        "drives best sampling); with --init, the checkpoint's unless given; default: argmax", group="model",
-        choices=DISCRETE_ACTION_RULES)
-    action_temperature: float | None = option(None,
-        "discrete students that sample or dither: the softmax temperature written into the checkpoint (above "
-        "1: minority actions more often, more cautious driving; evaluate.py --action-temperature); with "
-        "--init, the checkpoint's unless given or --discrete-actions changes its rule; default: 1", group="model")
+    discrete_actions: str | None = discrete_actions_option()
+    action_temperature: float | None = action_temperature_option()
     augment: bool = option(True,
         "camera augmentations: brightness, contrast, shifts (first-person envs add the Udacity recipe; see "
         "agent/training/augment.py)", group="augmentation")
     side_correction: float | None = option(None,
         "first-person: train on left/right cameras too, steering + / - this (0 = center only); default: 0.2 "
-        "for simulator data, 0 for real recordings (their keyboard labels are smaller than the correction: "
-        "measured, docs/udacity.md)", group="augmentation")
+        "for simulator data, 0 for real recordings (docs/udacity.md)", group="augmentation")
     flip: bool | None = option(None,
         "first-person: mirror half of the segments and negate their steering (default: on, except for real "
         "recordings whose steering holds a steady bias, which mirroring would teach both ways)", group="augmentation")
@@ -213,12 +205,8 @@ class TrainArgs:
     fixed_throttle: float | None = option(None,
         "continuous steering students: drive with this throttle whatever they predict (the Udacity bridge, an env "
         "that takes a throttle; their drive.py: 0.05); default: their own, or the driver's rule", group="model")
-    device: str = option("auto", "auto (cuda if available) | cpu | cuda", group="runtime")
-    precision: str = option("auto",
-        "the encoder's arithmetic: auto (bf16 where it trains faster: a CPU with AMX, a CUDA GPU with native "
-        "bf16; else fp32, printed with its reason) | bf16 | fp32 (float32 throughout); the sequence core, "
-        "the loss and the optimizer stay fp32 (policies/precision.py); with --resume, this command's",
-        group="runtime", choices=PRECISIONS)
+    device: str = option("auto", "auto (cuda if available) | cpu | cuda", group="runtime", choices=DEVICES)
+    precision: str = precision_option()
     threads: int = option(0,
         "torch CPU threads (per process under torchrun); 0 = auto: 2, or 1 when the machine is already busy "
         "(under torchrun: the machine's cores shared among its processes)", group="runtime")
@@ -244,28 +232,23 @@ def core_names(policy: str) -> list[str]:
     return [s.strip() for s in policy.split(",") if s.strip()]
 
 
+COUNTS = {"window": 1, "frame_stride": 0, "epochs": 1, "batch_size": 1, "segment": 1, "oversample_turns": 1,
+          "window_gaps": 1, "feature_dim": 1, "d_model": 1, "heads": 1, "topk": 1, "hidden": 1, "threads": 0,
+          "log_every": 1, "frame_tokens": 0, "head_hidden": 0, "epoch_steps": 0}  # integer flags: their least value
+
+
 def check_args(a: TrainArgs) -> None:
     """Validate at the boundary: every flag's value, before anything is read or written."""
-    specs = core_names(a.policy)
-    if not specs:
-        raise ValueError(f"--core needs at least one name, got {a.policy!r}")
-    if len(set(specs)) != len(specs):
-        raise ValueError(f"--core lists a name twice: {a.policy!r}")
-    for s in specs:
-        parse_policy_spec(s)
-    for name in ("window", "frame_stride", "epochs", "batch_size", "segment", "oversample_turns", "window_gaps",
-                 "feature_dim", "d_model",
-                 "heads", "topk", "hidden", "threads", "log_every", "frame_tokens", "head_hidden", "epoch_steps"):
-        at_least = 0 if name in ("threads", "frame_stride", "frame_tokens", "head_hidden", "epoch_steps") else 1
-        if getattr(a, name) < at_least:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {at_least}, got {getattr(a, name)}")
+    check_choices(a)
+    specs = _core_specs(a.policy)
+    for name, least in COUNTS.items():
+        if getattr(a, name) < least:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(a, name)}")
     if a.frame_tokens and a.window != 1:
         raise ValueError("--frame-tokens cuts one frame's features into a sequence: it needs "
                          f"--window 1, got {a.window}")
     if a.frame_tokens and a.latency_input not in (None, "none"):
         raise ValueError("--frame-tokens: a policy whose sequence is one frame's tokens cannot be told its latency")
-    if a.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {a.lr_schedule!r}")
     if not (0 < a.steer_gain <= 4 and 0 <= a.steer_gain_from < 1):
         raise ValueError(f"--steer-gain must be in (0, 4] and --steer-gain-from in [0, 1), got {a.steer_gain} and "
                          f"{a.steer_gain_from}")
@@ -278,98 +261,71 @@ def check_args(a: TrainArgs) -> None:
         raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
     if not 0.0 < a.val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in (0, 1), got {a.val_fraction}")
-    for flag, value, ok, rule in (("--lr", a.lr, a.lr > 0, "> 0"),
-                                  ("--grad-clip", a.grad_clip, a.grad_clip >= 0, ">= 0"),
-                                  ("--weight-decay", a.weight_decay, a.weight_decay >= 0, ">= 0"),
-                                  ("--warmup", a.warmup, 0 <= a.warmup < 1, "in [0, 1)")):
-        if not ok:  # NaN fails every rule
-            raise ValueError(f"{flag} must be {rule}, got {value}")
+    _check_optimiser(a.lr, a.grad_clip, a.weight_decay, a.warmup)
     if a.smooth_labels != "auto":
         try:
             assert 0 <= float(a.smooth_labels) < 60
         except (ValueError, AssertionError):
             raise ValueError(f"--smooth-labels must be auto or seconds in [0, 60), got {a.smooth_labels!r}") from None
-    if a.time_input is not None and a.time_input not in TIME_INPUTS:
-        raise ValueError(f"--time-input must be one of {', '.join(TIME_INPUTS)}, got {a.time_input!r}")
-    if a.discrete_actions is not None and a.discrete_actions not in DISCRETE_ACTION_RULES:
-        raise ValueError(f"--discrete-actions must be one of {', '.join(DISCRETE_ACTION_RULES)}, "
-                         f"got {a.discrete_actions!r}")
-    if a.action_temperature is not None:
-        try:  # without --discrete-actions the rule (the checkpoint's, or argmax) is checked when the policy is made
-            check_temperature(a.action_temperature, a.discrete_actions or "sample")
-        except ValueError as e:
-            raise ValueError(f"--action-temperature: {e}") from None
-    if a.split not in SPLITS:
-        raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {a.split!r}")
-    if a.head not in HEAD_CHOICES:
-        raise ValueError(f"--head must be one of {', '.join(HEAD_CHOICES)}, got {a.head!r}")
-    if a.loss not in LOSSES:
-        raise ValueError(f"--loss must be one of {', '.join(LOSSES)}, got {a.loss!r}")
-    if a.nac_mode not in NAC_MODES:
-        raise ValueError(f"--nac-mode must be one of {', '.join(NAC_MODES)}, got {a.nac_mode!r}")
+    check_action_options(a.discrete_actions, a.action_temperature)
     if a.init is not None:
         if len(specs) > 1 or a.folds:
             raise ValueError("--init fine-tunes one checkpoint: it takes one --core and no --folds")
         read_checkpoint(a.init)  # a missing or foreign file is refused here, before any data is read
-    if a.data_loading not in LOADING:
-        raise ValueError(f"--data-loading must be one of {', '.join(LOADING)}, got {a.data_loading!r}")
     if not data_paths(a.data):
         raise ValueError("--data needs at least one dataset folder")
-    if a.device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"--device must be auto, cpu or cuda, got {a.device!r}")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda was asked for but CUDA is not available")
-    check_precision(a.precision)
     if a.image_size is not None:
         parse_image_size(a.image_size)
     if a.crop != "auto":
         parse_crop(a.crop)
-    if a.color not in ("auto", "rgb", "yuv"):
-        raise ValueError(f"--color must be auto, rgb or yuv, got {a.color!r}")
-    if not ((a.side_correction is None or 0 <= a.side_correction <= 1)
-            and (a.shift_steer is None or 0 <= a.shift_steer <= 0.02)):
+    _check_augmentation(a.side_correction, a.shift_steer, a.color_jitter)
+    _check_recovery(a.recovery_views, a.recovery_offset, a.recovery_yaw, a.recovery_return)
+    check_latency_queue(a.latency_steps, a.latency_queue, a.latency_input)
+
+
+def _core_specs(policy: str) -> list[str]:
+    """--core's names, each a core the registry builds, none twice."""
+    specs = core_names(policy)
+    if not specs:
+        raise ValueError(f"--core needs at least one name, got {policy!r}")
+    if len(set(specs)) != len(specs):
+        raise ValueError(f"--core lists a name twice: {policy!r}")
+    for s in specs:
+        parse_policy_spec(s)
+    return specs
+
+
+def _check_optimiser(lr: float, grad_clip: float, weight_decay: float, warmup: float) -> None:
+    """The optimiser's numbers in their ranges (NaN in none)."""
+    for flag, value, ok, rule in (("--lr", lr, lr > 0, "> 0"), ("--grad-clip", grad_clip, grad_clip >= 0, ">= 0"),
+                                  ("--weight-decay", weight_decay, weight_decay >= 0, ">= 0"),
+                                  ("--warmup", warmup, 0 <= warmup < 1, "in [0, 1)")):
+        if not ok:
+            raise ValueError(f"{flag} must be {rule}, got {value}")
+
+
+def _check_augmentation(side_correction: float | None, shift_steer: float | None, color_jitter: float | None) -> None:
+    """The camera augmentations' strengths in their ranges (None: the dataset's default)."""
+    if not ((side_correction is None or 0 <= side_correction <= 1)
+            and (shift_steer is None or 0 <= shift_steer <= 0.02)):
         raise ValueError("--side-correction must be in [0, 1] and --shift-steer in [0, 0.02] (steering per pixel)")
-    if not 0 <= a.recovery_views <= 1:
-        raise ValueError("--recovery-views must be in [0, 1] (a share of the training "
-                         f"segments), got {a.recovery_views}")
-    if not (0 <= a.recovery_offset <= RECOVERY_MAX_OFFSET_M and 0 <= a.recovery_yaw <= RECOVERY_MAX_YAW_DEG):
+    if color_jitter is not None and not 0 <= color_jitter <= 1:
+        raise ValueError(f"--color-jitter must be in [0, 1], got {color_jitter}")
+
+
+def _check_recovery(share: float, offset_m: float, yaw_deg: float, return_s: float) -> None:
+    """--recovery-views and its pose ranges: within what the flat-ground view synthesis holds for."""
+    if not 0 <= share <= 1:
+        raise ValueError(f"--recovery-views must be in [0, 1] (a share of the training segments), got {share}")
+    if not (0 <= offset_m <= RECOVERY_MAX_OFFSET_M and 0 <= yaw_deg <= RECOVERY_MAX_YAW_DEG):
         raise ValueError(f"--recovery-offset must be in [0, {RECOVERY_MAX_OFFSET_M:g}] m and --recovery-yaw in "
                          f"[0, {RECOVERY_MAX_YAW_DEG:g}] degrees (the flat-ground view synthesis breaks down beyond), "
-                         f"got {a.recovery_offset} and {a.recovery_yaw}")
-    if not 0.2 <= a.recovery_return <= 5:
+                         f"got {offset_m} and {yaw_deg}")
+    if not 0.2 <= return_s <= 5:
         raise ValueError(f"--recovery-return must be in [0.2, 5] seconds (where the label rejoins the path), "
-                         f"got {a.recovery_return}")
-    check_latency_queue(a.latency_steps, a.latency_queue, a.latency_input)
-    if a.color_jitter is not None and not 0 <= a.color_jitter <= 1:
-        raise ValueError(f"--color-jitter must be in [0, 1], got {a.color_jitter}")
-
-
-def check_latency_queue(latency_steps: str, queue: int | None, latency_input: str | None) -> None:
-    """--latency-steps parses; --latency-queue K needs the latency input and room for every latency trained."""
-    latency = parse_latency_steps(latency_steps)
-    if queue is None:
-        return
-    if not is_int(queue, 0, 1000):
-        raise ValueError(f"--latency-queue must be an integer in [0, 1000] (actions), got {queue!r}")
-    if queue and latency_input not in (None, "input"):
-        raise ValueError(f"--latency-queue shows the actions on their way beside the latency input; it needs "
-                         f"--latency-input input, not {latency_input}")
-    if queue and latency != "recorded" and latency[1] > queue:
-        raise ValueError(f"--latency-queue {queue} shows fewer actions than the {latency[1]} on their "
-                         f"way under --latency-steps {latency_steps}")
-
-
-def parse_latency_steps(text: str) -> tuple[int, int] | str:
-    """``--latency-steps 5`` -> (5, 5); ``0:10`` -> (0, 10); ``recorded`` stays (each episode's own)."""
-    if text == "recorded":
-        return text
-    try:
-        lo, hi = (int(v) for v in (text.split(":") if ":" in str(text) else (text, text)))
-        assert 0 <= lo <= hi <= 1000
-    except (ValueError, AssertionError):
-        raise ValueError("--latency-steps must be D, A:B (steps, 0 <= A <= B <= 1000) "
-                         f"or recorded, got {text!r}") from None
-    return lo, hi
+                         f"got {return_s}")
 
 
 def parse_image_size(text: str) -> list[int]:
@@ -400,85 +356,6 @@ def parse_crop(text: str | None) -> list[int] | None:
         raise ValueError("--crop must look like 60:135 (first and one-past-last row kept), "
                          f"none or auto; got {text!r}") from None
     return [top, bottom]
-
-
-SHAPE = ("policy", "window", "frame_stride", "encoder", "feature_dim", "image_size", "crop", "color",
-         "frame_tokens", "head_hidden")  # --init's
-CORE_SIZES = ("d_model", "heads", "topk", "sparsity", "nac_mode", "hidden")  # the core's, from --init's core_options
-
-
-def checkpoint_shape(init: str, given: dict[str, Any], time_input: str | None, latency_input: str | None,
-                     latency_queue: int | None) -> dict[str, Any]:
-    """--init: the arguments that shape the policy and its input come from the checkpoint, not the flags; the
-    time input too unless --time-input is given (it changes what the core is fed, not its weights). ``given``:
-    this command's values of SHAPE and CORE_SIZES. A shape or size flag set away from its default to something
-    else than the checkpoint's is refused: it would be ignored. Returns the arguments the checkpoint sets (its
-    sizes too, so args.json records what trains)."""
-    payload = read_checkpoint(init)
-    c = PolicyConfig.from_dict(payload["config"])
-    label = (payload.get("metadata") or {}).get("policy") or c.core
-    shape = dict(policy=str(label), window=c.window, frame_stride=c.frame_stride, encoder=c.encoder,
-                 feature_dim=c.feature_dim, image_size=f"{c.image_size[0]}x{c.image_size[1]}",
-                 crop="none" if c.crop is None else f"{c.crop[0]}:{c.crop[1]}", color=c.color,
-                 frame_tokens=c.frame_tokens, head_hidden=c.head_hidden)
-    defaults = {f.name: f.default for f in fields(TrainArgs)}
-    sizes = _checkpoint_sizes(init, c.core, dict(c.core_options), str(label), given, defaults)
-    for name, kept in shape.items():
-        if given[name] not in (defaults[name], kept):
-            flag = "--" + ("core" if name == "policy" else name.replace("_", "-"))
-            raise ValueError(f"--init takes the policy's shape from {init}: {flag} {given[name]} contradicts its "
-                             f"{kept}; leave {flag} out to fine-tune it, or train from scratch without --init")
-    told = latency_input or c.latency_input
-    if c.latency_input == "input" and told != "input":
-        raise ValueError(f"--latency-input {told}: {init} reads its latency as an input; fine-tune it with "
-                         "--latency-input input, or train from scratch")
-    queue = c.queue_steps if latency_queue is None else latency_queue
-    if c.queue_steps and queue != c.queue_steps:
-        raise ValueError(f"--latency-queue {queue}: {init} is shown {c.queue_steps} actions on their way; leave "
-                         "--latency-queue out to fine-tune it, or train from scratch")
-    if queue and told != "input":
-        raise ValueError(f"--latency-queue {queue} shows the actions on their way beside the latency input; add "
-                         "--latency-input input")
-    return {**shape, **sizes, "time_input": time_input or c.time_input, "latency_input": told,
-            "latency_queue": queue}
-
-
-def _checkpoint_sizes(init: str, core: str, options: dict[str, Any], label: str, given: dict[str, Any],
-                      defaults: dict[str, Any]) -> dict[str, Any]:
-    """--init: the size flags (CORE_SIZES) that build the checkpoint's core, as args.json records them; a size
-    flag given away from its default that would build another core than the checkpoint's is refused (a flag this
-    core does not read, e.g. --topk for an lstm, is ignored as it is without --init)."""
-    from policies.cores import core_parameters, policy_core_options
-
-    def widths(opts: dict[str, Any]) -> dict[str, Any]:  # what the core is built with (policies.cores' defaults)
-        out = {k: opts.get(k, p.default) for k, p in core_parameters(core).items()}
-        if "hidden" in out:  # lstm, gru, mlp: d_model is only the width's default
-            width = out.pop("d_model")
-            out["hidden"] = out["hidden"] or width
-        elif "units" in out:  # cfc, ltc
-            width = out.pop("d_model")
-            out["units"] = out["units"] or (width if core == "cfc" else max(2, width // 2))
-        return out
-
-    def built(sizes: dict[str, Any]) -> dict[str, Any]:
-        hidden = None if sizes["hidden"] == defaults["hidden"] else sizes["hidden"]  # as resolve gives it
-        return widths(policy_core_options(label, d_model=sizes["d_model"], heads=sizes["heads"], topk=sizes["topk"],
-                                          sparsity=sizes["sparsity"], nac_mode=sizes["nac_mode"], hidden=hidden)[1])
-
-    plain, mine = built(defaults), {k: given[k] for k in CORE_SIZES}
-    asked, kept = built(mine), widths(options)
-    for key in (k for k in asked if asked[k] != plain[k] and asked[k] != kept.get(k)):
-        for name in (n for n in CORE_SIZES if built({**mine, n: defaults[n]})[key] != asked[key]):  # its cause
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"--init takes the policy's shape from {init}: {flag} {given[name]} contradicts its "
-                             f"{key} {kept.get(key)}; leave {flag} out to fine-tune it, or train from scratch "
-                             "without --init")
-    record = {k: options[k] for k in ("d_model", "heads", "topk", "sparsity") if k in options and core == "nac"}
-    record.update({"nac_mode": options["mode"]} if core == "nac" and "mode" in options else {})
-    record.update({"d_model": options["d_model"]} if core != "nac" and "d_model" in options else {})
-    if options.get("hidden") or options.get("units"):
-        record["hidden"] = options.get("hidden") or options["units"] * (2 if core == "ltc" else 1)
-    return record
 
 
 SIMULATOR_AUGMENTATION = {"side_correction": 0.2, "shift_steer": 0.002}  # the PilotNet/Udacity recipe's label shifts
@@ -690,7 +567,8 @@ def resolve(a: TrainArgs) -> TrainPlan:
     check_args(a)  # a bad flag is the likelier mistake: say that before anything about the folder
     if a.init is not None and not a.resume:  # the run's label is the checkpoint's core, not --core's default
         a = replace(a, **checkpoint_shape(a.init, {name: getattr(a, name) for name in SHAPE + CORE_SIZES},
-                                          a.time_input, a.latency_input, a.latency_queue))
+                                          {f.name: f.default for f in fields(TrainArgs)}, a.time_input,
+                                          a.latency_input, a.latency_queue))
     default_hidden = next(f.default for f in fields(TrainArgs) if f.name == "hidden")
     return TrainPlan(
         asdict(a), core_names(a.policy),

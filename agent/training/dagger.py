@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from common.checks import is_int
-from common.cli import flag_of, option, run_command
+from common.cli import check_choices, flag_of, option, run_command
 from common.files import write_json
 from common.stops import Interrupted
 from envs.registry import get_spec
-from policies.precision import PRECISIONS
+from policies.options import precision_option
 
 
 @dataclass(frozen=True)
@@ -100,12 +100,10 @@ class Lineage:
     out: str | None = option(None, "run folder, round K in OUT/rK (default: runs/dagger/<name>; the name is "
                              "<recipe>_<core>_s<seed>, or <recording>_<core>_s<seed>)", group="output")
     env: str = "carracing"
-    renderer: str | None = option(None, "who draws the frames, as collect.py --renderer (the recipes were measured "
-                                  "with fast)", group="data")
+    renderer: str | None = option(None, "who draws the frames, as collect.py --renderer", group="data")
     workers: int | None = option(None, "collection processes (default: collect.py's)", group="runtime")
     threads: int = option(0, "torch threads of the training (default: train.py's)", group="runtime")
-    precision: str = option("auto", "the trainings' arithmetic, as train.py --precision (the students drive one "
-                            "frame per step, in fp32 under every precision)", group="runtime", choices=PRECISIONS)
+    precision: str = precision_option()  # the trainings', as train.py --precision
     max_steps: int | None = option(None, "steps per episode (default: the env's)", group="data")
     noise: float | None = option(None, "DART noise on what the rounds' students execute (not on round 0's expert), "
                                  "as collect.py --noise: with --replay the std of the steering noise, held 3 "
@@ -134,6 +132,7 @@ class Lineage:
         return Path(self.out or f"runs/dagger/{self.name}")
 
     def validate(self, recipes: dict[str, Recipe] = RECIPES) -> Recipe:
+        check_choices(self, skip=("recipe",))  # --recipe: one of ``recipes``, the ones this lineage may run
         if self.recipe_name not in recipes:
             raise ValueError(f"--recipe must be one of {', '.join(recipes)}, got {self.recipe!r}")
         recipe = recipes[self.recipe_name]

@@ -77,7 +77,7 @@ import cv2
 import numpy as np
 import torch
 
-from common.cli import option, run_command
+from common.cli import integer, option, port, positive, run_command
 from policies.checkpoint import RECORDING_STUDENT, load_checkpoint
 from policies.policy import WINDOW_CLOCKS, DrivingPolicy
 
@@ -362,36 +362,6 @@ class Bridge:
         self._stop.set()
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"port must be an integer, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise ValueError(f"port must be in 0..65535, got {value}")
-    return value
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and np.isfinite(value)):
-        raise ValueError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _threads(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"threads must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"threads must be an integer >= 1, got {value}")
-    return value
-
-
 @dataclass
 class BridgeArgs:
     checkpoint: Path = option(RECORDING_STUDENT, "a continuous steering policy checkpoint (.pt "
@@ -401,15 +371,15 @@ class BridgeArgs:
     host: str = option(DEFAULT_HOST, "address to listen on; 0.0.0.0 listens on every interface (only when the "
                        "simulator runs on another machine or outside a VM/container)", group="runtime")
     port: int = option(DEFAULT_PORT, "port to listen on (the simulator always connects to 4567; 0 picks a free one)",
-                       group="runtime", parse=_port)
+                       group="runtime", parse=port)
     speed_limit: float = option(DEFAULT_SPEED_LIMIT, "speed at which the throttle reaches 0 on a straight",
-                                group="what drives", metavar="MPH", parse=_positive)
+                                group="what drives", metavar="MPH", parse=positive)
     window_clock: str = option("time", "how the policy picks its window from the frames received: time (the newest "
                                "frames at or before the trained offsets in seconds: the simulator's frame rate "
                                "varies) | steps (the last frames, every frame_stride-th)", group="model",
                                choices=WINDOW_CLOCKS)
-    threads: int = option(1, "torch threads for the policy (one frame at a time: 1 is fastest, above all on a busy "
-                          "CPU)", group="runtime", metavar="N", parse=_threads)
+    threads: int = option(1, "torch threads for the policy, which steps one frame at a time", group="runtime",
+                          metavar="N", parse=integer(1))
     extra_latency_ms: float = option(0.0, "milliseconds of the frame-to-wheel time the bridge cannot measure (network, "
                                      "the simulator's frame and actuation), added to its measured frame-to-answer "
                                      "time when it tells a latency-aware student (train.py --latency-input) when its "

@@ -71,7 +71,7 @@ class ReplayEnv(gym.Env):
                  max_episode_steps: int | None = None, render_mode: str | None = None,
                  reference: str = "driver") -> None:
         self.dataset, self.parts, self.geometry = dataset, parts, geometry
-        self.reference = check_reference(reference, "the replay's reference")
+        self.reference = check_reference(reference)
         self.max_offset, self.max_yaw = float(max_offset), float(max_yaw)
         self.max_steps = max_episode_steps
         self.render_mode = render_mode

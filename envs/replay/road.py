@@ -43,6 +43,7 @@ import numpy as np
 
 from driving_data.dataset import open_dataset
 from envs.replay.camera import CameraGeometry
+from envs.replay.options import REFERENCES
 
 
 @dataclass(frozen=True)
@@ -278,12 +279,10 @@ def frames_of(dataset: Any, episode: int, key: str) -> Any:
     return frames if frames is not None else dataset.load(episode, keys=key)[key]
 
 
-REFERENCES = ("driver", "driver-or-middle")  # where a replay lets the car be (ReplayEnv's reference)
-
-
-def check_reference(reference: str, flag: str = "reference") -> str:
+def check_reference(reference: str) -> str:
+    """ReplayEnv's ``reference``, one of REFERENCES (evaluate.py's --replay-reference is checked where it is parsed)."""
     if reference not in REFERENCES:
-        raise ValueError(f"{flag} must be one of {', '.join(REFERENCES)}, got {reference!r}")
+        raise ValueError(f"the replay's reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
     return reference
 
 

@@ -18,6 +18,7 @@ from driving_data.dataset import is_recording, open_dataset
 from envs.catalog import camera_envs, dataset_env, named_spec
 from envs.spec import EnvSpec, SeedRanges
 from envs.replay.camera import CameraGeometry
+from envs.replay.options import parse_span
 from envs.udacity.real_look import (REAL_CAMERA_HEIGHT_M, REAL_CAMERA_PITCH_DEG, REAL_CAMERA_VFOV_DEG, REAL_WHEELBASE_M,
                                     hfov_from_vfov)
 from envs.replay.env import FEATURE_NAMES, PathExpert, ReplayEnv, ReplayPart
@@ -42,24 +43,6 @@ REAL_UDACITY = CameraGeometry(cam_height_m=REAL_CAMERA_HEIGHT_M, pitch_deg=REAL_
                               distance_scale=0.8,
                               source="the Unity simulator's public source; distance scale measured on recordings")
 GEOMETRIES = {"UdacityStyle-v0": SIM_V0, "UdacityStyle-v1": SIM_V1, "recording": REAL_UDACITY}
-
-
-def parse_span(text: str | tuple[float, float] | None, flag: str = "--replay-span") -> tuple[float, float]:
-    """'A:B' (fractions 0 <= A < B <= 1 of every session) -> (A, B); None -> the whole session. ``flag`` names the
-    option in the error."""
-    if text is None:
-        return (0.0, 1.0)
-    if isinstance(text, tuple):
-        a, b = text
-    else:
-        try:
-            a, b = (float(x) for x in str(text).split(":"))
-        except ValueError:
-            raise ValueError(f"{flag} takes A:B, fractions of every session (e.g. 0.8:1 for the last 20 %), "
-                             f"got {text!r}") from None
-    if not 0.0 <= a < b <= 1.0:
-        raise ValueError(f"{flag} A:B needs 0 <= A < B <= 1, got {text!r}")
-    return (float(a), float(b))
 
 
 # what the last step's info adds to a replay episode's row (envs.replay.env's docstring says what each is)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common.cli import build_parser, option, parse, parse_command, run_command
+from common.cli import build_parser, check_choices, integer, option, parse, parse_command, port, positive, run_command
 from common.stops import Interrupted
 
 
@@ -61,6 +61,40 @@ def test_mistakes_are_one_line_and_exit_2(argv, says, capsys):
         parse(Args, argv, prog="tool")
     err = capsys.readouterr().err
     assert e.value.code == 2 and says in err and err.count("\n") == 1 and "(see tool --help)" in err
+
+
+def test_choices_of_arguments_built_in_code_are_checked_as_the_parser_checks_them():
+    check_choices(Args())
+    with pytest.raises(ValueError, match=r"^--mode must be one of a, b, got 'c'$"):
+        check_choices(Args(mode="c"))
+    check_choices(Args(mode="c"), skip=("mode",))  # a field that takes more in code is checked by its command
+
+
+@dataclass
+class Served:
+    port: int = option(4567, "port", group="runtime", parse=port)
+    speed: float = option(25.0, "speed", group="runtime", parse=positive)
+    threads: int = option(1, "threads", group="runtime", parse=integer(1))
+
+
+def test_the_number_converters():
+    assert parse(Served, ["--port", "0", "--speed", "0.5", "--threads", "3"], prog="tool") == Served(0, 0.5, 3)
+    assert integer()("-4") == -4 and integer(high=3)("3") == 3
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--port", "70000"], "--port: must be an integer in [0, 65535], got 70000"),
+    (["--port", "http"], "--port: must be an integer in [0, 65535], got 'http'"),
+    (["--speed", "0"], "--speed: must be a finite number > 0, got 0"),
+    (["--speed", "nan"], "--speed: must be a finite number > 0, got nan"),
+    (["--speed", "fast"], "--speed: must be a finite number > 0, got 'fast'"),
+    (["--threads", "0"], "--threads: must be an integer >= 1, got 0"),
+])
+def test_a_converter_s_refusal_is_one_line_naming_the_flag(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse(Served, argv, prog="tool")
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err and err.count("\n") == 1, err
 
 
 @dataclass

@@ -207,7 +207,7 @@ def _one_line_error(capsys) -> str:
     (["{missing}"], "does not exist"),
     (["{garbage}"], "not a driving-policy checkpoint"),
     (["{discrete}"], "continuous"),
-    (["{ckpt}", "--port", "70000"], "0..65535"),
+    (["{ckpt}", "--port", "70000"], "--port: must be an integer in [0, 65535], got 70000"),
     (["{ckpt}", "--port", "http"], "integer"),
     (["{ckpt}", "--speed-limit", "0"], "> 0"),
     (["{ckpt}", "--speed-limit", "nan"], "> 0"),
@@ -385,4 +385,4 @@ def test_threads_flag(checkpoint, capsys):
     assert rc == 0 and "with 2 torch thread(s)" in out
     with pytest.raises(SystemExit) as e:
         ub.main([str(checkpoint), "--threads", "0"])
-    assert e.value.code == 2 and "threads must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert e.value.code == 2 and "--threads: must be an integer >= 1, got 0" in capsys.readouterr().err
