@@ -50,7 +50,7 @@ def gains(policy, dataset, geometry, span: tuple[float, float], frames: int) -> 
 
 def _span(text: str) -> tuple[float, float]:
     """'A:B' -> (A, B), read as evaluate.py reads --replay-span."""
-    from envs.replay.spec import parse_span
+    from envs.replay.options import parse_span
 
     try:
         return parse_span(text)

@@ -17,9 +17,9 @@ import numpy as np
 
 from benchmarks.feedback_gains import _span
 from common.cli import option, run_command
+from envs.replay.options import REFERENCES
 
 PROG = "python -m benchmarks.label_drift"
-REFERENCES = ("driver", "driver-or-middle")
 
 
 def shifted(values: np.ndarray, steps: int) -> np.ndarray:

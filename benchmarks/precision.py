@@ -130,7 +130,7 @@ def training_rows(label: str, data: Path, root: Path, a: PrecisionArgs, span: st
     from agent.training.experiment import resolve_data
     from agent.training.loop import Trainer, rng_state, set_rng_state
     from agent.training.windows import make_splits
-    from envs.replay.spec import parse_span
+    from envs.replay.options import parse_span
 
     first, last = parse_span(span, "--span")
     torch.set_num_threads(a.threads)
@@ -326,7 +326,7 @@ def check(a: PrecisionArgs) -> None:
     if min(a.epochs, a.repeats, a.frames, a.episodes, a.max_steps, a.threads) < 1:
         raise ValueError("--epochs, --repeats, --frames, --episodes, --max-steps and --threads must be "
                          ">= 1")
-    from envs.replay.spec import parse_span
+    from envs.replay.options import parse_span
 
     parse_span(a.span, "--span")
 

@@ -22,7 +22,8 @@ from envs.registry import dataset_env
 from envs.replay.camera import CameraGeometry
 from envs.replay.road import (MEASURED_SIDE_M, UNMEASURED, RoadEstimator, frames_of, measure_frames, one_sided,
                               plausible, smooth_middle)
-from envs.replay.spec import geometry_of, parse_span, span_slice
+from envs.replay.options import parse_span
+from envs.replay.spec import geometry_of, span_slice
 
 
 def validate(dataset: Any, geometry: CameraGeometry, span: tuple[float, float] = (0.0, 1.0)) -> dict[str, Any]:

@@ -191,13 +191,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
     ``out_dir`` behind.
     The card records ``recording_fingerprint`` (or ``source``, taken by the caller) under import.source.
     """
-    if jpeg_quality is not None:
-        jpeg_quality = check_jpeg_quality(jpeg_quality)
-    if not episode_gap_s > 0:
-        raise ValueError(f"episode_gap_s must be > 0, got {episode_gap_s}")
-    if frame_period is not None and not frame_period > 0:
-        raise ValueError(f"frame_period must be > 0, got {frame_period}")
-    period = DEFAULT_FRAME_PERIOD_S if frame_period is None else float(frame_period)
+    jpeg_quality, period = _checked_options(jpeg_quality, episode_gap_s, frame_period)
     csv_path, img_dir = locate_log(log_dir)
     source = source or recording_fingerprint(log_dir)
     out_dir = Path(out_dir)
@@ -216,12 +210,7 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
         for e, (a, b) in enumerate(sessions):
             part = rows[a:b]
             arrays = _session_arrays(part, times[a:b] - times[a], csv_path.name, frame_shape, jpeg_quality, cameras)
-            meta = {
-                "env": "udacity", "source": "udacity-recording", "action_space": "continuous",
-                "csv": str(csv_path.resolve()), "csv_lines": [part[0].line, part[-1].line],
-                "start_time": part[0].stamp.isoformat(timespec="milliseconds") if part[0].stamp else None,
-                "track_seed": None, "theme": None, "return": 0.0, "terminated": False, "truncated": False,
-            }
+            meta = _episode_meta(part, csv_path)
             write_episode(tmp, e, arrays, meta)
             episodes.append({"episode_id": e, "length": len(part), "csv_lines": meta["csv_lines"],
                              "start_time": meta["start_time"], "duration_s": float(times[b - 1] - times[a])})
@@ -254,6 +243,29 @@ def import_udacity(log_dir: str | Path, out_dir: str | Path, *, jpeg_quality: in
             "episodes": episodes,
         })
     return out_dir
+
+
+def _checked_options(jpeg_quality: int | None, episode_gap_s: float, frame_period: float | None
+                     ) -> tuple[int | None, float]:
+    """import_udacity's numbers checked: the JPEG quality to re-encode at (None: the files as they are) and the
+    seconds per row for a log without timestamps."""
+    if jpeg_quality is not None:
+        jpeg_quality = check_jpeg_quality(jpeg_quality)
+    if not episode_gap_s > 0:
+        raise ValueError(f"episode_gap_s must be > 0, got {episode_gap_s}")
+    if frame_period is not None and not frame_period > 0:
+        raise ValueError(f"frame_period must be > 0, got {frame_period}")
+    return jpeg_quality, DEFAULT_FRAME_PERIOD_S if frame_period is None else float(frame_period)
+
+
+def _episode_meta(part: list[LogRow], csv_path: Path) -> dict[str, Any]:
+    """One session's episode meta: where in the CSV it came from and when it started (no track seed: a recording)."""
+    return {
+        "env": "udacity", "source": "udacity-recording", "action_space": "continuous",
+        "csv": str(csv_path.resolve()), "csv_lines": [part[0].line, part[-1].line],
+        "start_time": part[0].stamp.isoformat(timespec="milliseconds") if part[0].stamp else None,
+        "track_seed": None, "theme": None, "return": 0.0, "terminated": False, "truncated": False,
+    }
 
 
 def _warn_undated(rows: list[LogRow], csv_path: Path, period: float, say: Callable[[str], None]) -> None:

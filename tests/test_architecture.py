@@ -9,7 +9,7 @@ a function counts too), names nothing of this repository above its layer (docs/a
 Inside agent/, each stage imports only the stages ``STAGES`` names (the rules of docs/architecture.md as data),
 again at any depth. And no module of the project's packages or root scripts imports itself through others: the
 import graph has no circle. docs/architecture.md names every file of agent/. The tests mirror the packages:
-``tests/<package>/.../test_<module>.py`` tests that module.
+``tests/<package>/.../test_<module>.py`` tests that module. No module is over 650 lines, no function over 80.
 """
 from __future__ import annotations
 
@@ -322,3 +322,34 @@ def test_arguments_are_taken_whole_only_at_the_boundary():
     assert len(takers) <= 8, "\n".join(takers)
     seen = takers_of_whole_arguments({"m": "def run(a: 'TrainArgs'): ...\ndef go(plan: TrainPlan): ..."})
     assert seen == ["m.run"]
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 650, 80  # past these a module mixes jobs, a function mixes steps
+
+
+def oversized(sources: dict[str, str]) -> list[str]:
+    """Modules over ``MAX_MODULE_LINES`` lines and functions (methods and nested ones too, decorators excluded) over
+    ``MAX_FUNCTION_LINES``, as ``name: N lines``."""
+    found = []
+    for name, source in sources.items():
+        if (lines := len(source.splitlines())) > MAX_MODULE_LINES:
+            found.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{name}.{node.name}: {length} lines")
+    return found
+
+
+def test_no_module_or_function_of_the_project_or_its_tests_is_oversized():
+    sources = {**project_modules(), **{f"tests.{'.'.join(p.relative_to(REPO / 'tests').with_suffix('').parts)}":
+                                       p.read_text() for p in (REPO / "tests").rglob("*.py")}}
+    assert oversized(sources) == []
+
+
+def test_the_size_check_sees_a_long_function_and_a_long_module():
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert oversized({"m": f"def f():\n{body}\n"}) == [f"m.f: {MAX_FUNCTION_LINES + 1} lines"]
+    assert oversized({"m": "x = 1\n" * (MAX_MODULE_LINES + 1)}) == [f"m: {MAX_MODULE_LINES + 1} lines"]
+    assert oversized({"m": f"def f():\n{body[:-12]}\n"}) == []

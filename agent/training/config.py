@@ -472,7 +472,7 @@ class Optimisation:
 @dataclass(frozen=True)
 class Model:
     """The policy to train: a new one's shape, inputs and action rule, or the --init checkpoint it starts from
-    (agent.training.loop.build_policy)."""
+    (agent.training.starting_policy.build_policy)."""
 
     init: str | None
     head: str  # auto | continuous | discrete | steer

@@ -15,7 +15,8 @@ from agent.training import distributed
 from agent.training.config import TrainPlan, data_label, data_paths, imported, with_env_defaults
 from agent.training.data import load_data, resolve_head, use_recording
 from agent.training.distributed import barrier, device_for
-from agent.training.loop import fine_tuned, train_run
+from agent.training.loop import train_run
+from agent.training.starting_policy import fine_tuned
 from agent.training.windows import describe_blocks, make_splits, validation_candidates
 from common.files import run_folder, write_json
 from driving_data.dataset import DemoDataset, open_datasets
@@ -143,7 +144,7 @@ def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
     with distributed.joined(world, device) as world:
         barrier(world)  # every rank has read and checked the folder before rank 0 writes into it
         torch.set_num_threads(plan.run.threads or auto_threads(world.local_size))
-        precision = choose_precision(plan.run.precision, device)  # the Trainer chooses the same (metrics.json)
+        precision = choose_precision(plan.run.precision, device)  # chosen once: every run trains in it
         if world.main:
             print(precision.line())
         plan, dataset = resolve_data(plan, world, made)
@@ -173,7 +174,8 @@ def _run_in(plan: TrainPlan, made: list[Path]) -> dict[str, Any]:
             for k, (train_eps, val_eps) in enumerate(splits):
                 run_dir = spec_dir / f"fold_{k}" if folds else spec_dir
                 desc = f"{spec} fold {k + 1}/{folds}" if folds else spec
-                runs.append(train_run(plan, spec, data, head, train_eps, val_eps, run_dir, desc, world, device))
+                runs.append(train_run(plan, spec, data, head, train_eps, val_eps, run_dir, desc, world, device,
+                                      precision))
             summary = summarize(runs)
             summaries.append(summary)
             if folds and world.main:
