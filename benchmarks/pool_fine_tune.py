@@ -9,6 +9,8 @@ replay of the recording's last 20 % (every session's, ``--replay-reference drive
 * ``fine-tuned``: the same, started from the pooled student (``--init POOL --epochs E --lr LR``);
 * ``recovery``: the fine-tune with ``--recovery-views P`` (a share of the segments seen from off the recorded path,
   labelled with the way back);
+* ``near-init=L`` (e.g. ``near-init=0.1``): the fine-tune with ``--stay-near-init L`` (L2-SP: the squared distance
+  from the start's weights, times L, added to the loss);
 * ``V@W`` (e.g. ``fine-tuned@0.5``): variant V's student mixed weight by weight with the pooled student,
   ``(1 - W) * start + W * tuned`` (``agent.training.interpolate``; no training of its own);
 * ``V-1000``: variant V trained on the recording's first 1,000 frames only.
@@ -30,9 +32,9 @@ import numpy as np
 from common.cli import option, run_command
 
 PROG = "python -m benchmarks.pool_fine_tune"
-TRAINED = ("scratch", "fine-tuned", "recovery")
+TRAINED = ("scratch", "fine-tuned", "recovery", "near-init")
 VARIANTS = ("unchanged", *TRAINED)
-_NAME = re.compile(r"^(?P<base>[a-z-]+?)(?:@(?P<mix>[0-9.]+))?(?P<short>-1000)?$")
+_NAME = re.compile(r"^(?P<base>[a-z-]+?)(?:=(?P<weight>[0-9.]+))?(?:@(?P<mix>[0-9.]+))?(?P<short>-1000)?$")
 
 
 @dataclass
@@ -47,9 +49,9 @@ class PoolFineTuneArgs:
     recovery_views: float = option(0.5, "the recovery variant's --recovery-views", group="optimisation")
     first_frames: int = option(1000, "frames of the -1000 variants (the recording's first)", group="input")
     variants: list[str] = option(["scratch", "fine-tuned", "scratch-1000", "fine-tuned-1000"],
-                                 "the students judged: " + ", ".join(VARIANTS) + "; V@W mixes V with the start "
-                                 "(share W of V); V-1000 trains V on the first frames", group="input",
-                                 metavar="VARIANT")
+                                 "the students judged: " + ", ".join(VARIANTS) + " (near-init=L: its weight L); V@W "
+                                 "mixes V with the start (share W of V); V-1000 trains V on the first frames",
+                                 group="input", metavar="VARIANT")
     out: Path = option(Path("runs/fine_tune"), "runs, evaluations and table.md", group="output")
     threads: int = option(2, "torch threads", group="runtime")
 
@@ -59,6 +61,12 @@ class Variant:
     base: str  # one of VARIANTS
     mix: float | None  # share of the trained student in a mix with the start; None: no mix
     short: bool  # trained on the first frames only
+    weight: float | None = None  # near-init's --stay-near-init
+
+    @property
+    def trained(self) -> str:
+        """The name of its training run (shared by its mixes)."""
+        return self.base + (f"={self.weight:g}" if self.weight is not None else "") + ("-1000" if self.short else "")
 
 
 def parse_variant(name: str) -> Variant:
@@ -66,14 +74,17 @@ def parse_variant(name: str) -> Variant:
     m = _NAME.match(name)
     base = m["base"] if m else name
     if m is None or base not in VARIANTS:
-        raise ValueError(f"--variants: unknown variant {name!r}: one of {', '.join(VARIANTS)}, optionally V@W "
-                         "(a mix with the start) and V-1000 (the first frames)")
+        raise ValueError(f"--variants: unknown variant {name!r}: one of {', '.join(VARIANTS)} (near-init=L, L its "
+                         "weight), optionally V@W (a mix with the start) and V-1000 (the first frames)")
     mix = float(m["mix"]) if m["mix"] else None
     if base == "unchanged" and (mix is not None or m["short"]):
         raise ValueError(f"--variants: {name!r}: the unchanged student is neither mixed nor trained")
     if mix is not None and not 0 < mix < 1:
         raise ValueError(f"--variants: {name!r}: the share W of V@W must be in (0, 1)")
-    return Variant(base, mix, bool(m["short"]))
+    weight = float(m["weight"]) if m["weight"] else None
+    if (base == "near-init") != (weight is not None and weight > 0):
+        raise ValueError(f"--variants: {name!r}: near-init=L takes its --stay-near-init L > 0, no other variant an L")
+    return Variant(base, mix, bool(m["short"]), weight)
 
 
 def first_frames(data: Path, n: int, out: Path) -> Path:
@@ -111,10 +122,11 @@ def _mixed(start: str, tuned: Path, weight: float, out: Path) -> Path:
     return out
 
 
-def train_flags(a: PoolFineTuneArgs, base: str) -> list[str]:
+def train_flags(a: PoolFineTuneArgs, v: Variant) -> list[str]:
     """train.py's flags of a trained variant, beyond the data, the split, the seed and the threads."""
     tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
-    return {"scratch": [], "fine-tuned": tune, "recovery": [*tune, "--recovery-views", str(a.recovery_views)]}[base]
+    return {"scratch": [], "fine-tuned": tune, "recovery": [*tune, "--recovery-views", str(a.recovery_views)],
+            "near-init": [*tune, "--stay-near-init", str(v.weight)]}[v.base]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,9 +152,8 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
                     if seed == a.seeds[0]:
                         students[name] = Path(a.init)
                     continue
-                trained = f"{v.base}-1000" if v.short else v.base
-                run = a.out / rec.name / f"{trained}_s{seed}"
-                best = _train(["--data", str(short if v.short else rec), *common, *train_flags(a, v.base)], run)
+                run = a.out / rec.name / f"{v.trained}_s{seed}"
+                best = _train(["--data", str(short if v.short else rec), *common, *train_flags(a, v)], run)
                 students[name] = best if v.mix is None else _mixed(a.init, best, v.mix, run / f"mix{v.mix:g}.pt")
             table = a.out / rec.name / f"eval_s{seed}"
             heldout_drivers.main(["--recordings", str(rec), "--checkpoint", *map(str, students.values()),

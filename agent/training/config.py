@@ -23,6 +23,7 @@ from envs.registry import dataset_env
 from policies.nac import MODES as NAC_MODES
 from policies.config import LATENCY_INPUTS, TIME_INPUTS
 from policies.checkpoint import read_checkpoint
+from policies.cores import parse_core_name
 from policies.options import action_temperature_option, check_action_options, discrete_actions_option, precision_option
 
 HEAD_CHOICES = ("auto", "continuous", "discrete", "steer")
@@ -115,6 +116,9 @@ class TrainArgs:
         "with --init, W in (0, 1]: when the run ends, best.pt becomes (1 - W) x the --init checkpoint + W x the "
         "best fine-tuned student, weight by weight (WiSE-FT): the start's way back kept beside the new line; the "
         "fine-tuned one stays as best_tuned.pt; default: no blend", group="model")
+    stay_near_init: float = option(0.0,
+        "with --init, L2-SP: each step's loss adds this weight x the squared distance of the weights from the --init "
+        "checkpoint's (summed), so the fine-tune learns the new line near its start; default 0: no pull", group="model")
     overwrite: bool = option(False, "allow starting a fresh run in a folder that holds one", group="output")
     folds: int = option(0,
         ">= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split", group="data")
@@ -220,18 +224,6 @@ class TrainArgs:
         "progress bars on stderr when it is a terminal (log files get the per-epoch lines only)", group="runtime")
 
 
-def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """A policy name -> (core, the options the name sets); the grammar lives in policies.cores.parse_core_name."""
-    from policies.cores import parse_core_name
-
-    return parse_core_name(spec)
-
-
-def core_names(policy: str) -> list[str]:
-    """--core's comma-separated names."""
-    return [s.strip() for s in policy.split(",") if s.strip()]
-
-
 COUNTS = {"window": 1, "frame_stride": 0, "epochs": 1, "batch_size": 1, "segment": 1, "oversample_turns": 1,
           "window_gaps": 1, "feature_dim": 1, "d_model": 1, "heads": 1, "topk": 1, "hidden": 1, "threads": 0,
           "log_every": 1, "frame_tokens": 0, "head_hidden": 0, "epoch_steps": 0}  # integer flags: their least value
@@ -257,6 +249,9 @@ def check_args(a: TrainArgs) -> None:
     if a.blend_init is not None and not (a.init is not None and 0 < a.blend_init <= 1):
         raise ValueError(f"--blend-init mixes the trained student with its --init checkpoint: it needs --init and "
                          f"a share in (0, 1], got {a.blend_init}" + ("" if a.init else " without --init"))
+    if not (0 <= a.stay_near_init < float("inf") and (a.init is not None or a.stay_near_init == 0)):
+        raise ValueError(f"--stay-near-init pulls the weights toward the --init checkpoint's: it needs --init and a "
+                         f"finite weight >= 0, got {a.stay_near_init}" + ("" if a.init else " without --init"))
     if a.folds == 1 or a.folds < 0:
         raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
     if not 0.0 < a.val_fraction < 1.0:
@@ -287,13 +282,13 @@ def check_args(a: TrainArgs) -> None:
 
 def _core_specs(policy: str) -> list[str]:
     """--core's names, each a core the registry builds, none twice."""
-    specs = core_names(policy)
+    specs = [s.strip() for s in policy.split(",") if s.strip()]
     if not specs:
         raise ValueError(f"--core needs at least one name, got {policy!r}")
     if len(set(specs)) != len(specs):
         raise ValueError(f"--core lists a name twice: {policy!r}")
     for s in specs:
-        parse_policy_spec(s)
+        parse_core_name(s)
     return specs
 
 
@@ -467,6 +462,7 @@ class Optimisation:
     log_every: int
     seed: int
     lr_schedule: str = "cosine"  # after the warm-up: cosine | constant (agent.training.loop.make_schedule)
+    stay_near_init: float = 0.0  # L2-SP weight toward the --init checkpoint's weights (0: none)
 
 
 @dataclass(frozen=True)
@@ -571,7 +567,7 @@ def resolve(a: TrainArgs) -> TrainPlan:
                                           a.latency_input, a.latency_queue))
     default_hidden = next(f.default for f in fields(TrainArgs) if f.name == "hidden")
     return TrainPlan(
-        asdict(a), core_names(a.policy),
+        asdict(a), _core_specs(a.policy),
         RunOptions(str(a.out), a.resume, a.overwrite, a.device, a.precision, a.progress, a.seed, a.folds, a.threads),
         Model(a.init, a.head, a.encoder, a.feature_dim, a.window, a.frame_stride, a.time_input, a.color, a.d_model,
               a.heads, a.topk, a.sparsity, a.nac_mode, None if a.hidden == default_hidden else a.hidden,
@@ -588,7 +584,7 @@ def resolve(a: TrainArgs) -> TrainPlan:
         RecoveryOptions(a.recovery_views, a.recovery_offset, a.recovery_yaw, a.recovery_return)
         if a.recovery_views > 0 else None,
         Optimisation(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every,
-                     a.seed, a.lr_schedule))
+                     a.seed, a.lr_schedule, a.stay_near_init))
 
 
 def _flags() -> dict[str, tuple[str, Any]]:

@@ -151,9 +151,9 @@ class Lineage:
             raise ValueError(f"--rounds must be an integer >= 1, got {self.rounds!r}")
         if self.round_epochs is not None and not is_int(self.round_epochs, 1):
             raise ValueError(f"--round-epochs must be an integer >= 1, got {self.round_epochs!r}")
-        from agent.training.config import parse_policy_spec
+        from policies.cores import parse_core_name
 
-        parse_policy_spec(self.core)  # a mistyped core fails now, not after round 0's collection
+        parse_core_name(self.core)  # a mistyped core fails now, not after round 0's collection
         if self.init is not None and not Path(self.init).is_file():
             raise ValueError(f"--init {self.init!r} is not a file (a train.py checkpoint)")
         if not self.recording:

@@ -33,7 +33,7 @@ from agent.training.data import Data, Head, episode_targets
 from agent.training.diagnostics import log_nac_internals
 from agent.training.distributed import SINGLE, World, data_parallel, device_for, gather, step_seed
 from agent.training.recovery import RecoveryViews
-from agent.training.starting_policy import build_policy
+from agent.training.starting_policy import build_policy, init_anchor
 from agent.training.windows import (
     batch_plan,
     episode_shares,
@@ -307,6 +307,7 @@ class Trainer:
                                    self.last_path)
         self.precision = precision or choose_precision(run.precision, device)  # what runs and why (metrics.json)
         self.policy.to(device).use_precision(self.precision.precision)
+        self.anchor = init_anchor(plan.model.init, self.policy) if opt.stay_near_init > 0 and plan.model.init else []
         self.class_weight = (inverse_frequency_weights(train_targets, device)
                              if head_kind == "discrete" and opt.class_weights else None)
         r = plan.recovery
@@ -449,7 +450,7 @@ class Trainer:
         if world.active:
             loss = loss * share
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss + opt.stay_near_init * self.distance_from_init() if self.anchor else loss).backward()
         step_loss = distributed.mean(world, loss.detach()).item()  # the whole step's loss, on every rank
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
                                                    opt.grad_clip or math.inf).item()  # 0: no clipping
@@ -497,6 +498,12 @@ class Trainer:
         self.writer.add_scalar("charts/learning_rate", self.scheduler.get_last_lr()[0], gs)
         self.writer.add_scalar("charts/grad_norm", grad_norm, gs)
         self.writer.add_scalar("charts/samples_per_sec", samples_per_sec, gs)
+        if self.anchor:
+            self.writer.add_scalar("charts/distance_from_init", self.distance_from_init().item(), gs)
+
+    def distance_from_init(self) -> torch.Tensor:
+        """--stay-near-init: the squared distance of the weights from the --init checkpoint's, summed (L2-SP)."""
+        return sum((((p - start) ** 2).sum() for p, start in self.anchor), torch.zeros((), device=self.device))
 
     def end_epoch(self) -> None:
         """Validate, log, keep the best checkpoint and save last.pt."""

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from agent.training.config import Model, core_options
 from agent.training.data import Data
@@ -112,3 +113,11 @@ def build_policy(m: Model, core_spec: str, data: Data, head: str, names: list[st
         action_temperature=m.action_temperature or 1.0, latency_input=m.latency_input or "none",
         queue_steps=m.latency_queue or 0, **extra)
     return DrivingPolicy(config)
+
+
+def init_anchor(init: str, policy: DrivingPolicy) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
+    """--stay-near-init: each trainable weight of ``policy`` paired with its value in the --init checkpoint, on the
+    weight's device; a weight the checkpoint lacks (an input added since: told_as_input) is not pulled."""
+    start = read_checkpoint(init)["state_dict"]
+    return [(p, start[name].to(p.device, p.dtype)) for name, p in policy.named_parameters()
+            if p.requires_grad and name in start and start[name].shape == p.shape]

@@ -48,7 +48,13 @@ def test_every_variant_is_paired_with_the_unchanged_student_judged_once():
 def test_variant_names_say_what_is_trained_and_mixed():
     assert pool_fine_tune.parse_variant("fine-tuned@0.5-1000") == pool_fine_tune.Variant("fine-tuned", 0.5, True)
     assert pool_fine_tune.parse_variant("recovery") == pool_fine_tune.Variant("recovery", None, False)
-    for wrong, says in [("tuned", "unknown variant"), ("unchanged@0.5", "neither mixed"), ("fine-tuned@1.5", "(0, 1)")]:
+    near = pool_fine_tune.parse_variant("near-init=0.1@0.5")
+    assert near == pool_fine_tune.Variant("near-init", 0.5, False, 0.1) and near.trained == "near-init=0.1"
+    assert pool_fine_tune.parse_variant("near-init=0.01-1000").trained == "near-init=0.01-1000"
+    flags = pool_fine_tune.train_flags(pool_fine_tune.PoolFineTuneArgs(recordings=["r"]), near)
+    assert flags[-2:] == ["--stay-near-init", "0.1"] and "--init" in flags
+    for wrong, says in [("tuned", "unknown variant"), ("unchanged@0.5", "neither mixed"), ("fine-tuned@1.5", "(0, 1)"),
+                        ("near-init", "near-init=L"), ("near-init=0", "L > 0"), ("fine-tuned=0.1", "no other")]:
         with pytest.raises(ValueError, match=says):
             pool_fine_tune.parse_variant(wrong)
 

@@ -1,6 +1,8 @@
 """One training run (agent/training/loop.py) driven directly, on a tiny synthetic dataset: the Trainer's epochs,
-its checkpoints, a diverged loss, resuming from last.pt (and the format last.pt keeps) and --blend-init."""
+its checkpoints, a diverged loss, resuming from last.pt (and the format last.pt keeps), --blend-init and
+--stay-near-init."""
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from agent.training.config import resolve, with_env_defaults
 from agent.training.data import load_data, resolve_head
 from agent.training.distributed import SINGLE
 from agent.training.loop import Trainer, TrainState
+from agent.training.starting_policy import init_anchor
 from agent.training.windows import make_splits
 from policies.checkpoint import load_checkpoint, read_checkpoint
 from tests.agent.training.test_experiment import tiny_args, write_synthetic
@@ -34,6 +37,15 @@ def trainer(data_dir: Path, out: Path, resume: bool = False, **kw) -> Trainer:
     data, splits = make_splits(plan.split, plan.windows, data)
     resumed = read_checkpoint(out / "last.pt") if resume else None
     return Trainer(plan, plan.specs[0], data, splits[0], out, "test", SINGLE, torch.device("cpu"), head, resumed)
+
+
+def scalars(run_dir: Path, tag: str) -> list[float]:
+    """The values of one TensorBoard scalar the run in ``run_dir`` wrote, read back from its event file."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [e.value for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
 
 
 def scripted_validation(monkeypatch, losses: list[float]) -> None:
@@ -141,3 +153,27 @@ def test_blend_with_init_writes_the_weight_mix_of_init_and_the_best_student(data
     again = load_checkpoint(out / "best.pt").state_dict()
     for k in first:
         torch.testing.assert_close(again[k], blend[k])
+
+
+def test_stay_near_init_pulls_the_fine_tune_toward_its_start_and_logs_the_distance(data_dir, tmp_path):
+    start = trainer(data_dir, tmp_path / "start", epochs=1)
+    start.fit()
+    init = str(tmp_path / "start" / "best.pt")
+    distances = {}
+    for weight in (0.0, 10.0):
+        t = trainer(data_dir, tmp_path / f"tuned_{weight:g}", epochs=1, init=init, stay_near_init=weight, lr=5e-2)
+        assert (len(t.anchor) == len(list(t.policy.parameters()))) == (weight > 0)  # every weight pulled, or none
+        t.fit()
+        t.anchor = init_anchor(init, t.policy)
+        distances[weight] = t.distance_from_init().item()
+    assert 0 < distances[10.0] < 0.5 * distances[0.0]
+    logged = scalars(tmp_path / "tuned_10", "charts/distance_from_init")
+    assert logged and all(v >= 0 for v in logged) and logged[-1] > 0
+
+
+@pytest.mark.parametrize("flags, needle", [(dict(stay_near_init=1.0), "needs --init and a finite weight >= 0, got "
+                                            "1.0 without --init"), (dict(stay_near_init=-1.0, init="x.pt"), ">= 0"),
+                                           (dict(stay_near_init=float("nan"), init="x.pt"), "got nan")])
+def test_stay_near_init_refuses_a_weight_without_init_or_out_of_range_in_one_line(data_dir, tmp_path, flags, needle):
+    with pytest.raises(ValueError, match=r"^--stay-near-init .*" + re.escape(needle)):
+        resolve(tiny_args(data_dir, tmp_path / "no", **flags))
