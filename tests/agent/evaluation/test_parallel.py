@@ -23,7 +23,7 @@ def _plan(out, video_episodes=1, saliency="grad"):
                       action_space=None, discrete_actions=None, action_temperature=None, spared=(),
                       spares_given=False, pi_speed=False)
     where = Where(env="carracing", seeds=(5, 6), max_steps=STEPS, renderer="fast", make_kwargs={}, replay=None,
-                  replay_span=None, replay_max_offset=0.0, replay_reference="", data=(), data_span=(0.0, 1.0))
+                  data=(), data_span=(0.0, 1.0))
     conditions = Conditions(TimingConditions(latency_steps=1), "steps", 0.0)
     outputs = Outputs(out=Path(out), imported=(), video_episodes=video_episodes, saliency=saliency,
                       tensorboard=False, progress=False)
