@@ -53,8 +53,14 @@ def test_variant_names_say_what_is_trained_and_mixed():
     assert pool_fine_tune.parse_variant("near-init=0.01-1000").trained == "near-init=0.01-1000"
     flags = pool_fine_tune.train_flags(pool_fine_tune.PoolFineTuneArgs(recordings=["r"]), near)
     assert flags[-2:] == ["--stay-near-init", "0.1"] and "--init" in flags
-    for wrong, says in [("tuned", "unknown variant"), ("unchanged@0.5", "neither mixed"), ("fine-tuned@1.5", "(0, 1)"),
-                        ("near-init", "near-init=L"), ("near-init=0", "L > 0"), ("fine-tuned=0.1", "no other")]:
+    for wrong, says in [
+        ("tuned", "unknown variant"),
+        ("unchanged@0.5", "neither mixed"),
+        ("fine-tuned@1.5", "(0, 1)"),
+        ("near-init", "near-init=L"),
+        ("near-init=0", "L > 0"),
+        ("fine-tuned=0.1", "no other"),
+    ]:
         with pytest.raises(ValueError, match=says):
             pool_fine_tune.parse_variant(wrong)
 
