@@ -11,6 +11,10 @@ replay of the recording's last 20 % (every session's, ``--replay-reference drive
   labelled with the way back);
 * ``near-init=L`` (e.g. ``near-init=0.1``): the fine-tune with ``--stay-near-init L`` (L2-SP: the squared distance
   from the start's weights, times L, added to the loss);
+* ``dagger`` (``dagger=W``): the README's one command, ``python -m agent.training.dagger --replay REC --init POOL
+  --recipe fine-tune`` (the blend, then one DAgger round in the replay of the trained part; ``=W``: ``--round-blend
+  W``); its round 0 is the ``fine-tuned`` variant's run of the same seed blended half and half (the same training),
+  reused where that run is finished;
 * ``V@W`` (e.g. ``fine-tuned@0.5``): variant V's student mixed weight by weight with the pooled student,
   ``(1 - W) * start + W * tuned`` (``agent.training.interpolate``; no training of its own);
 * ``V-1000``: variant V trained on the recording's first 1,000 frames only.
@@ -32,7 +36,7 @@ import numpy as np
 from common.cli import option, run_command
 
 PROG = "python -m benchmarks.pool_fine_tune"
-TRAINED = ("scratch", "fine-tuned", "recovery", "near-init")
+TRAINED = ("scratch", "fine-tuned", "recovery", "near-init", "dagger")
 VARIANTS = ("unchanged", *TRAINED)
 _NAME = re.compile(r"^(?P<base>[a-z-]+?)(?:=(?P<weight>[0-9.]+))?(?:@(?P<mix>[0-9.]+))?(?P<short>-1000)?$")
 
@@ -82,8 +86,11 @@ def parse_variant(name: str) -> Variant:
     if mix is not None and not 0 < mix < 1:
         raise ValueError(f"--variants: {name!r}: the share W of V@W must be in (0, 1)")
     weight = float(m["weight"]) if m["weight"] else None
-    if (base == "near-init") != (weight is not None and weight > 0):
-        raise ValueError(f"--variants: {name!r}: near-init=L takes its --stay-near-init L > 0, no other variant an L")
+    if base == "dagger" and weight is not None and not 0 < weight <= 1:
+        raise ValueError(f"--variants: {name!r}: dagger=W takes its --round-blend W in (0, 1]")
+    if base != "dagger" and (base == "near-init") != (weight is not None and weight > 0):
+        raise ValueError(f"--variants: {name!r}: near-init=L takes its --stay-near-init L > 0 (dagger=W a round "
+                         "blend W), no other variant a number")
     return Variant(base, mix, bool(m["short"]), weight)
 
 
@@ -122,6 +129,27 @@ def _mixed(start: str, tuned: Path, weight: float, out: Path) -> Path:
     return out
 
 
+def _dagger(a: PoolFineTuneArgs, v: Variant, rec: Path, seed: int, run: Path, fine_tuned: Path) -> Path:
+    """The one command's student (agent.training.dagger --recipe fine-tune) on ``rec`` (the recording, or its first
+    frames), its round 0 taken from ``fine_tuned``
+    (the fine-tuned variant's run: the same training) where that is finished and the lineage's is not."""
+    import shutil
+
+    from agent.training.dagger import Lineage, run_lineage
+    from agent.training.experiment import finished
+
+    r0 = run / "r0"
+    if finished(fine_tuned) and not finished(r0):
+        r0.mkdir(parents=True, exist_ok=True)
+        for name in ("args.json", "metrics.json", "last.pt"):
+            shutil.copy2(fine_tuned / name, r0 / name)
+        shutil.copy2(fine_tuned / "best.pt", r0 / "best_tuned.pt")
+        _mixed(a.init, r0 / "best_tuned.pt", 0.5, r0 / "best.pt")
+    lin = Lineage(recording=str(rec), init=a.init, recipe="fine-tune", seed=seed, round_blend=v.weight,
+                  data=str(run / "episodes"), out=str(run), threads=a.threads, workers=1, progress=False)
+    return Path(run_lineage(lin)["final"])
+
+
 def train_flags(a: PoolFineTuneArgs, v: Variant) -> list[str]:
     """train.py's flags of a trained variant, beyond the data, the split, the seed and the threads."""
     tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
@@ -153,6 +181,10 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
                         students[name] = Path(a.init)
                     continue
                 run = a.out / rec.name / f"{v.trained}_s{seed}"
+                if v.base == "dagger":
+                    tuned = a.out / rec.name / f"fine-tuned{'-1000' if v.short else ''}_s{seed}"
+                    students[name] = _dagger(a, v, short if v.short else rec, seed, run, tuned)
+                    continue
                 best = _train(["--data", str(short if v.short else rec), *common, *train_flags(a, v)], run)
                 students[name] = best if v.mix is None else _mixed(a.init, best, v.mix, run / f"mix{v.mix:g}.pt")
             table = a.out / rec.name / f"eval_s{seed}"

@@ -7,12 +7,15 @@ starts over where it was stopped before its first epoch was saved).
     python -m agent.training.dagger --core nac-focus --seed 2 --recipe long --renderer fast
     python -m agent.training.dagger --core lstm --seed 1 --recipe short --data data/dl1_lstm --out runs/dl1/lstm
     python -m agent.training.dagger --replay RECORDING_DIR --seed 1      # DAgger in the replay of a recording
+    python -m agent.training.dagger --replay RECORDING_DIR --init checkpoints/udacity_real_nac.pt --recipe fine-tune
 
 The recipes are the ones measured in docs/results.md: ``short`` the like-for-like table's (3 collections, 8
 epochs, argmax drivers), ``long`` the shipped discrete student's (8 collections, 47 epochs, sampling drivers),
 ``replay`` (the one for ``--replay``) the real recordings' DAgger: round 0 is the default train.py student of the
 recording (its last 20 % of every session held out), each round after it drives the replay of the part it trained
-on, the path controller labelling what it sees, and fine-tunes on the recording plus every round's episodes.
+on, the path controller labelling what it sees, and fine-tunes on the recording plus every round's episodes;
+``fine-tune`` (with ``--replay`` and ``--init``) makes a given student a user's: round 0 is the README's fine-tune of
+it (5 epochs at lr 5e-4, best.pt blended half and half with the start), then one DAgger round in the replay.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class Round:
     beta: float
     epochs: int
     lr: float
+    blend: float | None = None  # train.py --blend-init: best.pt mixed with the student the round started from
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,14 @@ class Recipe:
     action_space: str = "discrete"
     val_fraction: float = 0.1
     split: str = "auto"  # train.py --split
+    lr: float | None = None  # round 0's peak learning rate (None: train.py's default)
+    blend: float | None = None  # round 0's --blend-init with --init; a recipe that has one fine-tunes an --init
+
+    @property
+    def first_round(self) -> Round:
+        from agent.training.config import TrainArgs
+
+        return Round(1.0, self.epochs, TrainArgs.lr if self.lr is None else self.lr, self.blend)
 
 
 # Rounds in the replay of a recording: no expert episodes (round 0 trains on the recording), one episode per
@@ -61,6 +73,10 @@ REPLAY_RECIPE = Recipe(0, 15, 0, (Round(0.0, 4, 5e-4),) * 3, "argmax", action_sp
                        split="blocks")
 
 
+# A user's recording makes a given student (--init) theirs: round 0 the fine-tune blended with its start, then one
+# round in the replay teaches the way back on the user's own road.
+FINE_TUNE_RECIPE = replace(REPLAY_RECIPE, epochs=5, lr=5e-4, blend=0.5, rounds=(Round(0.0, 4, 5e-4),))
+
 NOISE_HOLD = 3  # frames a replay's --noise sample is held: 0.3 s at a recording's 10 Hz moves the car off its line
 
 RECIPES = {
@@ -68,6 +84,7 @@ RECIPES = {
     "long": Recipe(25, 15, 20, (Round(0.5, 6, 5e-4), Round(0.2, 6, 5e-4), Round(0.0, 4, 5e-4), Round(0.0, 4, 5e-4),
                                 Round(0.0, 3, 2e-4), Round(0.0, 3, 2e-4), Round(0.0, 3, 2e-4)), "sample"),
     "replay": REPLAY_RECIPE,
+    "fine-tune": FINE_TUNE_RECIPE,
 }
 
 
@@ -84,13 +101,18 @@ class Lineage:
     recipe: str | None = option(None, "short: 20 expert episodes, 4 epochs, 2 rounds of 20 (argmax drivers); long: "
                                 "25 expert episodes, 15 epochs, 7 rounds of 20 with sampling drivers; replay: a "
                                 "recording's default student, then 3 rounds of 4 epochs at lr 5e-4 in its replay "
-                                "(default: replay with --replay, else long)", group="optimisation",
+                                "(default: replay with --replay, else long); fine-tune (with --replay and --init): "
+                                "the README's fine-tune of --init blended half and half with it, then one round of 4 "
+                                "epochs in the replay", group="optimisation",
                                 choices=tuple(RECIPES))
     rounds: int | None = option(None, "DAgger rounds after round 0 (default: the recipe's); more than the recipe's "
                                 "repeat its last round, so a finished lineage goes on where it stopped",
                                 group="optimisation", metavar="N")
     round_epochs: int | None = option(None, "epochs of each round after round 0 (default: the recipe's)",
                                       group="optimisation", metavar="N")
+    round_blend: float | None = option(None, "each round after round 0 blends its best.pt with the student it "
+                                       "started from, as train.py --blend-init W (default: the recipe's, none)",
+                                       group="optimisation", metavar="W")
     recording: str | None = option(None, "DAgger in the replay of this recording (a real simulator recording or "
                                    "its imported dataset folder, or a pool of them: python -m agent.udacity.pool "
                                    "import), as evaluate.py --replay drives it, instead of carracing with its PPO "
@@ -120,6 +142,8 @@ class Lineage:
     @property
     def name(self) -> str:
         first = Path(self.recording).resolve().name if self.recording else self.recipe_name
+        if self.recording and self.recipe_name != "replay":
+            first += f"_{self.recipe_name}"
         student = f"from-{Path(self.init).stem}" if self.init else self.core
         return f"{first}_{student}_s{self.seed}"
 
@@ -151,6 +175,11 @@ class Lineage:
             raise ValueError(f"--rounds must be an integer >= 1, got {self.rounds!r}")
         if self.round_epochs is not None and not is_int(self.round_epochs, 1):
             raise ValueError(f"--round-epochs must be an integer >= 1, got {self.round_epochs!r}")
+        if self.round_blend is not None and not (math.isfinite(self.round_blend) and 0 < self.round_blend <= 1):
+            raise ValueError(f"--round-blend must be a share in (0, 1], got {self.round_blend!r}")
+        if recipe.blend is not None and not self.init:
+            raise ValueError(f"--recipe {self.recipe_name} fine-tunes a student to the recording: give --init CKPT "
+                             "(e.g. checkpoints/udacity_real_nac.pt)")
         from policies.cores import parse_core_name
 
         parse_core_name(self.core)  # a mistyped core fails now, not after round 0's collection
@@ -210,7 +239,9 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
     later += [recipe.rounds[-1]] * ((lin.rounds or 0) - len(later))  # --rounds beyond the recipe's: its last again
     if lin.round_epochs is not None:
         later = [replace(r, epochs=lin.round_epochs) for r in later]
-    rounds = [Round(1.0, recipe.epochs, TrainArgs.lr), *later]  # round 0: the expert drives
+    if lin.round_blend is not None:
+        later = [replace(r, blend=lin.round_blend) for r in later]
+    rounds = [recipe.first_round, *later]  # round 0: the expert drives, or the recording trains
     plans, data_sets, wanted = [], [recording] if recording else [], 0
     for k, rnd in enumerate(rounds):
         run_dir, driver = lin.out_dir / f"r{k}", None if k == 0 else lin.out_dir / f"r{k - 1}" / "best.pt"
@@ -240,7 +271,8 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
                          resume=(run_dir / "args.json").exists(), **lin.train_options,  # a killed round: on
                          # from its last.pt, or over again where it saved no epoch (train.py --resume does either)
                          **(({"init": lin.init} if lin.init else {"policy": lin.core}) if k == 0
-                            else {"init": str(driver), "lr": rnd.lr}),
+                            else {"init": str(driver)}), lr=rnd.lr,
+                         **({"blend_init": rnd.blend} if rnd.blend is not None else {}),
                          **({"discrete_actions": recipe.driver_actions} if recipe.action_space == "discrete" else {}))
         plans.append(RoundPlan(run_dir, collects, args))
     return plans
