@@ -314,6 +314,33 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(udacity_drive, tmp_path, 
     assert not (tmp_path / "x").exists()
 
 
+def test_the_fine_tune_recipe_is_the_readme_fine_tune_then_one_round_in_the_replay(udacity_drive, tmp_path, capsys):
+    """--recipe fine-tune: round 0 fine-tunes --init (5 epochs at lr 5e-4, best.pt blended half and half with it),
+    round 1 drives the replay of the trained part and fine-tunes the blend; --round-blend blends that round too."""
+    from dataclasses import replace
+
+    from agent.training.dagger import Lineage, main, plan_rounds
+
+    lin = Lineage(recording=str(udacity_drive), init="checkpoints/udacity_real_nac.pt", recipe="fine-tune", seed=2,
+                  data=str(tmp_path / "data"), out=str(tmp_path / "runs"), progress=False)
+    plans = plan_rounds(lin, lin.validate(), log=lambda m: None)
+    first, second = plans[0].train, plans[1].train
+    assert (first.init, first.epochs, first.lr, first.blend_init) == ("checkpoints/udacity_real_nac.pt", 5, 5e-4, 0.5)
+    assert first.split == "blocks" and first.val_fraction == 0.2 and plans[0].collects == []
+    assert (second.init, second.lr, second.blend_init) == (str(tmp_path / "runs" / "r0" / "best.pt"), 5e-4, None)
+    assert len(plans) == 2 and plans[1].collects[0][0].replay_span == "0:0.8"
+    assert lin.name.endswith("_fine-tune_from-udacity_real_nac_s2")  # not the replay recipe's folders
+    blended = plan_rounds(replace(lin, round_blend=0.5), lin.validate(), log=lambda m: None)
+    assert blended[1].train.blend_init == 0.5 and blended[0].train == first
+    for argv, needle in ([["--recipe", "fine-tune"], "fine-tunes a student to the recording: give --init"],
+                         [["--init", "checkpoints/udacity_real_nac.pt", "--recipe", "fine-tune", "--round-blend",
+                           "0"], "--round-blend must be a share in (0, 1]"]):
+        assert main(["--replay", str(udacity_drive), *argv, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_student_of_other_frames_never_drives_the_replay(udacity_drive, tmp_path, capsys):
     from tests.helpers import steering_checkpoint
 

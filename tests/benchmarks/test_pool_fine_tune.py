@@ -53,7 +53,10 @@ def test_variant_names_say_what_is_trained_and_mixed():
     assert pool_fine_tune.parse_variant("near-init=0.01-1000").trained == "near-init=0.01-1000"
     flags = pool_fine_tune.train_flags(pool_fine_tune.PoolFineTuneArgs(recordings=["r"]), near)
     assert flags[-2:] == ["--stay-near-init", "0.1"] and "--init" in flags
+    assert pool_fine_tune.parse_variant("dagger=0.5") == pool_fine_tune.Variant("dagger", None, False, 0.5)
+    assert pool_fine_tune.parse_variant("dagger-1000").trained == "dagger-1000"
     for wrong, says in [
+        ("dagger=1.5", "--round-blend W in"),
         ("tuned", "unknown variant"),
         ("unchanged@0.5", "neither mixed"),
         ("fine-tuned@1.5", "(0, 1)"),
@@ -68,3 +71,33 @@ def test_variant_names_say_what_is_trained_and_mixed():
 def test_an_unknown_variant_is_one_line(tmp_path, capsys):
     assert pool_fine_tune.main(["--recordings", "x", "--variants", "tuned", "--out", str(tmp_path)]) == 2
     assert "unknown variant 'tuned'" in capsys.readouterr().err
+
+
+def test_the_dagger_variant_starts_from_the_fine_tuned_run_blended_with_the_start(tmp_path, monkeypatch):
+    """Its round 0 is the fine-tuned variant's finished run (the same training), best.pt the half-and-half blend
+    with the pooled student; the lineage then runs as the one command would."""
+    import torch
+
+    from agent.training import dagger, experiment
+    from policies.checkpoint import load_checkpoint
+    from tests.helpers import steering_checkpoint
+
+    start, tuned = steering_checkpoint(tmp_path / "start.pt", 0.1), tmp_path / "ft"
+    tuned.mkdir()
+    steering_checkpoint(tuned / "best.pt", 0.3)
+    for name in ("args.json", "metrics.json", "last.pt"):
+        (tuned / name).write_text("{}")
+    monkeypatch.setattr(experiment, "finished", lambda run: (run / "metrics.json").is_file())
+    seen = []
+    monkeypatch.setattr(dagger, "run_lineage", lambda lin: seen.append(lin) or {"final": str(tmp_path / "r1.pt")})
+    a = pool_fine_tune.PoolFineTuneArgs(recordings=["rec"], init=str(start), threads=1)
+    best = pool_fine_tune._dagger(a, pool_fine_tune.parse_variant("dagger=0.5"), tmp_path / "rec", 3,
+                                  tmp_path / "run", tuned)
+    assert best == tmp_path / "r1.pt"
+    lin = seen[0]
+    assert (lin.recipe, lin.init, lin.seed, lin.round_blend, lin.out) == ("fine-tune", str(start), 3, 0.5,
+                                                                          str(tmp_path / "run"))
+    r0 = tmp_path / "run" / "r0"
+    bias = [load_checkpoint(p).head.bias for p in (start, tuned / "best.pt", r0 / "best.pt")]
+    assert torch.allclose(bias[2], (bias[0] + bias[1]) / 2)
+    assert (r0 / "best_tuned.pt").read_bytes() == (tuned / "best.pt").read_bytes()
