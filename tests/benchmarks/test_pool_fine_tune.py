@@ -91,12 +91,18 @@ def test_the_dagger_variant_starts_from_the_fine_tuned_run_blended_with_the_star
     seen = []
     monkeypatch.setattr(dagger, "run_lineage", lambda lin: seen.append(lin) or {"final": str(tmp_path / "r1.pt")})
     a = pool_fine_tune.PoolFineTuneArgs(recordings=["rec"], init=str(start), threads=1)
-    best = pool_fine_tune._dagger(a, pool_fine_tune.parse_variant("dagger=0.5"), tmp_path / "rec", 3,
-                                  tmp_path / "run", tuned)
+    best = pool_fine_tune._dagger(
+        a, pool_fine_tune.parse_variant("dagger=0.5"), tmp_path / "rec", 3, tmp_path / "run", tuned
+    )
     assert best == tmp_path / "r1.pt"
     lin = seen[0]
-    assert (lin.recipe, lin.init, lin.seed, lin.round_blend, lin.out) == ("fine-tune", str(start), 3, 0.5,
-                                                                          str(tmp_path / "run"))
+    assert (lin.recipe, lin.init, lin.seed, lin.round_blend, lin.out) == (
+        "fine-tune",
+        str(start),
+        3,
+        0.5,
+        str(tmp_path / "run"),
+    )
     r0 = tmp_path / "run" / "r0"
     bias = [load_checkpoint(p).head.bias for p in (start, tuned / "best.pt", r0 / "best.pt")]
     assert torch.allclose(bias[2], (bias[0] + bias[1]) / 2)
