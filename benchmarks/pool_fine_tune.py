@@ -12,8 +12,8 @@ replay of the recording's last 20 % (every session's, ``--replay-reference drive
 * ``near-init=L`` (e.g. ``near-init=0.1``): the fine-tune with ``--stay-near-init L`` (L2-SP: the squared distance
   from the start's weights, times L, added to the loss);
 * ``dagger`` (``dagger=W``): the README's one command, ``python -m agent.training.dagger --replay REC --init POOL
-  --recipe fine-tune`` (the blend, then one DAgger round in the replay of the trained part; ``=W``: ``--round-blend
-  W``); its round 0 is the ``fine-tuned`` variant's run of the same seed blended half and half (the same training),
+  --recipe fine-tune`` (the blend, then one DAgger round in the replay of the trained part, blended half and half
+  with its start; ``=W``: ``--round-blend W``, 1 no blend); its round 0 is the ``fine-tuned`` variant's run of the same seed blended half and half (the same training),
   reused where that run is finished;
 * ``V@W`` (e.g. ``fine-tuned@0.5``): variant V's student mixed weight by weight with the pooled student,
   ``(1 - W) * start + W * tuned`` (``agent.training.interpolate``; no training of its own);

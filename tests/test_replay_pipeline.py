@@ -316,7 +316,8 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(udacity_drive, tmp_path, 
 
 def test_the_fine_tune_recipe_is_the_readme_fine_tune_then_one_round_in_the_replay(udacity_drive, tmp_path, capsys):
     """--recipe fine-tune: round 0 fine-tunes --init (5 epochs at lr 5e-4, best.pt blended half and half with it),
-    round 1 drives the replay of the trained part and fine-tunes the blend; --round-blend blends that round too."""
+    round 1 drives the replay of the trained part and fine-tunes the blend, blended half and half with it in turn
+    (--round-blend W sets that share)."""
     from dataclasses import replace
 
     from agent.training.dagger import Lineage, main, plan_rounds
@@ -327,11 +328,11 @@ def test_the_fine_tune_recipe_is_the_readme_fine_tune_then_one_round_in_the_repl
     first, second = plans[0].train, plans[1].train
     assert (first.init, first.epochs, first.lr, first.blend_init) == ("checkpoints/udacity_real_nac.pt", 5, 5e-4, 0.5)
     assert first.split == "blocks" and first.val_fraction == 0.2 and plans[0].collects == []
-    assert (second.init, second.lr, second.blend_init) == (str(tmp_path / "runs" / "r0" / "best.pt"), 5e-4, None)
+    assert (second.init, second.lr, second.blend_init) == (str(tmp_path / "runs" / "r0" / "best.pt"), 5e-4, 0.5)
     assert len(plans) == 2 and plans[1].collects[0][0].replay_span == "0:0.8"
     assert lin.name.endswith("_fine-tune_from-udacity_real_nac_s2")  # not the replay recipe's folders
-    blended = plan_rounds(replace(lin, round_blend=0.5), lin.validate(), log=lambda m: None)
-    assert blended[1].train.blend_init == 0.5 and blended[0].train == first
+    unblended = plan_rounds(replace(lin, round_blend=1.0), lin.validate(), log=lambda m: None)
+    assert unblended[1].train.blend_init == 1.0 and unblended[0].train == first
     for argv, needle in ([["--recipe", "fine-tune"], "fine-tunes a student to the recording: give --init"],
                          [["--init", "checkpoints/udacity_real_nac.pt", "--recipe", "fine-tune", "--round-blend",
                            "0"], "--round-blend must be a share in (0, 1]"]):
