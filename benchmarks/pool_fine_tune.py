@@ -13,8 +13,8 @@ replay of the recording's last 20 % (every session's, ``--replay-reference drive
   from the start's weights, times L, added to the loss);
 * ``dagger`` (``dagger=W``): the README's one command, ``python -m agent.training.dagger --replay REC --init POOL
   --recipe fine-tune`` (the blend, then one DAgger round in the replay of the trained part, blended half and half
-  with its start; ``=W``: ``--round-blend W``, 1 no blend); its round 0 is the ``fine-tuned`` variant's run of the same seed blended half and half (the same training),
-  reused where that run is finished;
+  with its start; ``=W``: ``--round-blend W``, 1 no blend); its round 0 is the ``fine-tuned`` variant's run of
+  the same seed blended half and half (the same training), reused where that run is finished;
 * ``V@W`` (e.g. ``fine-tuned@0.5``): variant V's student mixed weight by weight with the pooled student,
   ``(1 - W) * start + W * tuned`` (``agent.training.interpolate``; no training of its own);
 * ``V-1000``: variant V trained on the recording's first 1,000 frames only.

@@ -113,8 +113,8 @@ class Lineage:
     round_epochs: int | None = option(None, "epochs of each round after round 0 (default: the recipe's)",
                                       group="optimisation", metavar="N")
     round_blend: float | None = option(None, "each round after round 0 blends its best.pt with the student it "
-                                       "started from, as train.py --blend-init W; 1: no blend (default: the recipe's: fine-tune 0.5, "
-                                       "the others none)",
+                                       "started from, as train.py --blend-init W; 1: no blend (default: the "
+                                       "recipe's: fine-tune 0.5, the others none)",
                                        group="optimisation", metavar="W")
     recording: str | None = option(None, "DAgger in the replay of this recording (a real simulator recording or "
                                    "its imported dataset folder, or a pool of them: python -m agent.udacity.pool "
