@@ -183,9 +183,9 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
                 run = a.out / rec.name / f"{v.trained}_s{seed}"
                 if v.base == "dagger":
                     tuned = a.out / rec.name / f"fine-tuned{'-1000' if v.short else ''}_s{seed}"
-                    students[name] = _dagger(a, v, short if v.short else rec, seed, run, tuned)
-                    continue
-                best = _train(["--data", str(short if v.short else rec), *common, *train_flags(a, v)], run)
+                    best = _dagger(a, v, short if v.short else rec, seed, run, tuned)
+                else:
+                    best = _train(["--data", str(short if v.short else rec), *common, *train_flags(a, v)], run)
                 students[name] = best if v.mix is None else _mixed(a.init, best, v.mix, run / f"mix{v.mix:g}.pt")
             table = a.out / rec.name / f"eval_s{seed}"
             heldout_drivers.main(["--recordings", str(rec), "--checkpoint", *map(str, students.values()),

@@ -107,3 +107,40 @@ def test_the_dagger_variant_starts_from_the_fine_tuned_run_blended_with_the_star
     bias = [load_checkpoint(p).head.bias for p in (start, tuned / "best.pt", r0 / "best.pt")]
     assert torch.allclose(bias[2], (bias[0] + bias[1]) / 2)
     assert (r0 / "best_tuned.pt").read_bytes() == (tuned / "best.pt").read_bytes()
+
+
+def test_a_mix_of_the_dagger_variant_is_the_one_command_s_student_mixed_with_the_start(tmp_path, monkeypatch):
+    """dagger@W judges (1 - W) x the pooled student + W x the one command's student, not the unmixed student."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from benchmarks import heldout_drivers
+    from policies.checkpoint import load_checkpoint
+    from tests.helpers import steering_checkpoint
+
+    start, final = steering_checkpoint(tmp_path / "start.pt", 0.1), steering_checkpoint(tmp_path / "r1.pt", 0.3)
+    monkeypatch.setattr(pool_fine_tune, "_dagger", lambda a, v, rec, seed, run, tuned: final)
+    judged = {}
+
+    def judge(argv):
+        names = argv[argv.index("--name") + 1 : argv.index("--span")]
+        judged.update(zip(names, argv[argv.index("--checkpoint") + 1 : argv.index("--name")]))
+        row = {"offline_vs_straight": 0.3, "frames": 10, "corr": 0.8, "per_100s": 1.0, "straight_per_100s": 40.0}
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "table.json").write_text(json.dumps({"rows": {"rec": {n: row for n in names}}}))
+
+    monkeypatch.setattr(heldout_drivers, "main", judge)
+    a = pool_fine_tune.PoolFineTuneArgs(
+        recordings=[str(tmp_path / "rec")],
+        init=str(start),
+        threads=1,
+        variants=["unchanged", "dagger", "dagger@0.5"],
+        out=tmp_path / "out",
+    )
+    pool_fine_tune._benchmark(a)
+    assert judged["dagger"] == str(final) and judged["dagger@0.5"] != str(final)
+    bias = [load_checkpoint(p).head.bias for p in (start, final, judged["dagger@0.5"])]
+    assert torch.allclose(bias[2], (bias[0] + bias[1]) / 2)
