@@ -11,6 +11,7 @@ replay of the recording's last 20 % (every session's, ``--replay-reference drive
   labelled with the way back);
 * ``near-init=L`` (e.g. ``near-init=0.1``): the fine-tune with ``--stay-near-init L`` (L2-SP: the squared distance
   from the start's weights, times L, added to the loss);
+* ``frozen``: the fine-tune with ``--freeze-encoder`` (the core and the head learn, the encoder stays the start's);
 * ``dagger`` (``dagger=W``): the README's one command, ``python -m agent.training.dagger --replay REC --init POOL
   --recipe fine-tune`` (the blend, then one DAgger round in the replay of the trained part, blended half and half
   with its start; ``=W``: ``--round-blend W``, 1 no blend); its round 0 is the ``fine-tuned`` variant's run of
@@ -36,7 +37,7 @@ import numpy as np
 from common.cli import option, run_command
 
 PROG = "python -m benchmarks.pool_fine_tune"
-TRAINED = ("scratch", "fine-tuned", "recovery", "near-init", "dagger")
+TRAINED = ("scratch", "fine-tuned", "recovery", "near-init", "frozen", "dagger")
 VARIANTS = ("unchanged", *TRAINED)
 _NAME = re.compile(r"^(?P<base>[a-z-]+?)(?:=(?P<weight>[0-9.]+))?(?:@(?P<mix>[0-9.]+))?(?P<short>-1000)?$")
 
@@ -154,7 +155,7 @@ def train_flags(a: PoolFineTuneArgs, v: Variant) -> list[str]:
     """train.py's flags of a trained variant, beyond the data, the split, the seed and the threads."""
     tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
     return {"scratch": [], "fine-tuned": tune, "recovery": [*tune, "--recovery-views", str(a.recovery_views)],
-            "near-init": [*tune, "--stay-near-init", str(v.weight)]}[v.base]
+            "near-init": [*tune, "--stay-near-init", str(v.weight)], "frozen": [*tune, "--freeze-encoder"]}[v.base]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,6 +119,8 @@ class TrainArgs:
     stay_near_init: float = option(0.0,
         "with --init, L2-SP: each step's loss adds this weight x the squared distance of the weights from the --init "
         "checkpoint's (summed), so the fine-tune learns the new line near its start; default 0: no pull", group="model")
+    freeze_encoder: bool = option(False, "with --init: train the core and the head only, the per-frame encoder "
+                                  "kept as the --init checkpoint's", group="model")
     overwrite: bool = option(False, "allow starting a fresh run in a folder that holds one", group="output")
     folds: int = option(0,
         ">= 2: k-fold cross-validation by episode (the paper uses 5); 0: one train/val split", group="data")
@@ -237,8 +239,7 @@ def check_args(a: TrainArgs) -> None:
         if getattr(a, name) < least:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(a, name)}")
     if a.frame_tokens and a.window != 1:
-        raise ValueError("--frame-tokens cuts one frame's features into a sequence: it needs "
-                         f"--window 1, got {a.window}")
+        raise ValueError(f"--frame-tokens cuts one frame's features into a sequence: needs --window 1, got {a.window}")
     if a.frame_tokens and a.latency_input not in (None, "none"):
         raise ValueError("--frame-tokens: a policy whose sequence is one frame's tokens cannot be told its latency")
     if not (0 < a.steer_gain <= 4 and 0 <= a.steer_gain_from < 1):
@@ -252,6 +253,8 @@ def check_args(a: TrainArgs) -> None:
     if not (0 <= a.stay_near_init < float("inf") and (a.init is not None or a.stay_near_init == 0)):
         raise ValueError(f"--stay-near-init pulls the weights toward the --init checkpoint's: it needs --init and a "
                          f"finite weight >= 0, got {a.stay_near_init}" + ("" if a.init else " without --init"))
+    if a.freeze_encoder and a.init is None:
+        raise ValueError("--freeze-encoder keeps the --init checkpoint's encoder: it needs --init")
     if a.folds == 1 or a.folds < 0:
         raise ValueError(f"--folds must be 0 (one split) or >= 2, got {a.folds}")
     if not 0.0 < a.val_fraction < 1.0:
@@ -463,6 +466,7 @@ class Optimisation:
     seed: int
     lr_schedule: str = "cosine"  # after the warm-up: cosine | constant (agent.training.loop.make_schedule)
     stay_near_init: float = 0.0  # L2-SP weight toward the --init checkpoint's weights (0: none)
+    freeze_encoder: bool = False  # train the core and the head only (the encoder stays the --init checkpoint's)
 
 
 @dataclass(frozen=True)
@@ -584,7 +588,7 @@ def resolve(a: TrainArgs) -> TrainPlan:
         RecoveryOptions(a.recovery_views, a.recovery_offset, a.recovery_yaw, a.recovery_return)
         if a.recovery_views > 0 else None,
         Optimisation(a.epochs, a.lr, a.weight_decay, a.warmup, a.grad_clip, a.loss, a.class_weights, a.log_every,
-                     a.seed, a.lr_schedule, a.stay_near_init))
+                     a.seed, a.lr_schedule, a.stay_near_init, a.freeze_encoder))
 
 
 def _flags() -> dict[str, tuple[str, Any]]:

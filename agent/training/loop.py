@@ -167,8 +167,9 @@ def make_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup: fl
 
 def make_optimizer(policy: DrivingPolicy, o: Optimisation) -> torch.optim.AdamW:
     """AdamW; weight decay on matrices/kernels only (not biases, norms or positions)."""
-    decay = [p for n, p in policy.named_parameters() if p.dim() >= 2 and not n.endswith("pos")]
-    rest = [p for n, p in policy.named_parameters() if not (p.dim() >= 2 and not n.endswith("pos"))]
+    trained = [(n, p) for n, p in policy.named_parameters() if p.requires_grad]  # not a frozen encoder's
+    decay = [p for n, p in trained if p.dim() >= 2 and not n.endswith("pos")]
+    rest = [p for n, p in trained if not (p.dim() >= 2 and not n.endswith("pos"))]
     return torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
                               {"params": rest, "weight_decay": 0.0}], lr=o.lr)
 
@@ -307,6 +308,8 @@ class Trainer:
                                    self.last_path)
         self.precision = precision or choose_precision(run.precision, device)  # what runs and why (metrics.json)
         self.policy.to(device).use_precision(self.precision.precision)
+        if opt.freeze_encoder:
+            self.policy.encoder.requires_grad_(False)
         self.anchor = init_anchor(plan.model.init, self.policy) if opt.stay_near_init > 0 and plan.model.init else []
         self.class_weight = (inverse_frequency_weights(train_targets, device)
                              if head_kind == "discrete" and opt.class_weights else None)
@@ -412,6 +415,8 @@ class Trainer:
         epoch = state.epoch
         plan = batch_plan(self.lengths, self.plan.windows, epoch, self.turns, self.shares)
         self.policy.train()
+        if opt.freeze_encoder:  # its dropout off and any running statistics kept: the --init encoder exactly
+            self.policy.encoder.eval()
         bar = tqdm(total=len(plan), desc=f"{self.desc} epoch {epoch + 1}/{opt.epochs}", initial=state.batch,
                    leave=False, dynamic_ncols=True,
                    disable=not show_progress(self.plan.run.progress) or not self.world.main)

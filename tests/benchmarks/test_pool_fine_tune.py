@@ -53,6 +53,10 @@ def test_variant_names_say_what_is_trained_and_mixed():
     assert pool_fine_tune.parse_variant("near-init=0.01-1000").trained == "near-init=0.01-1000"
     flags = pool_fine_tune.train_flags(pool_fine_tune.PoolFineTuneArgs(recordings=["r"]), near)
     assert flags[-2:] == ["--stay-near-init", "0.1"] and "--init" in flags
+    frozen = pool_fine_tune.train_flags(
+        pool_fine_tune.PoolFineTuneArgs(recordings=["r"]), pool_fine_tune.parse_variant("frozen")
+    )
+    assert frozen[-1] == "--freeze-encoder" and "--init" in frozen
     assert pool_fine_tune.parse_variant("dagger=0.5") == pool_fine_tune.Variant("dagger", None, False, 0.5)
     assert pool_fine_tune.parse_variant("dagger-1000").trained == "dagger-1000"
     for wrong, says in [

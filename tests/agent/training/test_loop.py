@@ -1,6 +1,6 @@
 """One training run (agent/training/loop.py) driven directly, on a tiny synthetic dataset: the Trainer's epochs,
 its checkpoints, a diverged loss, resuming from last.pt (and the format last.pt keeps), --blend-init and
---stay-near-init."""
+--stay-near-init and --freeze-encoder."""
 import math
 import re
 from pathlib import Path
@@ -177,3 +177,20 @@ def test_stay_near_init_pulls_the_fine_tune_toward_its_start_and_logs_the_distan
 def test_stay_near_init_refuses_a_weight_without_init_or_out_of_range_in_one_line(data_dir, tmp_path, flags, needle):
     with pytest.raises(ValueError, match=r"^--stay-near-init .*" + re.escape(needle)):
         resolve(tiny_args(data_dir, tmp_path / "no", **flags))
+
+
+def test_freeze_encoder_trains_the_core_and_head_and_keeps_the_start_s_encoder_exactly(data_dir, tmp_path):
+    start = trainer(data_dir, tmp_path / "start", epochs=1)
+    start.fit()
+    init = tmp_path / "start" / "best.pt"
+    t = trainer(data_dir, tmp_path / "frozen", epochs=1, init=str(init), freeze_encoder=True, lr=5e-2)
+    t.fit()
+    before, after = load_checkpoint(init).state_dict(), load_checkpoint(tmp_path / "frozen" / "best.pt").state_dict()
+    encoder = [k for k in before if k.startswith("encoder.")]
+    assert encoder and all(torch.equal(before[k], after[k]) for k in encoder)
+    assert any(not torch.equal(before[k], after[k]) for k in before if not k.startswith("encoder."))
+
+
+def test_freeze_encoder_without_init_is_one_line(data_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"^--freeze-encoder keeps the --init checkpoint's encoder: it needs --init$"):
+        resolve(tiny_args(data_dir, tmp_path / "no", freeze_encoder=True))
