@@ -12,6 +12,8 @@ replay of the recording's last 20 % (every session's, ``--replay-reference drive
 * ``near-init=L`` (e.g. ``near-init=0.1``): the fine-tune with ``--stay-near-init L`` (L2-SP: the squared distance
   from the start's weights, times L, added to the loss);
 * ``frozen``: the fine-tune with ``--freeze-encoder`` (the core and the head learn, the encoder stays the start's);
+* ``rehearsal``: the fine-tune with the recordings of ``--rehearsal`` (other drivers', e.g. slices of the pool's) in
+  its ``--data`` beside the user's: every epoch rehearses them, each frame one turn;
 * ``dagger`` (``dagger=W``): the README's one command, ``python -m agent.training.dagger --replay REC --init POOL
   --recipe fine-tune`` (the blend, then one DAgger round in the replay of the trained part, blended half and half
   with its start; ``=W``: ``--round-blend W``, 1 no blend); its round 0 is the ``fine-tuned`` variant's run of
@@ -37,7 +39,7 @@ import numpy as np
 from common.cli import option, run_command
 
 PROG = "python -m benchmarks.pool_fine_tune"
-TRAINED = ("scratch", "fine-tuned", "recovery", "near-init", "frozen", "dagger")
+TRAINED = ("scratch", "fine-tuned", "recovery", "near-init", "frozen", "rehearsal", "dagger")
 VARIANTS = ("unchanged", *TRAINED)
 _NAME = re.compile(r"^(?P<base>[a-z-]+?)(?:=(?P<weight>[0-9.]+))?(?:@(?P<mix>[0-9.]+))?(?P<short>-1000)?$")
 
@@ -52,6 +54,8 @@ class PoolFineTuneArgs:
     epochs: int = option(5, "epochs of a fine-tune", group="optimisation")
     lr: float = option(5e-4, "peak learning rate of a fine-tune", group="optimisation")
     recovery_views: float = option(0.5, "the recovery variant's --recovery-views", group="optimisation")
+    rehearsal: list[str] = option([], "the rehearsal variant's other recordings (dataset folders), trained beside "
+                                  "the user's", group="input", metavar="DIR")
     first_frames: int = option(1000, "frames of the -1000 variants (the recording's first)", group="input")
     variants: list[str] = option(["scratch", "fine-tuned", "scratch-1000", "fine-tuned-1000"],
                                  "the students judged: " + ", ".join(VARIANTS) + " (near-init=L: its weight L); V@W "
@@ -155,7 +159,8 @@ def train_flags(a: PoolFineTuneArgs, v: Variant) -> list[str]:
     """train.py's flags of a trained variant, beyond the data, the split, the seed and the threads."""
     tune = ["--init", a.init, "--epochs", str(a.epochs), "--lr", str(a.lr)]
     return {"scratch": [], "fine-tuned": tune, "recovery": [*tune, "--recovery-views", str(a.recovery_views)],
-            "near-init": [*tune, "--stay-near-init", str(v.weight)], "frozen": [*tune, "--freeze-encoder"]}[v.base]
+            "near-init": [*tune, "--stay-near-init", str(v.weight)], "frozen": [*tune, "--freeze-encoder"],
+            "rehearsal": tune}[v.base]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +173,8 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
     variants = {name: parse_variant(name) for name in a.variants}
     if not Path(a.init).is_file():
         raise ValueError(f"--init {a.init!r} does not exist")
+    if any(v.base == "rehearsal" for v in variants.values()) and not a.rehearsal:
+        raise ValueError("the rehearsal variant trains on --rehearsal DIR ... beside the recording: name them")
     results: dict[str, dict[str, list[dict]]] = {}
     for rec in map(Path, a.recordings):
         short = None
@@ -186,7 +193,9 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
                     tuned = a.out / rec.name / f"fine-tuned{'-1000' if v.short else ''}_s{seed}"
                     best = _dagger(a, v, short if v.short else rec, seed, run, tuned)
                 else:
-                    best = _train(["--data", str(short if v.short else rec), *common, *train_flags(a, v)], run)
+                    extra = a.rehearsal if v.base == "rehearsal" else []
+                    best = _train(["--data", str(short if v.short else rec), *extra, *common, *train_flags(a, v)],
+                                  run)
                 students[name] = best if v.mix is None else _mixed(a.init, best, v.mix, run / f"mix{v.mix:g}.pt")
             table = a.out / rec.name / f"eval_s{seed}"
             heldout_drivers.main(["--recordings", str(rec), "--checkpoint", *map(str, students.values()),

@@ -148,3 +148,33 @@ def test_a_mix_of_the_dagger_variant_is_the_one_command_s_student_mixed_with_the
     assert judged["dagger"] == str(final) and judged["dagger@0.5"] != str(final)
     bias = [load_checkpoint(p).head.bias for p in (start, final, judged["dagger@0.5"])]
     assert torch.allclose(bias[2], (bias[0] + bias[1]) / 2)
+
+
+def test_the_rehearsal_variant_trains_the_other_recordings_beside_the_user_s(tmp_path, monkeypatch, capsys):
+    """Its fine-tune's --data is the recording, then every --rehearsal folder; without them it is one line."""
+    import json
+    from pathlib import Path
+
+    from benchmarks import heldout_drivers
+    from tests.helpers import steering_checkpoint
+
+    start = steering_checkpoint(tmp_path / "start.pt", 0.1)
+    trained = []
+    monkeypatch.setattr(pool_fine_tune, "_train", lambda argv, run: trained.append(argv) or start)
+
+    def judge(argv):
+        names = argv[argv.index("--name") + 1 : argv.index("--span")]
+        row = {"offline_vs_straight": 0.3, "frames": 10, "corr": 0.8, "per_100s": 1.0, "straight_per_100s": 40.0}
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "table.json").write_text(json.dumps({"rows": {"rec": {n: row for n in names}}}))
+
+    monkeypatch.setattr(heldout_drivers, "main", judge)
+    rec, other = str(tmp_path / "rec"), [str(tmp_path / "pool_a"), str(tmp_path / "pool_b")]
+    argv = ["--recordings", rec, "--init", str(start), "--variants", "fine-tuned", "rehearsal"]
+    assert pool_fine_tune.main([*argv, "--rehearsal", *other, "--out", str(tmp_path / "out")]) == 0
+    data = [a[a.index("--data") + 1 : a.index("--split")] for a in trained]
+    assert data == [[rec], [rec, *other]]
+    assert trained[1][trained[1].index("--init") + 1] == str(start)
+    assert pool_fine_tune.main([*argv, "--out", str(tmp_path / "out2")]) == 2
+    assert "the rehearsal variant trains on --rehearsal" in capsys.readouterr().err
