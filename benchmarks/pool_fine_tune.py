@@ -18,6 +18,8 @@ replay of the recording's last 20 % (every session's, ``--replay-reference drive
   --recipe fine-tune`` (the blend, then one DAgger round in the replay of the trained part, blended half and half
   with its start; ``=W``: ``--round-blend W``, 1 no blend); its round 0 is the ``fine-tuned`` variant's run of
   the same seed blended half and half (the same training), reused where that run is finished;
+* ``rehearsal-dagger``: the one command with ``--rehearsal`` (every round trains the ``--rehearsal`` recordings
+  beside the user's); its round 0 is the ``rehearsal`` variant's run blended half and half, reused likewise;
 * ``V@W`` (e.g. ``fine-tuned@0.5``): variant V's student mixed weight by weight with the pooled student,
   ``(1 - W) * start + W * tuned`` (``agent.training.interpolate``; no training of its own);
 * ``V-1000``: variant V trained on the recording's first 1,000 frames only.
@@ -39,7 +41,7 @@ import numpy as np
 from common.cli import option, run_command
 
 PROG = "python -m benchmarks.pool_fine_tune"
-TRAINED = ("scratch", "fine-tuned", "recovery", "near-init", "frozen", "rehearsal", "dagger")
+TRAINED = ("scratch", "fine-tuned", "recovery", "near-init", "frozen", "rehearsal", "dagger", "rehearsal-dagger")
 VARIANTS = ("unchanged", *TRAINED)
 _NAME = re.compile(r"^(?P<base>[a-z-]+?)(?:=(?P<weight>[0-9.]+))?(?:@(?P<mix>[0-9.]+))?(?P<short>-1000)?$")
 
@@ -91,9 +93,9 @@ def parse_variant(name: str) -> Variant:
     if mix is not None and not 0 < mix < 1:
         raise ValueError(f"--variants: {name!r}: the share W of V@W must be in (0, 1)")
     weight = float(m["weight"]) if m["weight"] else None
-    if base == "dagger" and weight is not None and not 0 < weight <= 1:
+    if base.endswith("dagger") and weight is not None and not 0 < weight <= 1:
         raise ValueError(f"--variants: {name!r}: dagger=W takes its --round-blend W in (0, 1]")
-    if base != "dagger" and (base == "near-init") != (weight is not None and weight > 0):
+    if not base.endswith("dagger") and (base == "near-init") != (weight is not None and weight > 0):
         raise ValueError(f"--variants: {name!r}: near-init=L takes its --stay-near-init L > 0 (dagger=W a round "
                          "blend W), no other variant a number")
     return Variant(base, mix, bool(m["short"]), weight)
@@ -134,7 +136,8 @@ def _mixed(start: str, tuned: Path, weight: float, out: Path) -> Path:
     return out
 
 
-def _dagger(a: PoolFineTuneArgs, v: Variant, rec: Path, seed: int, run: Path, fine_tuned: Path) -> Path:
+def _dagger(a: PoolFineTuneArgs, v: Variant, rec: Path, seed: int, run: Path, fine_tuned: Path,
+            rehearsal: list[str]) -> Path:
     """The one command's student (agent.training.dagger --recipe fine-tune) on ``rec`` (the recording, or its first
     frames), its round 0 taken from ``fine_tuned``
     (the fine-tuned variant's run: the same training) where that is finished and the lineage's is not."""
@@ -151,7 +154,8 @@ def _dagger(a: PoolFineTuneArgs, v: Variant, rec: Path, seed: int, run: Path, fi
         shutil.copy2(fine_tuned / "best.pt", r0 / "best_tuned.pt")
         _mixed(a.init, r0 / "best_tuned.pt", 0.5, r0 / "best.pt")
     lin = Lineage(recording=str(rec), init=a.init, recipe="fine-tune", seed=seed, round_blend=v.weight,
-                  data=str(run / "episodes"), out=str(run), threads=a.threads, workers=1, progress=False)
+                  rehearsal=rehearsal, data=str(run / "episodes"), out=str(run), threads=a.threads, workers=1,
+                  progress=False)
     return Path(run_lineage(lin)["final"])
 
 
@@ -173,7 +177,7 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
     variants = {name: parse_variant(name) for name in a.variants}
     if not Path(a.init).is_file():
         raise ValueError(f"--init {a.init!r} does not exist")
-    if any(v.base == "rehearsal" for v in variants.values()) and not a.rehearsal:
+    if any(v.base.startswith("rehearsal") for v in variants.values()) and not a.rehearsal:
         raise ValueError("the rehearsal variant trains on --rehearsal DIR ... beside the recording: name them")
     results: dict[str, dict[str, list[dict]]] = {}
     for rec in map(Path, a.recordings):
@@ -189,9 +193,11 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
                         students[name] = Path(a.init)
                     continue
                 run = a.out / rec.name / f"{v.trained}_s{seed}"
-                if v.base == "dagger":
-                    tuned = a.out / rec.name / f"fine-tuned{'-1000' if v.short else ''}_s{seed}"
-                    best = _dagger(a, v, short if v.short else rec, seed, run, tuned)
+                if v.base in ("dagger", "rehearsal-dagger"):
+                    first = "fine-tuned" if v.base == "dagger" else "rehearsal"
+                    tuned = a.out / rec.name / f"{first}{'-1000' if v.short else ''}_s{seed}"
+                    best = _dagger(a, v, short if v.short else rec, seed, run, tuned,
+                                   a.rehearsal if first == "rehearsal" else [])
                 else:
                     extra = a.rehearsal if v.base == "rehearsal" else []
                     best = _train(["--data", str(short if v.short else rec), *extra, *common, *train_flags(a, v)],

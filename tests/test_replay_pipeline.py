@@ -305,6 +305,7 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(udacity_drive, tmp_path, 
     for argv, needle in ([["--replay", str(rec), "--recipe", "long"], "give --recipe replay with --replay"],
                          [["--replay", str(rec), "--init", "nothing.pt"], "--init 'nothing.pt' is not a file"],
                          [["--recipe", "replay"], "give --replay REC"],
+                         [["--rehearsal", str(rec)], "--rehearsal trains beside a recording: give --replay"],
                          [["--replay", str(rec), "--rounds", "0"], "--rounds must be an integer >= 1"],
                          [["--replay", str(rec), "--noise", "-0.1"], "--noise must be a number >= 0"],
                          [["--replay", str(tmp_path / "nowhere")], "is not a folder"]):
@@ -333,7 +334,17 @@ def test_the_fine_tune_recipe_is_the_readme_fine_tune_then_one_round_in_the_repl
     assert lin.name.endswith("_fine-tune_from-udacity_real_nac_s2")  # not the replay recipe's folders
     unblended = plan_rounds(replace(lin, round_blend=1.0), lin.validate(), log=lambda m: None)
     assert unblended[1].train.blend_init == 1.0 and unblended[0].train == first
+    # --rehearsal: every round trains the other folders beside the recording; the rounds drive its replay only
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "dataset.json").write_text("{}")
+    rehearsed = plan_rounds(replace(lin, rehearsal=[str(other)]), lin.validate(), log=lambda m: None)
+    assert rehearsed[0].train.data == [first.data, str(other.resolve())]
+    assert rehearsed[1].train.data == [*second.data, str(other.resolve())]
+    assert [c.env for c, _ in rehearsed[1].collects] == [c.env for c, _ in plans[1].collects]
     for argv, needle in ([["--recipe", "fine-tune"], "fine-tunes a student to the recording: give --init"],
+                         [["--init", "checkpoints/udacity_real_nac.pt", "--rehearsal", str(tmp_path)],
+                          "is not a dataset folder"],
                          [["--init", "checkpoints/udacity_real_nac.pt", "--recipe", "fine-tune", "--round-blend",
                            "0"], "--round-blend must be a share in (0, 1]"]):
         assert main(["--replay", str(udacity_drive), *argv, "--out", str(tmp_path / "x")]) == 2

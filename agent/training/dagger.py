@@ -8,6 +8,7 @@ starts over where it was stopped before its first epoch was saved).
     python -m agent.training.dagger --core lstm --seed 1 --recipe short --data data/dl1_lstm --out runs/dl1/lstm
     python -m agent.training.dagger --replay RECORDING_DIR --seed 1      # DAgger in the replay of a recording
     python -m agent.training.dagger --replay RECORDING_DIR --init checkpoints/udacity_real_nac.pt --recipe fine-tune
+    python -m agent.training.dagger --replay RECORDING_DIR --init CKPT --recipe fine-tune --rehearsal OTHER_DATA ...
 
 The recipes are the ones measured in docs/results.md: ``short`` the like-for-like table's (3 collections, 8
 epochs, argmax drivers), ``long`` the shipped discrete student's (8 collections, 47 epochs, sampling drivers),
@@ -120,6 +121,10 @@ class Lineage:
                                    "its imported dataset folder, or a pool of them: python -m agent.udacity.pool "
                                    "import), as evaluate.py --replay drives it, instead of carracing with its PPO "
                                    "expert", group="data", metavar="REC", flag="--replay", former=("--recording",))
+    rehearsal: list[str] = option([], "with --replay: other dataset folders (other drivers' recordings, or the "
+                                  "simulator's: collect.py --env udacity-real) trained beside the recording in every "
+                                  "round, each frame one turn, so the student rehearses what it knew; the rounds "
+                                  "drive only the recording's replay", group="data", metavar="DIR")
     data: str | None = option(None, "dataset folder (default: data/dagger/<name>; with --replay each round's "
                               "episodes in DATA/rK)", group="data")
     out: str | None = option(None, "run folder, round K in OUT/rK (default: runs/dagger/<name>; the name is "
@@ -183,11 +188,18 @@ class Lineage:
         if recipe.blend is not None and not self.init:
             raise ValueError(f"--recipe {self.recipe_name} fine-tunes a student to the recording: give --init CKPT "
                              "(e.g. checkpoints/udacity_real_nac.pt)")
+        from driving_data.dataset import CARD_NAME
         from policies.cores import parse_core_name
 
         parse_core_name(self.core)  # a mistyped core fails now, not after round 0's collection
         if self.init is not None and not Path(self.init).is_file():
             raise ValueError(f"--init {self.init!r} is not a file (a train.py checkpoint)")
+        if self.rehearsal and not self.recording:
+            raise ValueError("--rehearsal trains beside a recording: give --replay REC")
+        for folder in self.rehearsal:
+            if not Path(folder, CARD_NAME).is_file():
+                raise ValueError(f"--rehearsal {folder!r} is not a dataset folder (no dataset.json: an imported "
+                                 "recording, python -m agent.udacity.pool import, or collect.py's output)")
         if not self.recording:
             get_spec(self.env).check_renderer(self.renderer)
         return recipe
@@ -267,7 +279,8 @@ def plan_rounds(lin: Lineage, recipe: Recipe, log: Callable[[str], None]) -> lis
                                            driver=driver, beta=rnd.beta if k else 0.0, renderer=lin.renderer,
                                            workers=lin.workers, **({"noise": lin.noise} if k and lin.noise else {})),
                              wanted))
-        train_data = (list(data_sets) if len(data_sets) > 1 else data_sets[0]) if recording else str(lin.data_dir)
+        trained = [*data_sets, *(str(Path(r).resolve()) for r in lin.rehearsal)]
+        train_data = (trained if len(trained) > 1 else trained[0]) if recording else str(lin.data_dir)
         args = TrainArgs(data=train_data, out=str(run_dir),
                          epochs=rnd.epochs, seed=lin.seed, split_seed=lin.seed, val_fraction=recipe.val_fraction,
                          split=recipe.split, threads=lin.threads, precision=lin.precision, progress=lin.progress,

@@ -96,7 +96,7 @@ def test_the_dagger_variant_starts_from_the_fine_tuned_run_blended_with_the_star
     monkeypatch.setattr(dagger, "run_lineage", lambda lin: seen.append(lin) or {"final": str(tmp_path / "r1.pt")})
     a = pool_fine_tune.PoolFineTuneArgs(recordings=["rec"], init=str(start), threads=1)
     best = pool_fine_tune._dagger(
-        a, pool_fine_tune.parse_variant("dagger=0.5"), tmp_path / "rec", 3, tmp_path / "run", tuned
+        a, pool_fine_tune.parse_variant("dagger=0.5"), tmp_path / "rec", 3, tmp_path / "run", tuned, []
     )
     assert best == tmp_path / "r1.pt"
     lin = seen[0]
@@ -111,6 +111,7 @@ def test_the_dagger_variant_starts_from_the_fine_tuned_run_blended_with_the_star
     bias = [load_checkpoint(p).head.bias for p in (start, tuned / "best.pt", r0 / "best.pt")]
     assert torch.allclose(bias[2], (bias[0] + bias[1]) / 2)
     assert (r0 / "best_tuned.pt").read_bytes() == (tuned / "best.pt").read_bytes()
+    assert lin.rehearsal == []
 
 
 def test_a_mix_of_the_dagger_variant_is_the_one_command_s_student_mixed_with_the_start(tmp_path, monkeypatch):
@@ -125,7 +126,7 @@ def test_a_mix_of_the_dagger_variant_is_the_one_command_s_student_mixed_with_the
     from tests.helpers import steering_checkpoint
 
     start, final = steering_checkpoint(tmp_path / "start.pt", 0.1), steering_checkpoint(tmp_path / "r1.pt", 0.3)
-    monkeypatch.setattr(pool_fine_tune, "_dagger", lambda a, v, rec, seed, run, tuned: final)
+    monkeypatch.setattr(pool_fine_tune, "_dagger", lambda a, v, rec, seed, run, tuned, rehearsal: final)
     judged = {}
 
     def judge(argv):
@@ -178,3 +179,11 @@ def test_the_rehearsal_variant_trains_the_other_recordings_beside_the_user_s(tmp
     assert trained[1][trained[1].index("--init") + 1] == str(start)
     assert pool_fine_tune.main([*argv, "--out", str(tmp_path / "out2")]) == 2
     assert "the rehearsal variant trains on --rehearsal" in capsys.readouterr().err
+    # the one command with --rehearsal: round 0 the rehearsal run of the seed, every round the same folders
+    lineages = []
+    monkeypatch.setattr(pool_fine_tune, "_dagger", lambda *args: lineages.append(args) or start)
+    one = ["--recordings", rec, "--init", str(start), "--variants", "rehearsal-dagger", "--rehearsal", *other]
+    assert pool_fine_tune.main([*one, "--out", str(tmp_path / "out3")]) == 0
+    (_, variant, _, _, run, first, rehearsal) = lineages[0]
+    assert (variant.base, first.name, rehearsal) == ("rehearsal-dagger", "rehearsal_s1", other)
+    assert run.name == "rehearsal-dagger_s1"
