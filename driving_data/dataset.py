@@ -358,15 +358,18 @@ def trained_env(name: str) -> str:
     return trained_env(card.get("env") or "udacity")
 
 
+SIDE_CAMERAS = {"frames_left", "frames_right"}  # optional: training reads them only where every episode has them
+
+
 def _identity(ds: DemoDataset) -> dict[str, Any]:
     """What two datasets must share to be one: env, action space, expert (by SHA-256; a latency expert counts as the
-    expert it was fine-tuned from, whose labels it gives at latency 0), the arrays of a step."""
+    expert it was fine-tuned from, whose labels it gives at latency 0), the arrays of a step but the side cameras."""
     first = ds.episodes[0]
     expert = first.get("expert_base_sha256") or first.get("expert_sha256")
     return {"env": trained_env(ds.card.get("env") or first.get("env") or "carracing"),
             "action space": ds.card.get("action_space") or first.get("action_space"),
             "expert": "a person (simulator recording)" if is_recording(first) else expert,
-            "arrays": sorted(ds.array_names(0))}
+            "arrays": sorted(set(ds.array_names(0)) - SIDE_CAMERAS)}
 
 
 def _check_joinable(parts: list[DemoDataset]) -> None:

@@ -89,6 +89,12 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
     size = parse_image_size(o.image_size) if o.image_size else encoder_size(env, crop, (0, *camera_shape))
     geometry = dataset_geometry(dataset, env, crop) if o.recovery_views else None  # refuses before loading
     sides = [s for s in ("left", "right") if o.side_cameras and env.first_person]
+    if sides:
+        have = [all(f"frames_{s}" in dataset.array_names(i) for s in sides) for i in range(len(dataset))]
+        if any(have) and not all(have):
+            raise ValueError(f"--side-correction trains the side cameras, but {have.count(False)} of {len(have)} "
+                             f"episodes of {o.paths!r} have none: give --side-correction 0, or only datasets "
+                             "with side cameras")
     frames, times, targets, speeds, applied = [], [], [], [], []
     camera_width = 0
     side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in sides}

@@ -218,6 +218,26 @@ def test_real_recordings_train_with_simulator_data_and_only_the_recordings_valid
         load_data(resolve(TrainArgs(data=[str(rec), str(other)])).data)
 
 
+def test_recordings_with_and_without_side_cameras_train_together(tmp_path):
+    """A user's center-camera recording beside recordings with side cameras (--rehearsal, a pool) joins on the
+    center camera; asking for the side cameras then is one clear error, not a silent center-only run."""
+    from agent.training.config import TrainArgs, resolve, with_env_defaults
+    from agent.training.data import load_data
+
+    def center_only(lines):
+        return [", ".join([line.split(", ")[0], "", "", *line.split(", ")[3:]]) for line in lines]
+
+    _sim_recording(tmp_path / "three")
+    _sim_recording(tmp_path / "one", rows=center_only)
+    paths = [str(ui.import_udacity(tmp_path / name, tmp_path / f"{name}_data")) for name in ("one", "three")]
+    assert sorted(open_dataset(paths[1]).array_names(0)) != sorted(open_dataset(paths[0]).array_names(0))
+    data = load_data(with_env_defaults(resolve(TrainArgs(data=paths, out=str(tmp_path / "run")))).data)
+    assert data.num_episodes == 4 and data.side_frames == {}
+    sides = with_env_defaults(resolve(TrainArgs(data=paths, out=str(tmp_path / "run"), side_correction=0.2)))
+    with pytest.raises(ValueError, match="2 of 4 episodes .* have none: give --side-correction 0"):
+        load_data(sides.data)
+
+
 def test_offline_evaluation_on_a_recording_scores_against_the_trivial_predictors(tmp_path, capsys):
     """evaluate.py --data REC --checkpoint CKPT: a policy that always steers 0.1, scored on a raw recording;
     its numbers are checked against ones computed here, and the plot is a real PNG."""
