@@ -315,7 +315,8 @@ def test_a_dagger_lineage_in_the_replay_of_a_recording(udacity_drive, tmp_path, 
     assert not (tmp_path / "x").exists()
 
 
-def test_the_fine_tune_recipe_is_the_readme_fine_tune_then_one_round_in_the_replay(udacity_drive, tmp_path, capsys):
+def test_the_fine_tune_recipe_is_the_readme_fine_tune_then_one_round_in_the_replay(udacity_drive, tmp_path, capsys,
+                                                                                   monkeypatch):
     """--recipe fine-tune: round 0 fine-tunes --init (5 epochs at lr 5e-4, best.pt blended half and half with it),
     round 1 drives the replay of the trained part and fine-tunes the blend, blended half and half with it in turn
     (--round-blend W sets that share)."""
@@ -342,6 +343,18 @@ def test_the_fine_tune_recipe_is_the_readme_fine_tune_then_one_round_in_the_repl
     assert rehearsed[0].train.data == [first.data, str(other.resolve())]
     assert rehearsed[1].train.data == [*second.data, str(other.resolve())]
     assert [c.env for c, _ in rehearsed[1].collects] == [c.env for c, _ in plans[1].collects]
+    # the lineage's summary judges the recording's held-out end, not the rehearsal folders
+    from types import SimpleNamespace
+
+    from agent.data import collection
+    from agent.training import config, dagger, experiment
+
+    monkeypatch.setattr(experiment, "finished", lambda run: False)
+    monkeypatch.setattr(experiment, "run", lambda plan: None)
+    monkeypatch.setattr(config, "resolve", lambda args: args)
+    monkeypatch.setattr(collection, "collect", lambda *a, **k: SimpleNamespace(interrupted=False))
+    summary = dagger.run_lineage(replace(lin, rehearsal=[str(other)]), log=lambda m: None)
+    assert summary["evaluate"].startswith(f"python evaluate.py --replay {first.data} --replay-span 0.8:1")
     for argv, needle in ([["--recipe", "fine-tune"], "fine-tunes a student to the recording: give --init"],
                          [["--init", "checkpoints/udacity_real_nac.pt", "--rehearsal", str(tmp_path)],
                           "is not a dataset folder"],

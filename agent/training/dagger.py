@@ -340,7 +340,9 @@ def run_lineage(lin: Lineage, recipes: dict[str, Recipe] = RECIPES,
                "data": str(lin.data_dir), "final": final, "rounds": steps}
     if lin.recording:
         names = [f"r{k}" for k in range(len(plans))]
-        summary["evaluate"] = (f"python evaluate.py --replay {shlex.quote(str(plans[0].train.data))} --replay-span "
+        first = plans[0].train.data  # the recording, then any --rehearsal folders
+        recorded = first[0] if isinstance(first, list) else first
+        summary["evaluate"] = (f"python evaluate.py --replay {shlex.quote(recorded)} --replay-span "
                                f"{1 - recipe.val_fraction:g}:1 --checkpoint "
                                + " ".join(str(p.run_dir / "best.pt") for p in plans) + " --name " + " ".join(names))
     write_json(lin.out_dir / "lineage.json", summary)
