@@ -197,7 +197,7 @@ def _benchmark(a: PoolFineTuneArgs) -> None:
                     first = "fine-tuned" if v.base == "dagger" else "rehearsal"
                     tuned = a.out / rec.name / f"{first}{'-1000' if v.short else ''}_s{seed}"
                     best = _dagger(a, v, short if v.short else rec, seed, run, tuned,
-                                   a.rehearsal if first == "rehearsal" else [])
+                                   a.rehearsal if v.base == "rehearsal-dagger" else [])
                 else:
                     extra = a.rehearsal if v.base == "rehearsal" else []
                     best = _train(["--data", str(short if v.short else rec), *extra, *common, *train_flags(a, v)],

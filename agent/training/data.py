@@ -74,6 +74,20 @@ class Data:
     frame_shape: tuple[int, ...] | None = None  # [H, W, C] of the recorded camera frames (every episode's)
 
 
+def _side_cameras_present(dataset: DemoDataset, sides: list[str], paths: str | list[str]) -> list[str]:
+    """The ``sides`` every episode has (a dataset without side cameras trains on the center one); a side some
+    episodes have and others lack (recordings with and without side cameras joined) is a ValueError."""
+    if not sides:
+        return []
+    names = [set(dataset.array_names(i)) for i in range(len(dataset))]
+    lacking = {s: sum(f"frames_{s}" not in n for n in names) for s in sides}
+    for s, k in lacking.items():
+        if 0 < k < len(names):
+            raise ValueError(f"--side-correction trains the side cameras, but {k} of {len(names)} episodes of "
+                             f"{paths!r} have none: give --side-correction 0, or only datasets with side cameras")
+    return [s for s, k in lacking.items() if k == 0]
+
+
 def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
               dataset: DemoDataset | None = None) -> Data:
     """The dataset's episodes, frames prepared for the encoder, in memory or (lazy) as cache files; under
@@ -89,21 +103,16 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
     size = parse_image_size(o.image_size) if o.image_size else encoder_size(env, crop, (0, *camera_shape))
     geometry = dataset_geometry(dataset, env, crop) if o.recovery_views else None  # refuses before loading
     sides = [s for s in ("left", "right") if o.side_cameras and env.first_person]
-    if sides:
-        have = [all(f"frames_{s}" in dataset.array_names(i) for s in sides) for i in range(len(dataset))]
-        if any(have) and not all(have):
-            raise ValueError(f"--side-correction trains the side cameras, but {have.count(False)} of {len(have)} "
-                             f"episodes of {o.paths!r} have none: give --side-correction 0, or only datasets "
-                             "with side cameras")
+    present = _side_cameras_present(dataset, sides, o.paths)  # in every episode, or a dataset without them
     frames, times, targets, speeds, applied = [], [], [], [], []
     camera_width = 0
-    side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in sides}
+    side_frames: dict[str, list[np.ndarray | FrameFile]] = {s: [] for s in present}
     lazy = use_lazy_loading(o.loading, dataset, size, sides, world)
     if lazy:
         cache = lazy_cache(dataset, crop, size, out)
         if world.active:  # the ranks of a machine prepare their share of the cache, then all read all of it
             for i in range(world.local_rank, len(dataset), world.local_size):
-                for name in ["frames", *[f"frames_{s}" for s in sides if f"frames_{s}" in dataset.array_names(i)]]:
+                for name in ["frames", *[f"frames_{s}" for s in present]]:
                     cache(i, name)
             barrier(world)
     for i in tqdm(range(len(dataset)), desc="preparing frames" if lazy else "loading episodes", unit="ep",
@@ -118,13 +127,10 @@ def load_data(o: DataOptions, world: World = SINGLE, out: Path | None = None,
             arrays = dataset.load(i)
             if "expert_action" not in arrays:
                 raise ValueError(f"dataset {o.paths!r} has no expert labels (expert_action); it has {sorted(arrays)}")
-            names, frame_shape = list(arrays), arrays["frames"].shape
+            frame_shape = arrays["frames"].shape
         camera_width = frame_shape[2]
         frames.append(cache(i, "frames") if lazy else prepare_frames(arrays["frames"], crop, size))
-        for s in list(side_frames):
-            if f"frames_{s}" not in names:  # a dataset without side cameras: train on the center one
-                side_frames.pop(s)
-                continue
+        for s in side_frames:
             side_frames[s].append(cache(i, f"frames_{s}") if lazy
                                   else prepare_frames(arrays[f"frames_{s}"], crop, size))
         times.append(arrays["time"].astype(np.float64))
